@@ -1,0 +1,1 @@
+//! TODO(daemon helper): Linux I/O: TUN, nftables, routes, sockets, timers.

@@ -1,0 +1,346 @@
+//! Wire formats: strict, zero-copy parsers and writers over byte slices.
+//!
+//! Owns: the bundle encodings ([`native`], [`kau`], [`simplemux`]), the IP
+//! header views the parsers and the classifier need ([`ip`]), and the typed
+//! [`DecodeError`]s. One module per format, in the manner of smoltcp.
+//!
+//! A *bundle payload* is what follows the outer IP (or UDP) header. The outer
+//! header itself is the transport's job (the daemon's raw socket, the lab, a
+//! simulator); [`ip::emit_ipv4_header`] builds one where a whole packet is
+//! wanted (golden vectors, the `kau` layout of seed 001).
+//!
+//! Must not touch: queues, time, policy (that is [`crate::engine`]), or any I/O.
+//! Parsers never panic, never loop without bound and never allocate in
+//! proportion to an attacker-chosen length.
+
+pub mod ip;
+pub mod kau;
+pub mod native;
+pub mod simplemux;
+
+use core::fmt;
+use core::str::FromStr;
+
+/// IP protocol number for bundles by default (RFC 3692 experimental, as in seed 001).
+pub const DEFAULT_PROTOCOL: u8 = 253;
+
+/// The largest bundle payload any encoding produces or accepts.
+pub const MAX_BUNDLE: usize = 65_535;
+
+/// How a bundle is laid out on the wire; chosen per peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Encoding {
+    /// airpack's own versioned, extensible format ([`native`]).
+    #[default]
+    Native,
+    /// Seed 001/000 layout: inner IPv4 packets back to back ([`kau`]).
+    Kau,
+    /// Simplemux "normal" flavour, draft-saldana-tsvwg-simplemux ([`simplemux`]).
+    Simplemux,
+}
+
+impl Encoding {
+    /// All encodings, for tests and tables.
+    pub const ALL: [Encoding; 3] = [Encoding::Native, Encoding::Kau, Encoding::Simplemux];
+
+    /// The name used in configuration files and statistics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::Native => "native",
+            Encoding::Kau => "kau",
+            Encoding::Simplemux => "simplemux",
+        }
+    }
+
+    /// Whether a bundle in this encoding can carry `packet` (e.g. `kau` is IPv4 only).
+    pub fn can_carry(self, packet: &[u8]) -> bool {
+        match self {
+            Encoding::Native => native::can_carry(packet),
+            Encoding::Kau => kau::can_carry(packet),
+            Encoding::Simplemux => simplemux::can_carry(packet),
+        }
+    }
+
+    /// Parses and fully validates a bundle payload. On success every inner
+    /// packet has been checked, so iterating the [`Bundle`] cannot fail.
+    pub fn decode(self, payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
+        match self {
+            Encoding::Native => native::decode(payload),
+            Encoding::Kau => kau::decode(payload),
+            Encoding::Simplemux => simplemux::decode(payload),
+        }
+    }
+}
+
+impl fmt::Display for Encoding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Encoding {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Encoding::ALL
+            .into_iter()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| format!("unknown encoding {s:?} (expected native, kau or simplemux)"))
+    }
+}
+
+/// Why a bundle (or an inner packet) was rejected. Every variant is a
+/// statistics counter, so the set is closed and indexable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DecodeError {
+    /// Nothing to parse.
+    Empty,
+    /// A length field points past the end of the input.
+    Truncated,
+    /// A length field is larger than any valid value (e.g. > 65535, or a
+    /// length encoding longer than the format allows).
+    Overlong,
+    /// An inner packet of length zero, or shorter than its own header.
+    ZeroLength,
+    /// Unknown bundle format version, or an inner packet whose IP version is not 4 or 6.
+    BadVersion,
+    /// An inner IPv4 header whose checksum does not verify.
+    BadIpv4Checksum,
+    /// An inner packet is itself a bundle (its protocol is a bundle protocol).
+    Nested,
+    /// Bytes left over after the last complete inner packet.
+    TrailingGarbage,
+    /// A protocol or feature the format names but this implementation does not carry.
+    Unsupported,
+    /// An inner IP header is malformed (bad IHL, total length inconsistent with the separator, ...).
+    BadInnerHeader,
+    /// More inner packets than [`MAX_PACKETS_PER_BUNDLE`].
+    TooManyPackets,
+}
+
+/// Upper bound on inner packets in one bundle, for parsers and writers alike.
+pub const MAX_PACKETS_PER_BUNDLE: usize = 1024;
+
+impl DecodeError {
+    /// Number of variants (size of counter arrays).
+    pub const COUNT: usize = 11;
+    /// All variants, in [`DecodeError::index`] order.
+    pub const ALL: [DecodeError; DecodeError::COUNT] = [
+        DecodeError::Empty,
+        DecodeError::Truncated,
+        DecodeError::Overlong,
+        DecodeError::ZeroLength,
+        DecodeError::BadVersion,
+        DecodeError::BadIpv4Checksum,
+        DecodeError::Nested,
+        DecodeError::TrailingGarbage,
+        DecodeError::Unsupported,
+        DecodeError::BadInnerHeader,
+        DecodeError::TooManyPackets,
+    ];
+
+    /// Dense index for counter arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Short snake_case reason, used as a statistics label.
+    pub fn reason(self) -> &'static str {
+        match self {
+            DecodeError::Empty => "empty",
+            DecodeError::Truncated => "truncated",
+            DecodeError::Overlong => "overlong",
+            DecodeError::ZeroLength => "zero_length",
+            DecodeError::BadVersion => "bad_version",
+            DecodeError::BadIpv4Checksum => "bad_ipv4_checksum",
+            DecodeError::Nested => "nested",
+            DecodeError::TrailingGarbage => "trailing_garbage",
+            DecodeError::Unsupported => "unsupported",
+            DecodeError::BadInnerHeader => "bad_inner_header",
+            DecodeError::TooManyPackets => "too_many_packets",
+        }
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.reason())
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Why a packet could not be appended to a bundle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EncodeError {
+    /// The packet (with its separator) does not fit in what remains of the buffer.
+    NoRoom,
+    /// This encoding cannot carry this packet (see [`Encoding::can_carry`]).
+    Unsupported,
+}
+
+/// A validated bundle: a view over the payload it was decoded from.
+#[derive(Clone, Copy, Debug)]
+pub struct Bundle<'a> {
+    encoding: Encoding,
+    /// Bytes from the first separator/packet to the end (format header stripped).
+    body: &'a [u8],
+    count: usize,
+}
+
+impl<'a> Bundle<'a> {
+    /// Constructor for the format modules, after they validated `body`.
+    pub(crate) fn new(encoding: Encoding, body: &'a [u8], count: usize) -> Self {
+        Bundle { encoding, body, count }
+    }
+
+    /// Number of inner packets.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True when the bundle carries no packet (only possible if a format allows it).
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The encoding it was decoded with.
+    pub fn encoding(&self) -> Encoding {
+        self.encoding
+    }
+
+    /// The inner packets, in order, as slices of the original payload.
+    pub fn iter(&self) -> Packets<'a> {
+        Packets { encoding: self.encoding, rest: self.body, left: self.count, first: true }
+    }
+}
+
+impl<'a> IntoIterator for &Bundle<'a> {
+    type Item = &'a [u8];
+    type IntoIter = Packets<'a>;
+    fn into_iter(self) -> Packets<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over the inner packets of a validated [`Bundle`].
+#[derive(Clone, Debug)]
+pub struct Packets<'a> {
+    encoding: Encoding,
+    rest: &'a [u8],
+    left: usize,
+    first: bool,
+}
+
+impl<'a> Iterator for Packets<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.left == 0 {
+            return None;
+        }
+        // The bundle was validated by `decode`; `split_next` re-walks the same
+        // separators and cannot fail, but stays total (returns None) regardless.
+        let (pkt, rest) = match self.encoding {
+            Encoding::Native => native::split_next(self.rest, self.first)?,
+            Encoding::Kau => kau::split_next(self.rest, self.first)?,
+            Encoding::Simplemux => simplemux::split_next(self.rest, self.first)?,
+        };
+        self.first = false;
+        self.rest = rest;
+        self.left -= 1;
+        Some(pkt)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Packets<'_> {}
+
+/// Writes one bundle payload, packet by packet, into a caller's buffer (no allocation).
+///
+/// The buffer's length is the size limit: the engine passes a slice as long as
+/// the peer's maximum bundle payload.
+#[derive(Debug)]
+pub struct BundleWriter<'a> {
+    encoding: Encoding,
+    buf: &'a mut [u8],
+    len: usize,
+    count: usize,
+}
+
+impl<'a> BundleWriter<'a> {
+    /// Starts a bundle; reserves the format header, if any.
+    ///
+    /// Returns `None` when `buf` cannot even hold the format header.
+    pub fn new(encoding: Encoding, buf: &'a mut [u8]) -> Option<Self> {
+        let hdr = match encoding {
+            Encoding::Native => native::HEADER_LEN,
+            Encoding::Kau => kau::HEADER_LEN,
+            Encoding::Simplemux => simplemux::HEADER_LEN,
+        };
+        if buf.len() < hdr {
+            return None;
+        }
+        Some(BundleWriter { encoding, buf, len: hdr, count: 0 })
+    }
+
+    /// Bytes that appending a packet of `packet_len` bytes would add (separator + packet).
+    pub fn cost(&self, packet_len: usize) -> usize {
+        match self.encoding {
+            Encoding::Native => native::cost(packet_len, self.count == 0),
+            Encoding::Kau => kau::cost(packet_len, self.count == 0),
+            Encoding::Simplemux => simplemux::cost(packet_len, self.count == 0),
+        }
+    }
+
+    /// Bytes still free in the buffer.
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.len
+    }
+
+    /// Appends one whole IP packet.
+    pub fn push(&mut self, packet: &[u8]) -> Result<(), EncodeError> {
+        if !self.encoding.can_carry(packet) || self.count >= MAX_PACKETS_PER_BUNDLE {
+            return Err(EncodeError::Unsupported);
+        }
+        let cost = self.cost(packet.len());
+        if cost > self.remaining() {
+            return Err(EncodeError::NoRoom);
+        }
+        let out = &mut self.buf[self.len..self.len + cost];
+        let first = self.count == 0;
+        match self.encoding {
+            Encoding::Native => native::write_packet(out, packet, first),
+            Encoding::Kau => kau::write_packet(out, packet, first),
+            Encoding::Simplemux => simplemux::write_packet(out, packet, first),
+        }
+        self.len += cost;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Packets written so far.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Bytes written so far, format header included.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True before the first packet.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Completes the format header and returns the payload length.
+    pub fn finish(self) -> usize {
+        match self.encoding {
+            Encoding::Native => native::write_header(&mut self.buf[..self.len], self.count),
+            Encoding::Kau => kau::write_header(&mut self.buf[..self.len], self.count),
+            Encoding::Simplemux => simplemux::write_header(&mut self.buf[..self.len], self.count),
+        }
+        self.len
+    }
+}

@@ -1,0 +1,1 @@
+//! TODO(lab helper): module doc.
