@@ -1,13 +1,11 @@
 //! `airpack`: one binary, several subcommands.
 //!
-//! - `run`: the daemon ([`daemon`]), driving the sans-IO engine of
-//!   `airpack-core` over real Linux networking ([`linux`]).
+//! - `run`: the daemon (`airpack::daemon`), driving the sans-IO engine of
+//!   `airpack-core` over real Linux networking (`airpack::linux`).
 //! - `stats`, `peers`: talk to a running daemon over its control socket.
 //! - `lab`, `voip`: the emulated mesh and the VoIP traffic tool (`airpack-lab`).
 
-mod daemon;
-mod linux;
-
+use airpack::daemon;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
