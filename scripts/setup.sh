@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what airpack's build, tests and lab need on a fresh Debian machine.
+# Idempotent: does nothing that is already done. Needs root for apt-get.
+set -euo pipefail
+
+need_pkgs=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have nft      || need_pkgs+=(nftables)
+have ip       || need_pkgs+=(iproute2)
+have tc       || need_pkgs+=(iproute2)
+have valgrind || need_pkgs+=(valgrind)
+have tshark   || need_pkgs+=(tshark)
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
+
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: need root to install: ${need_pkgs[*]}" >&2
+    exit 1
+  fi
+  echo "setup: installing ${need_pkgs[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+have cargo || { echo "setup: cargo (Rust) is required" >&2; exit 1; }
+echo "setup: prerequisites present" >&2
