@@ -1,10 +1,65 @@
 //! IPv4 and IPv6 header views: just what the bundle parsers and the
 //! classifier need, checked strictly against the bytes present.
 //!
-//! Owned by the wire layer. No policy here.
+//! Owns: [`inspect`] (validate one whole IP packet and summarise it),
+//! the Internet [`checksum`], and [`emit_ipv4_header`] (the outer header for
+//! raw-IP transports, golden vectors and the `kau` layout).
+//!
+//! Must not touch: policy (what a class is: [`crate::engine::classify`]),
+//! bundle layouts (the sibling format modules), I/O. Everything here is a pure
+//! function over a slice; loops are bounded by the slice length or by
+//! [`MAX_IPV6_EXT_HEADERS`]; nothing allocates.
 
 use super::DecodeError;
-use core::net::IpAddr;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Length of an IPv4 header without options.
+pub const IPV4_HEADER_LEN: usize = 20;
+/// Length of the fixed IPv6 header.
+pub const IPV6_HEADER_LEN: usize = 40;
+/// Largest IPv4 total length / IPv6 packet (without jumbograms) [`inspect`] accepts.
+pub const MAX_PACKET: usize = 65_535;
+/// Most IPv6 extension headers [`inspect`] walks before giving up with
+/// [`DecodeError::BadInnerHeader`].
+pub const MAX_IPV6_EXT_HEADERS: usize = 8;
+
+/// IP protocol numbers used here.
+pub mod proto {
+    /// IPv6 hop-by-hop options.
+    pub const HOPOPT: u8 = 0;
+    /// TCP.
+    pub const TCP: u8 = 6;
+    /// UDP.
+    pub const UDP: u8 = 17;
+    /// IPv6 routing header.
+    pub const ROUTING: u8 = 43;
+    /// IPv6 fragment header.
+    pub const FRAGMENT: u8 = 44;
+    /// Encapsulating security payload (opaque: the walk stops here).
+    pub const ESP: u8 = 50;
+    /// Authentication header.
+    pub const AH: u8 = 51;
+    /// IPv6 "no next header".
+    pub const NONE: u8 = 59;
+    /// IPv6 destination options.
+    pub const DSTOPTS: u8 = 60;
+    /// SCTP.
+    pub const SCTP: u8 = 132;
+    /// UDP-Lite.
+    pub const UDPLITE: u8 = 136;
+    /// RFC 3692 experimental; airpack's default bundle protocol (seed 001).
+    pub const EXPERIMENT1: u8 = 253;
+    /// RFC 3692 experimental; the bundle protocol of the published seed code.
+    pub const EXPERIMENT2: u8 = 254;
+}
+
+/// True for the protocol numbers a bundle may travel under (253, 254).
+/// An inner packet with such a protocol would be a bundle inside a bundle,
+/// which every decoder rejects as [`DecodeError::Nested`].
+#[inline]
+pub fn is_bundle_protocol(protocol: u8) -> bool {
+    protocol == proto::EXPERIMENT1 || protocol == proto::EXPERIMENT2
+}
 
 /// A summary of one inner packet, read from its headers without copying.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,34 +96,534 @@ pub mod tcp_flags {
     pub const RST: u8 = 0x04;
 }
 
+#[inline]
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
 /// Reads and validates one IP packet occupying exactly `packet`.
 ///
 /// IPv4: version, IHL >= 5, total length == `packet.len()`, header checksum.
 /// IPv6: payload length + 40 == `packet.len()`; extension headers are walked
 /// (bounded) to find the upper-layer protocol and a fragment header.
+///
+/// Errors: [`DecodeError::Empty`] (no bytes), [`DecodeError::BadVersion`]
+/// (version nibble not 4 or 6), [`DecodeError::Truncated`] (fewer bytes than
+/// the fixed header, the IHL or an extension header needs),
+/// [`DecodeError::ZeroLength`] (IPv4 total length 0, e.g. a GSO super-packet;
+/// IPv6 payload length 0 with more bytes present, i.e. a jumbogram),
+/// [`DecodeError::BadInnerHeader`] (IHL < 5, total length != slice length or
+/// shorter than the header, too many / misplaced IPv6 extension headers),
+/// [`DecodeError::BadIpv4Checksum`].
 pub fn inspect(packet: &[u8]) -> Result<PacketInfo, DecodeError> {
-    let _ = packet;
-    todo!("wire::ip::inspect")
+    match packet.first() {
+        None => Err(DecodeError::Empty),
+        Some(b) => match b >> 4 {
+            4 => inspect_v4(packet),
+            6 => inspect_v6(packet),
+            _ => Err(DecodeError::BadVersion),
+        },
+    }
+}
+
+/// Validates one packet found inside a bundle, the way every decoder does.
+///
+/// Like [`inspect`], but a packet shorter than its own headers is
+/// [`DecodeError::ZeroLength`] (inside a bundle, [`DecodeError::Truncated`]
+/// means a *separator* points past the end of the input), and a packet whose
+/// (upper-layer) protocol is a bundle protocol is [`DecodeError::Nested`].
+pub fn inspect_inner(packet: &[u8]) -> Result<PacketInfo, DecodeError> {
+    match inspect(packet) {
+        Ok(i) if is_bundle_protocol(i.protocol) => Err(DecodeError::Nested),
+        Ok(i) => Ok(i),
+        Err(DecodeError::Truncated) | Err(DecodeError::Empty) => Err(DecodeError::ZeroLength),
+        Err(e) => Err(e),
+    }
+}
+
+/// Ports (and TCP flags) of an upper-layer header starting at `l4`, if present.
+#[inline]
+fn ports(protocol: u8, l4: &[u8]) -> (Option<u16>, Option<u16>, Option<u8>) {
+    match protocol {
+        proto::TCP | proto::UDP | proto::SCTP | proto::UDPLITE if l4.len() >= 4 => {
+            let flags = if protocol == proto::TCP && l4.len() >= 20 { Some(l4[13]) } else { None };
+            (Some(be16(l4, 0)), Some(be16(l4, 2)), flags)
+        }
+        _ => (None, None, None),
+    }
+}
+
+fn inspect_v4(p: &[u8]) -> Result<PacketInfo, DecodeError> {
+    if p.len() < IPV4_HEADER_LEN {
+        return Err(DecodeError::Truncated);
+    }
+    let ihl = usize::from(p[0] & 0x0f) * 4;
+    if ihl < IPV4_HEADER_LEN {
+        return Err(DecodeError::BadInnerHeader);
+    }
+    if ihl > p.len() {
+        return Err(DecodeError::Truncated);
+    }
+    let total = usize::from(be16(p, 2));
+    if total == 0 {
+        return Err(DecodeError::ZeroLength);
+    }
+    if total < ihl || total != p.len() {
+        return Err(DecodeError::BadInnerHeader);
+    }
+    if checksum(&p[..ihl]) != 0 {
+        return Err(DecodeError::BadIpv4Checksum);
+    }
+    let frag = be16(p, 6);
+    let offset = frag & 0x1fff;
+    let more = frag & 0x2000 != 0;
+    let protocol = p[9];
+    let (src_port, dst_port, tcp_flags) =
+        if offset == 0 { ports(protocol, &p[ihl..]) } else { (None, None, None) };
+    Ok(PacketInfo {
+        version: 4,
+        protocol,
+        src: IpAddr::V4(Ipv4Addr::new(p[12], p[13], p[14], p[15])),
+        dst: IpAddr::V4(Ipv4Addr::new(p[16], p[17], p[18], p[19])),
+        dscp: p[1] >> 2,
+        len: total,
+        fragment: more || offset != 0,
+        src_port,
+        dst_port,
+        tcp_flags,
+    })
+}
+
+fn inspect_v6(p: &[u8]) -> Result<PacketInfo, DecodeError> {
+    if p.len() < IPV6_HEADER_LEN {
+        return Err(DecodeError::Truncated);
+    }
+    let payload = usize::from(be16(p, 4));
+    if payload == 0 && p.len() > IPV6_HEADER_LEN {
+        // A jumbogram (RFC 2675) or a GSO super-packet: not a single packet we carry.
+        return Err(DecodeError::ZeroLength);
+    }
+    if payload + IPV6_HEADER_LEN != p.len() {
+        return Err(DecodeError::BadInnerHeader);
+    }
+    let mut next = p[6];
+    let mut off = IPV6_HEADER_LEN;
+    let mut fragment = false;
+    // Ports are only meaningful when the upper-layer header is in this packet.
+    let mut first_fragment = true;
+    let mut walked = 0;
+    loop {
+        let hlen = match next {
+            proto::HOPOPT | proto::ROUTING | proto::DSTOPTS => {
+                if next == proto::HOPOPT && walked != 0 {
+                    // RFC 8200 4.1: hop-by-hop options only directly after the IPv6 header.
+                    return Err(DecodeError::BadInnerHeader);
+                }
+                if off + 2 > p.len() {
+                    return Err(DecodeError::Truncated);
+                }
+                (usize::from(p[off + 1]) + 1) * 8
+            }
+            proto::FRAGMENT => {
+                if off + 8 > p.len() {
+                    return Err(DecodeError::Truncated);
+                }
+                fragment = true;
+                let fo = be16(p, off + 2);
+                if fo & 0xfff8 != 0 {
+                    first_fragment = false;
+                }
+                8
+            }
+            proto::AH => {
+                if off + 2 > p.len() {
+                    return Err(DecodeError::Truncated);
+                }
+                (usize::from(p[off + 1]) + 2) * 4
+            }
+            // ESP (opaque), no-next-header, or an upper layer: stop.
+            _ => break,
+        };
+        if off + hlen > p.len() {
+            return Err(DecodeError::Truncated);
+        }
+        walked += 1;
+        if walked > MAX_IPV6_EXT_HEADERS {
+            return Err(DecodeError::BadInnerHeader);
+        }
+        next = p[off];
+        off += hlen;
+        if !first_fragment {
+            // A non-first fragment: what follows is the middle of the payload.
+            break;
+        }
+    }
+    let (src_port, dst_port, tcp_flags) =
+        if first_fragment { ports(next, &p[off..]) } else { (None, None, None) };
+    let mut s = [0u8; 16];
+    let mut d = [0u8; 16];
+    s.copy_from_slice(&p[8..24]);
+    d.copy_from_slice(&p[24..40]);
+    let tclass = ((p[0] & 0x0f) << 4) | (p[1] >> 4);
+    Ok(PacketInfo {
+        version: 6,
+        protocol: next,
+        src: IpAddr::V6(Ipv6Addr::from(s)),
+        dst: IpAddr::V6(Ipv6Addr::from(d)),
+        dscp: tclass >> 2,
+        len: p.len(),
+        fragment,
+        src_port,
+        dst_port,
+        tcp_flags,
+    })
 }
 
 /// The Internet checksum (RFC 1071) of `data`, as stored in a header.
+///
+/// Store it big-endian (`checksum(..).to_be_bytes()`). Over a header that
+/// already holds a correct checksum the result is 0. An odd trailing byte is
+/// padded with a zero byte, as RFC 1071 says.
 pub fn checksum(data: &[u8]) -> u16 {
-    let _ = data;
-    todo!("wire::ip::checksum")
+    let mut sum: u64 = 0;
+    let mut chunks = data.chunks_exact(2);
+    for c in &mut chunks {
+        sum += u64::from(u16::from_be_bytes([c[0], c[1]]));
+    }
+    if let [last] = chunks.remainder() {
+        sum += u64::from(*last) << 8;
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
 }
 
 /// Writes a 20-byte IPv4 header (no options, DF clear, checksum filled) for a
 /// packet carrying `payload_len` bytes of `protocol`.
+///
+/// `dscp` is the 6-bit code point (masked to 6 bits; ECN is written as 0).
+///
+/// # Panics
+/// If `payload_len > 65_515` (the packet would not fit IPv4's 16-bit total
+/// length). That is a caller bug: a bundle is never larger than its peer's
+/// maximum; [`try_emit_ipv4_header`] returns `false` instead.
+#[allow(clippy::too_many_arguments)]
 pub fn emit_ipv4_header(
     out: &mut [u8; 20],
-    src: core::net::Ipv4Addr,
-    dst: core::net::Ipv4Addr,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
     protocol: u8,
     dscp: u8,
     ttl: u8,
     ident: u16,
     payload_len: usize,
 ) {
-    let _ = (out, src, dst, protocol, dscp, ttl, ident, payload_len);
-    todo!("wire::ip::emit_ipv4_header")
+    assert!(
+        try_emit_ipv4_header(out, src, dst, protocol, dscp, ttl, ident, payload_len),
+        "IPv4 payload of {payload_len} bytes exceeds 65515"
+    );
+}
+
+/// Like [`emit_ipv4_header`], but returns `false` (and leaves `out` untouched)
+/// when `payload_len` does not fit.
+#[allow(clippy::too_many_arguments)]
+pub fn try_emit_ipv4_header(
+    out: &mut [u8; 20],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    protocol: u8,
+    dscp: u8,
+    ttl: u8,
+    ident: u16,
+    payload_len: usize,
+) -> bool {
+    let Some(total) = payload_len.checked_add(IPV4_HEADER_LEN).filter(|t| *t <= MAX_PACKET) else {
+        return false;
+    };
+    let total = total as u16;
+    out[0] = 0x45;
+    out[1] = (dscp & 0x3f) << 2;
+    out[2..4].copy_from_slice(&total.to_be_bytes());
+    out[4..6].copy_from_slice(&ident.to_be_bytes());
+    out[6] = 0; // flags: DF clear, MF clear
+    out[7] = 0; // fragment offset 0
+    out[8] = ttl;
+    out[9] = protocol;
+    out[10] = 0;
+    out[11] = 0;
+    out[12..16].copy_from_slice(&src.octets());
+    out[16..20].copy_from_slice(&dst.octets());
+    let c = checksum(&out[..]);
+    out[10..12].copy_from_slice(&c.to_be_bytes());
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 1071 / well-known example header (Wikipedia "IPv4 header checksum").
+    const EXAMPLE: [u8; 20] = [
+        0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0x00,
+        0x01, 0xc0, 0xa8, 0x00, 0xc7,
+    ];
+
+    fn v4(protocol: u8, payload: &[u8]) -> Vec<u8> {
+        let mut h = [0u8; 20];
+        emit_ipv4_header(
+            &mut h,
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 2),
+            protocol,
+            46,
+            64,
+            7,
+            payload.len(),
+        );
+        let mut p = h.to_vec();
+        p.extend_from_slice(payload);
+        p
+    }
+
+    fn v6(next: u8, payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![0u8; 40];
+        p[0] = 0x60 | (46 >> 2); // tclass = 46 << 2 = 0xb8 -> high nibble 0xb
+        p[1] = ((46u8 << 2) & 0x0f) << 4;
+        p[4..6].copy_from_slice(&(payload.len() as u16).to_be_bytes());
+        p[6] = next;
+        p[7] = 64;
+        p[8] = 0xfd;
+        p[23] = 1;
+        p[24] = 0xfd;
+        p[39] = 2;
+        p.extend_from_slice(payload);
+        p
+    }
+
+    #[test]
+    fn checksum_known_header() {
+        let mut h = EXAMPLE;
+        assert_eq!(checksum(&h), 0);
+        h[10] = 0;
+        h[11] = 0;
+        assert_eq!(checksum(&h), 0xb861);
+    }
+
+    #[test]
+    fn checksum_odd_length_pads() {
+        assert_eq!(checksum(&[0x01]), !0x0100);
+        assert_eq!(checksum(&[0x01, 0x00]), checksum(&[0x01]));
+    }
+
+    #[test]
+    fn emit_matches_known_header() {
+        let mut h = [0u8; 20];
+        emit_ipv4_header(
+            &mut h,
+            Ipv4Addr::new(192, 168, 0, 1),
+            Ipv4Addr::new(192, 168, 0, 199),
+            17,
+            0,
+            64,
+            0,
+            0x73 - 20,
+        );
+        // Same as EXAMPLE except DF (we leave DF clear): flags byte 0 and checksum adjusted.
+        assert_eq!(h[..6], EXAMPLE[..6]);
+        assert_eq!(h[6], 0);
+        assert_eq!(h[8..10], EXAMPLE[8..10]);
+        assert_eq!(u16::from_be_bytes([h[10], h[11]]), 0xb861 + 0x4000);
+        assert_eq!(checksum(&h), 0);
+    }
+
+    #[test]
+    fn emit_rejects_oversize() {
+        let mut h = [0u8; 20];
+        let a = Ipv4Addr::LOCALHOST;
+        assert!(try_emit_ipv4_header(&mut h, a, a, 253, 0, 1, 0, 65_515));
+        assert!(!try_emit_ipv4_header(&mut h, a, a, 253, 0, 1, 0, 65_516));
+        assert!(!try_emit_ipv4_header(&mut h, a, a, 253, 0, 1, 0, usize::MAX));
+    }
+
+    #[test]
+    fn inspect_udp_v4() {
+        let p = v4(17, &[0x13, 0x88, 0x13, 0x89, 0, 12, 0, 0, 1, 2, 3, 4]);
+        let i = inspect(&p).unwrap();
+        assert_eq!(i.version, 4);
+        assert_eq!(i.protocol, 17);
+        assert_eq!(i.dscp, 46);
+        assert_eq!(i.len, 32);
+        assert_eq!(i.src_port, Some(5000));
+        assert_eq!(i.dst_port, Some(5001));
+        assert_eq!(i.tcp_flags, None);
+        assert!(!i.fragment);
+        assert_eq!(i.src, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
+        assert_eq!(i.dst, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
+    }
+
+    #[test]
+    fn inspect_tcp_flags_v4() {
+        let mut tcp = [0u8; 20];
+        tcp[0..2].copy_from_slice(&80u16.to_be_bytes());
+        tcp[2..4].copy_from_slice(&443u16.to_be_bytes());
+        tcp[12] = 0x50;
+        tcp[13] = tcp_flags::SYN;
+        let i = inspect(&v4(6, &tcp)).unwrap();
+        assert_eq!(i.tcp_flags, Some(tcp_flags::SYN));
+        assert_eq!((i.src_port, i.dst_port), (Some(80), Some(443)));
+        // Only 19 bytes of TCP header: ports yes, flags no.
+        let i = inspect(&v4(6, &tcp[..19])).unwrap();
+        assert_eq!(i.tcp_flags, None);
+        assert_eq!(i.src_port, Some(80));
+        // 3 bytes: no ports.
+        let i = inspect(&v4(17, &tcp[..3])).unwrap();
+        assert_eq!(i.src_port, None);
+    }
+
+    #[test]
+    fn inspect_v4_fragments() {
+        let mut p = v4(17, &[0, 1, 0, 2, 0, 8, 0, 0]);
+        // MF set, offset 0: a first fragment, ports still read.
+        p[6] = 0x20;
+        p[10] = 0;
+        p[11] = 0;
+        let c = checksum(&p[..20]);
+        p[10..12].copy_from_slice(&c.to_be_bytes());
+        let i = inspect(&p).unwrap();
+        assert!(i.fragment);
+        assert_eq!(i.src_port, Some(1));
+        // Offset 1 (8 bytes): no ports.
+        p[6] = 0x00;
+        p[7] = 0x01;
+        p[10] = 0;
+        p[11] = 0;
+        let c = checksum(&p[..20]);
+        p[10..12].copy_from_slice(&c.to_be_bytes());
+        let i = inspect(&p).unwrap();
+        assert!(i.fragment);
+        assert_eq!(i.src_port, None);
+    }
+
+    #[test]
+    fn inspect_v4_errors() {
+        assert_eq!(inspect(&[]), Err(DecodeError::Empty));
+        assert_eq!(inspect(&[0x55; 20]), Err(DecodeError::BadVersion));
+        let p = v4(17, &[0; 8]);
+        assert_eq!(inspect(&p[..19]), Err(DecodeError::Truncated));
+        // Total length says 28, slice is 27 / 29.
+        assert_eq!(inspect(&p[..27]), Err(DecodeError::BadInnerHeader));
+        let mut longer = p.clone();
+        longer.push(0);
+        assert_eq!(inspect(&longer), Err(DecodeError::BadInnerHeader));
+        // Checksum.
+        let mut bad = p.clone();
+        bad[8] ^= 1;
+        assert_eq!(inspect(&bad), Err(DecodeError::BadIpv4Checksum));
+        // IHL 4.
+        let mut bad = p.clone();
+        bad[0] = 0x44;
+        assert_eq!(inspect(&bad), Err(DecodeError::BadInnerHeader));
+        // IHL 15 (60 bytes) > 28 bytes present.
+        let mut bad = p.clone();
+        bad[0] = 0x4f;
+        assert_eq!(inspect(&bad), Err(DecodeError::Truncated));
+        // Total length 0.
+        let mut bad = p.clone();
+        bad[2] = 0;
+        bad[3] = 0;
+        assert_eq!(inspect(&bad), Err(DecodeError::ZeroLength));
+    }
+
+    #[test]
+    fn inspect_v4_options() {
+        // IHL 6 with a 4-byte NOP option, checksum over all 24 bytes.
+        let mut p = vec![0x46, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, 1, 1, 1, 1];
+        p.extend_from_slice(&[0, 7, 0, 9]);
+        let c = checksum(&p[..24]);
+        p[10..12].copy_from_slice(&c.to_be_bytes());
+        let i = inspect(&p).unwrap();
+        assert_eq!((i.src_port, i.dst_port), (Some(7), Some(9)));
+    }
+
+    #[test]
+    fn inspect_udp_v6() {
+        let p = v6(17, &[0x13, 0x88, 0x13, 0x89, 0, 8, 0, 0]);
+        let i = inspect(&p).unwrap();
+        assert_eq!(i.version, 6);
+        assert_eq!(i.protocol, 17);
+        assert_eq!(i.dscp, 46);
+        assert_eq!(i.len, 48);
+        assert_eq!((i.src_port, i.dst_port), (Some(5000), Some(5001)));
+        assert!(!i.fragment);
+    }
+
+    #[test]
+    fn inspect_v6_ext_headers() {
+        // hop-by-hop (8) -> dest opts (16) -> fragment (offset 0) -> UDP
+        let mut pl = vec![60, 0, 1, 4, 0, 0, 0, 0];
+        pl.extend_from_slice(&[44, 1, 1, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        pl.extend_from_slice(&[17, 0, 0, 1, 0, 0, 0, 42]);
+        pl.extend_from_slice(&[0, 53, 0, 54, 0, 8, 0, 0]);
+        let p = v6(0, &pl);
+        let i = inspect(&p).unwrap();
+        assert_eq!(i.protocol, 17);
+        assert!(i.fragment);
+        assert_eq!((i.src_port, i.dst_port), (Some(53), Some(54)));
+        // Non-first fragment: no ports.
+        let mut q = p.clone();
+        q[40 + 24 + 2] = 0x00;
+        q[40 + 24 + 3] = 0x08; // offset 1
+        let i = inspect(&q).unwrap();
+        assert!(i.fragment);
+        assert_eq!(i.protocol, 17);
+        assert_eq!(i.src_port, None);
+        // AH (len field 1 -> (1+2)*4 = 12 bytes) then TCP SYN.
+        let mut pl = vec![6, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let mut tcp = [0u8; 20];
+        tcp[13] = tcp_flags::RST;
+        pl.extend_from_slice(&tcp);
+        let i = inspect(&v6(51, &pl)).unwrap();
+        assert_eq!(i.protocol, 6);
+        assert_eq!(i.tcp_flags, Some(tcp_flags::RST));
+        // ESP stops the walk.
+        let i = inspect(&v6(50, &[0; 16])).unwrap();
+        assert_eq!(i.protocol, 50);
+        assert_eq!(i.src_port, None);
+    }
+
+    #[test]
+    fn inspect_v6_errors() {
+        let p = v6(17, &[0; 8]);
+        assert_eq!(inspect(&p[..39]), Err(DecodeError::Truncated));
+        assert_eq!(inspect(&p[..47]), Err(DecodeError::BadInnerHeader));
+        let mut jumbo = p.clone();
+        jumbo[4] = 0;
+        jumbo[5] = 0;
+        assert_eq!(inspect(&jumbo), Err(DecodeError::ZeroLength));
+        // A bare 40-byte header with payload length 0 is fine.
+        assert!(inspect(&v6(59, &[])).is_ok());
+        // Extension header running past the end.
+        assert_eq!(inspect(&v6(60, &[17, 1, 0, 0, 0, 0, 0, 0])), Err(DecodeError::Truncated));
+        assert_eq!(inspect(&v6(60, &[17])), Err(DecodeError::Truncated));
+        assert_eq!(inspect(&v6(44, &[17, 0, 0])), Err(DecodeError::Truncated));
+        // Nine destination-option headers: over the bound.
+        let mut pl = Vec::new();
+        for i in 0..9 {
+            pl.extend_from_slice(&[if i == 8 { 59 } else { 60 }, 0, 0, 0, 0, 0, 0, 0]);
+        }
+        assert_eq!(inspect(&v6(60, &pl)), Err(DecodeError::BadInnerHeader));
+        // Eight are fine.
+        assert_eq!(inspect(&v6(60, &pl[8..])).unwrap().protocol, 59);
+        // Hop-by-hop not first.
+        let pl = [0, 0, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(inspect(&v6(60, &pl)), Err(DecodeError::BadInnerHeader));
+    }
+
+    #[test]
+    fn bundle_protocols() {
+        assert!(is_bundle_protocol(253));
+        assert!(is_bundle_protocol(254));
+        assert!(!is_bundle_protocol(17));
+    }
 }

@@ -271,8 +271,12 @@ pub struct BundleWriter<'a> {
 impl<'a> BundleWriter<'a> {
     /// Starts a bundle; reserves the format header, if any.
     ///
-    /// Returns `None` when `buf` cannot even hold the format header.
+    /// Returns `None` when `buf` cannot even hold the format header. Only the
+    /// first [`MAX_BUNDLE`] bytes of a longer `buf` are used, so no writer
+    /// produces a payload a decoder would refuse as too long.
     pub fn new(encoding: Encoding, buf: &'a mut [u8]) -> Option<Self> {
+        let usable = buf.len().min(MAX_BUNDLE);
+        let buf = &mut buf[..usable];
         let hdr = match encoding {
             Encoding::Native => native::HEADER_LEN,
             Encoding::Kau => kau::HEADER_LEN,

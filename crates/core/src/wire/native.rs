@@ -1,41 +1,403 @@
-//! TODO(wire helper): module doc (what the `native` encoding is, byte layout, reference).
+//! The `native` encoding: airpack's own versioned bundle format.
+//!
+//! Owns the byte layout of a native bundle payload (what follows the outer
+//! IP/UDP header) and nothing else. Must not touch: the outer header and its
+//! DSCP (the transport writes those; the engine says which DSCP), queues, I/O.
+//! Full description with diagrams: `docs/wire-format.md`.
+//!
+//! ```text
+//!  0                   1
+//!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5
+//! +-------+-------+-------+-------+
+//! |version| mode  | crit  | info  |   2-byte header
+//! +-------+-------+-------+-------+
+//! | length prefix (1, 2 or 3 B) | inner IPv4/IPv6 packet ... | (repeated)
+//! ```
+//!
+//! * `version` = 1 (other values: [`DecodeError::BadVersion`]).
+//! * `mode` = 0: whole packets. Other modes (e.g. a future header-compression
+//!   mode) are [`DecodeError::Unsupported`] until implemented; no new protocol
+//!   number is needed for them.
+//! * `crit`: 4 must-understand flag bits; any set bit is
+//!   [`DecodeError::Unsupported`]. `info`: 4 may-ignore flag bits; a receiver
+//!   ignores them, this writer sends 0.
+//! * Length prefix, big-endian, shortest form only (a longer form than needed
+//!   is [`DecodeError::Overlong`]):
+//!   `0lllllll` = 1..=127; `10llllll llllllll` = 128..=16383;
+//!   `11000000 llllllll llllllll` = 16384..=65535. First bytes `0xC1..=0xFF`
+//!   are reserved ([`DecodeError::Unsupported`]); length 0 is
+//!   [`DecodeError::ZeroLength`].
+//!
+//! Per-packet overhead is 1 byte up to 127 bytes (G.729/Opus voice) and 2
+//! bytes up to 16383 bytes. The DSCP of the inner packets travels in the outer
+//! header, so the payload carries none.
 
-use super::{Bundle, DecodeError};
+use super::{ip, Bundle, DecodeError, Encoding, MAX_BUNDLE, MAX_PACKETS_PER_BUNDLE};
 
 /// Bytes of format header before the first packet.
-pub const HEADER_LEN: usize = 0;
+pub const HEADER_LEN: usize = 2;
+/// The only version this implementation speaks.
+pub const VERSION: u8 = 1;
+/// Mode 0: whole inner packets, each behind a length prefix.
+pub const MODE_PLAIN: u8 = 0;
+/// Mask of the must-understand flag bits in header byte 1.
+pub const FLAGS_CRITICAL: u8 = 0xf0;
+/// Mask of the may-ignore flag bits in header byte 1.
+pub const FLAGS_INFO: u8 = 0x0f;
 
-/// Whether a `native` bundle can carry `packet`.
+/// Largest packet a native length prefix can describe.
+pub const MAX_PACKET: usize = 65_535;
+
+/// Length of the prefix for a packet of `len` bytes.
+#[inline]
+pub fn prefix_len(len: usize) -> usize {
+    if len < 0x80 {
+        1
+    } else if len < 0x4000 {
+        2
+    } else {
+        3
+    }
+}
+
+/// Whether a `native` bundle can carry `packet`: a whole, valid IPv4 or IPv6
+/// packet (exactly what [`decode`] accepts: [`ip::inspect_inner`]), so a
+/// bundle this writer builds always decodes.
 pub fn can_carry(packet: &[u8]) -> bool {
-    let _ = packet;
-    todo!()
+    packet.len() <= MAX_PACKET && ip::inspect_inner(packet).is_ok()
 }
 
 /// Bytes that appending a packet of `packet_len` adds (separator + packet).
-pub fn cost(packet_len: usize, first: bool) -> usize {
-    let _ = (packet_len, first);
-    todo!()
+#[inline]
+pub fn cost(packet_len: usize, _first: bool) -> usize {
+    prefix_len(packet_len) + packet_len
 }
 
 /// Writes the separator and the packet; `out.len() == cost(packet.len(), first)`.
-pub fn write_packet(out: &mut [u8], packet: &[u8], first: bool) {
-    let _ = (out, packet, first);
-    todo!()
+pub fn write_packet(out: &mut [u8], packet: &[u8], _first: bool) {
+    let len = packet.len();
+    let p = prefix_len(len);
+    match p {
+        1 => out[0] = len as u8,
+        2 => {
+            out[0] = 0x80 | (len >> 8) as u8;
+            out[1] = len as u8;
+        }
+        _ => {
+            out[0] = 0xc0;
+            out[1] = (len >> 8) as u8;
+            out[2] = len as u8;
+        }
+    }
+    out[p..p + len].copy_from_slice(packet);
 }
 
 /// Completes the format header in `buf[..HEADER_LEN]` once `count` packets are written.
-pub fn write_header(buf: &mut [u8], count: usize) {
-    let _ = (buf, count);
+pub fn write_header(buf: &mut [u8], _count: usize) {
+    buf[0] = (VERSION << 4) | MODE_PLAIN;
+    buf[1] = 0;
+}
+
+/// Reads one length prefix: `(length, prefix bytes)`.
+#[inline]
+fn read_prefix(b: &[u8]) -> Result<(usize, usize), DecodeError> {
+    let b0 = *b.first().ok_or(DecodeError::Truncated)?;
+    if b0 & 0x80 == 0 {
+        return Ok((usize::from(b0), 1));
+    }
+    if b0 & 0xc0 == 0x80 {
+        let b1 = *b.get(1).ok_or(DecodeError::Truncated)?;
+        let len = usize::from(b0 & 0x3f) << 8 | usize::from(b1);
+        if len < 0x80 {
+            return Err(DecodeError::Overlong);
+        }
+        return Ok((len, 2));
+    }
+    if b0 != 0xc0 {
+        return Err(DecodeError::Unsupported);
+    }
+    if b.len() < 3 {
+        return Err(DecodeError::Truncated);
+    }
+    let len = usize::from(b[1]) << 8 | usize::from(b[2]);
+    if len < 0x4000 {
+        return Err(DecodeError::Overlong);
+    }
+    Ok((len, 3))
+}
+
+/// Checks the 2-byte header; returns the body after it.
+fn check_header(payload: &[u8]) -> Result<&[u8], DecodeError> {
+    if payload.len() > MAX_BUNDLE {
+        return Err(DecodeError::Overlong);
+    }
+    let (&b0, rest) = payload.split_first().ok_or(DecodeError::Empty)?;
+    if b0 >> 4 != VERSION {
+        return Err(DecodeError::BadVersion);
+    }
+    if b0 & 0x0f != MODE_PLAIN {
+        return Err(DecodeError::Unsupported);
+    }
+    let (&flags, body) = rest.split_first().ok_or(DecodeError::Truncated)?;
+    if flags & FLAGS_CRITICAL != 0 {
+        return Err(DecodeError::Unsupported);
+    }
+    Ok(body)
 }
 
 /// Parses and fully validates a bundle payload.
+///
+/// Errors, in the order checked: [`DecodeError::Overlong`] (payload larger
+/// than [`MAX_BUNDLE`]), [`DecodeError::Empty`] (no bytes, or a header with
+/// no packet), [`DecodeError::BadVersion`], [`DecodeError::Unsupported`]
+/// (non-zero mode, a critical flag, a reserved prefix), [`DecodeError::Truncated`]
+/// (header or prefix cut short, or a length past the end),
+/// [`DecodeError::Overlong`] (non-shortest prefix), [`DecodeError::ZeroLength`],
+/// [`DecodeError::TooManyPackets`], and any inner-packet error of
+/// [`ip::inspect_inner`] (including [`DecodeError::Nested`]).
+/// Trailing bytes too short for a prefix + packet are [`DecodeError::Truncated`]:
+/// native has no padding, so there is no separate trailing-garbage case.
 pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
-    let _ = payload;
-    todo!()
+    let body = check_header(payload)?;
+    if body.is_empty() {
+        return Err(DecodeError::Empty);
+    }
+    let mut rest = body;
+    let mut count = 0usize;
+    while !rest.is_empty() {
+        if count == MAX_PACKETS_PER_BUNDLE {
+            return Err(DecodeError::TooManyPackets);
+        }
+        let (len, p) = read_prefix(rest)?;
+        if len == 0 {
+            return Err(DecodeError::ZeroLength);
+        }
+        let after = &rest[p..];
+        if len > after.len() {
+            return Err(DecodeError::Truncated);
+        }
+        let (pkt, tail) = after.split_at(len);
+        ip::inspect_inner(pkt)?;
+        rest = tail;
+        count += 1;
+    }
+    Ok(Bundle::new(Encoding::Native, body, count))
 }
 
 /// Splits the next packet off an already validated body; `None` only if invalid.
-pub(crate) fn split_next(rest: &[u8], first: bool) -> Option<(&[u8], &[u8])> {
-    let _ = (rest, first);
-    todo!()
+pub(crate) fn split_next(rest: &[u8], _first: bool) -> Option<(&[u8], &[u8])> {
+    let (len, p) = read_prefix(rest).ok()?;
+    let after = rest.get(p..)?;
+    if len > after.len() {
+        return None;
+    }
+    Some(after.split_at(len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::BundleWriter;
+    use core::net::Ipv4Addr;
+
+    fn v4(len: usize, protocol: u8) -> Vec<u8> {
+        let mut h = [0u8; 20];
+        ip::emit_ipv4_header(
+            &mut h,
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 2),
+            protocol,
+            46,
+            64,
+            len as u16,
+            len - 20,
+        );
+        let mut p = h.to_vec();
+        p.resize(len, 0xab);
+        p
+    }
+
+    fn bundle(pkts: &[Vec<u8>]) -> Vec<u8> {
+        let mut buf = vec![0u8; MAX_BUNDLE];
+        let mut w = BundleWriter::new(Encoding::Native, &mut buf).unwrap();
+        for p in pkts {
+            w.push(p).unwrap();
+        }
+        let n = w.finish();
+        buf.truncate(n);
+        buf
+    }
+
+    #[test]
+    fn prefix_forms_round_trip() {
+        for len in [20usize, 127, 128, 1500, 16383, 16384, 65_000] {
+            let p = v4(len, 17);
+            let b = bundle(std::slice::from_ref(&p));
+            assert_eq!(b.len(), HEADER_LEN + prefix_len(len) + len, "len {len}");
+            assert_eq!(b[..2], [0x10, 0x00]);
+            let d = decode(&b).unwrap();
+            assert_eq!(d.len(), 1);
+            assert_eq!(d.iter().next().unwrap(), &p[..]);
+        }
+        assert_eq!(prefix_len(127), 1);
+        assert_eq!(prefix_len(128), 2);
+        assert_eq!(prefix_len(16383), 2);
+        assert_eq!(prefix_len(16384), 3);
+    }
+
+    #[test]
+    fn prefix_bytes() {
+        let mut out = [0u8; 3 + 16384];
+        let p = v4(60, 17);
+        write_packet(&mut out[..61], &p, true);
+        assert_eq!(out[0], 60);
+        let p = v4(200, 17);
+        write_packet(&mut out[..202], &p, false);
+        assert_eq!(out[..2], [0x80, 200]);
+        let p = v4(16384, 17);
+        write_packet(&mut out[..16387], &p, false);
+        assert_eq!(out[..3], [0xc0, 0x40, 0x00]);
+    }
+
+    #[test]
+    fn several_in_order() {
+        let pkts = vec![v4(60, 17), v4(200, 17), v4(20, 6), v4(1500, 17)];
+        let b = bundle(&pkts);
+        let d = decode(&b).unwrap();
+        assert_eq!(d.len(), 4);
+        assert_eq!(d.encoding(), Encoding::Native);
+        assert!(d.iter().eq(pkts.iter().map(|p| &p[..])));
+    }
+
+    #[test]
+    fn info_flags_ignored() {
+        let mut b = bundle(&[v4(60, 17)]);
+        b[1] = FLAGS_INFO;
+        assert_eq!(decode(&b).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn err_empty() {
+        assert_eq!(decode(&[]).unwrap_err(), DecodeError::Empty);
+        assert_eq!(decode(&[0x10, 0x00]).unwrap_err(), DecodeError::Empty);
+    }
+
+    #[test]
+    fn err_bad_version() {
+        let mut b = bundle(&[v4(60, 17)]);
+        for v in [0u8, 2, 4, 6, 15] {
+            b[0] = v << 4;
+            assert_eq!(decode(&b).unwrap_err(), DecodeError::BadVersion);
+        }
+    }
+
+    #[test]
+    fn err_unsupported() {
+        let good = bundle(&[v4(60, 17)]);
+        let mut b = good.clone();
+        b[0] = 0x11; // mode 1
+        assert_eq!(decode(&b).unwrap_err(), DecodeError::Unsupported);
+        for bit in 4..8 {
+            let mut b = good.clone();
+            b[1] = 1 << bit;
+            assert_eq!(decode(&b).unwrap_err(), DecodeError::Unsupported);
+        }
+        let mut b = good.clone();
+        b[2] = 0xc1; // reserved prefix
+        assert_eq!(decode(&b).unwrap_err(), DecodeError::Unsupported);
+    }
+
+    #[test]
+    fn err_truncated() {
+        let b = bundle(&[v4(60, 17), v4(200, 17)]);
+        assert_eq!(decode(&b[..1]).unwrap_err(), DecodeError::Truncated);
+        // Cut inside the second packet and inside its 2-byte prefix.
+        assert_eq!(decode(&b[..b.len() - 1]).unwrap_err(), DecodeError::Truncated);
+        assert_eq!(decode(&b[..2 + 61 + 1]).unwrap_err(), DecodeError::Truncated);
+        // A 3-byte prefix cut short.
+        assert_eq!(decode(&[0x10, 0, 0xc0, 0x40]).unwrap_err(), DecodeError::Truncated);
+    }
+
+    #[test]
+    fn err_overlong() {
+        let p = v4(60, 17);
+        // 60 in the 2-byte form.
+        let mut b = vec![0x10, 0, 0x80, 60];
+        b.extend_from_slice(&p);
+        assert_eq!(decode(&b).unwrap_err(), DecodeError::Overlong);
+        // 60 in the 3-byte form.
+        let mut b = vec![0x10, 0, 0xc0, 0, 60];
+        b.extend_from_slice(&p);
+        assert_eq!(decode(&b).unwrap_err(), DecodeError::Overlong);
+        // Payload over MAX_BUNDLE.
+        let mut b = vec![0u8; MAX_BUNDLE + 1];
+        b[0] = 0x10;
+        assert_eq!(decode(&b).unwrap_err(), DecodeError::Overlong);
+    }
+
+    #[test]
+    fn err_zero_length() {
+        let mut b = bundle(&[v4(60, 17)]);
+        b.push(0);
+        assert_eq!(decode(&b).unwrap_err(), DecodeError::ZeroLength);
+        // An inner "packet" of 10 bytes: shorter than its own IPv4 header.
+        let mut b = vec![0x10, 0, 10];
+        b.extend_from_slice(&v4(60, 17)[..10]);
+        assert_eq!(decode(&b).unwrap_err(), DecodeError::ZeroLength);
+    }
+
+    #[test]
+    fn err_inner() {
+        let mut b = bundle(&[v4(60, 17)]);
+        b[2 + 1 + 8] ^= 0xff; // TTL: checksum breaks
+        assert_eq!(decode(&b).unwrap_err(), DecodeError::BadIpv4Checksum);
+        let mut b = bundle(&[v4(60, 17)]);
+        b[3] = 0x75; // inner version 7
+        assert_eq!(decode(&b).unwrap_err(), DecodeError::BadVersion);
+        // Separator says 60, inner total length says 61 (checksum fixed).
+        let mut p = v4(61, 17);
+        p.pop();
+        let mut b = vec![0x10, 0, 60];
+        b.extend_from_slice(&p);
+        assert_eq!(decode(&b).unwrap_err(), DecodeError::BadInnerHeader);
+    }
+
+    #[test]
+    fn err_nested() {
+        for proto in [253u8, 254] {
+            let p = v4(60, proto);
+            assert!(!can_carry(&p));
+            let mut b = vec![0x10, 0, 60];
+            b.extend_from_slice(&p);
+            assert_eq!(decode(&b).unwrap_err(), DecodeError::Nested);
+        }
+    }
+
+    #[test]
+    fn err_too_many() {
+        let p = v4(20, 17);
+        let mut b = vec![0x10, 0];
+        for _ in 0..MAX_PACKETS_PER_BUNDLE {
+            b.push(20);
+            b.extend_from_slice(&p);
+        }
+        assert_eq!(decode(&b).unwrap().len(), MAX_PACKETS_PER_BUNDLE);
+        b.push(20);
+        b.extend_from_slice(&p);
+        assert_eq!(decode(&b).unwrap_err(), DecodeError::TooManyPackets);
+    }
+
+    #[test]
+    fn writer_refuses_what_decoder_would() {
+        assert!(can_carry(&v4(60, 17)));
+        let mut bad = v4(60, 17);
+        bad[8] ^= 1;
+        assert!(!can_carry(&bad));
+        assert!(!can_carry(&[]));
+        let mut buf = [0u8; 64];
+        let mut w = BundleWriter::new(Encoding::Native, &mut buf).unwrap();
+        assert_eq!(w.push(&v4(62, 17)), Err(crate::wire::EncodeError::NoRoom));
+        assert_eq!(w.push(&v4(61, 17)), Ok(()));
+        assert_eq!(w.finish(), 64);
+    }
 }
