@@ -1,0 +1,107 @@
+//! RFC 3550 interarrival jitter (section 6.4.1, algorithm of appendix A.8).
+//!
+//! Owns: the estimator only. Must not touch: clocks (arrival times come from
+//! the caller in µs), sockets, other statistics.
+//!
+//! ```text
+//! D(i,j) = (Rj - Ri) - (Sj - Si)      in RTP timestamp units
+//! J      = J + (|D(i-1,i)| - J) / 16
+//! ```
+//!
+//! computed over packets in arrival order, as RFC 3550 specifies. Arrival
+//! times (µs) are converted to timestamp units with the RTP clock rate; RTP
+//! timestamp differences are taken modulo 2^32 (wrap-safe).
+
+/// Running jitter estimate for one RTP stream.
+#[derive(Clone, Debug)]
+pub struct JitterEstimator {
+    clock_rate: u32,
+    last: Option<(u64, u32)>,
+    jitter: f64,
+}
+
+impl JitterEstimator {
+    /// New estimator for an RTP clock rate in Hz (8000 for the voice codecs).
+    pub fn new(clock_rate: u32) -> Self {
+        Self { clock_rate: clock_rate.max(1), last: None, jitter: 0.0 }
+    }
+
+    /// Account for one packet: its RTP timestamp and its arrival time (µs).
+    pub fn update(&mut self, rtp_timestamp: u32, arrival_us: u64) {
+        if let Some((last_arrival, last_ts)) = self.last {
+            let dr_us = arrival_us as f64 - last_arrival as f64;
+            let dr = dr_us * f64::from(self.clock_rate) / 1e6;
+            let ds = f64::from(rtp_timestamp.wrapping_sub(last_ts) as i32);
+            let d = (dr - ds).abs();
+            self.jitter += (d - self.jitter) / 16.0;
+        }
+        self.last = Some((arrival_us, rtp_timestamp));
+    }
+
+    /// Current estimate in RTP timestamp units (what an RTCP report carries).
+    pub fn jitter_timestamp_units(&self) -> f64 {
+        self.jitter
+    }
+
+    /// Current estimate in milliseconds.
+    pub fn jitter_ms(&self) -> f64 {
+        self.jitter * 1000.0 / f64::from(self.clock_rate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_delay_gives_zero_jitter() {
+        let mut j = JitterEstimator::new(8000);
+        for k in 0..100u32 {
+            j.update(1000 + 160 * k, 5_000_000 + 20_000 * u64::from(k));
+        }
+        assert_eq!(j.jitter_timestamp_units(), 0.0);
+    }
+
+    #[test]
+    fn hand_computed_sequence() {
+        // 20 ms packets (160 units at 8 kHz) arriving at 0, 20, 45, 60, 80 ms.
+        // D = 0, +40, -40, 0 units.
+        // J: 0 -> 40/16 = 2.5 -> 2.5 + (40-2.5)/16 = 4.84375
+        //    -> 4.84375 - 4.84375/16 = 4.541015625 units = 0.567626953125 ms
+        let mut j = JitterEstimator::new(8000);
+        let arrivals_ms = [0u64, 20, 45, 60, 80];
+        let expect = [0.0, 0.0, 2.5, 4.84375, 4.541015625];
+        for (k, (&a, &e)) in arrivals_ms.iter().zip(expect.iter()).enumerate() {
+            j.update(160 * k as u32, a * 1000);
+            assert!((j.jitter_timestamp_units() - e).abs() < 1e-9, "packet {k}: {}", j.jitter_timestamp_units());
+        }
+        assert!((j.jitter_ms() - 0.567626953125).abs() < 1e-12);
+    }
+
+    #[test]
+    fn silence_gap_with_constant_delay_is_not_jitter_and_wrap_is_safe() {
+        // RTP timestamps keep counting through a 1 s silence and across 2^32.
+        let mut j = JitterEstimator::new(8000);
+        let ts0 = u32::MAX - 200;
+        j.update(ts0, 1_000_000);
+        j.update(ts0.wrapping_add(160), 1_020_000);
+        j.update(ts0.wrapping_add(160 + 8000), 2_020_000);
+        assert_eq!(j.jitter_timestamp_units(), 0.0);
+        // one packet 8 ms late: |D| = 64 units -> J = 4
+        j.update(ts0.wrapping_add(320 + 8000), 2_048_000);
+        assert!((j.jitter_timestamp_units() - 4.0).abs() < 1e-9);
+        assert!((j.jitter_ms() - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn alternating_delays_converge_to_the_step() {
+        // Delay alternates 0 / 10 ms: |D| is always 80 units; J -> 80.
+        let mut j = JitterEstimator::new(8000);
+        for k in 0..400u64 {
+            let extra = if k % 2 == 0 { 0 } else { 10_000 };
+            j.update((160 * k) as u32, 20_000 * k + extra);
+        }
+        assert!((j.jitter_timestamp_units() - 80.0).abs() < 1e-6);
+        assert!((j.jitter_ms() - 10.0).abs() < 1e-6);
+    }
+}
