@@ -1,1 +1,128 @@
-//! TODO(daemon helper): Linux I/O: TUN, nftables, routes, sockets, timers.
+//! Linux I/O primitives for the daemon: small, tested wrappers over kernel networking.
+//!
+//! Owns: the TUN device ([`tun`]), the kernel steering state (nftables table
+//! `inet airpack`, policy-routing rules and routes, sysctls: [`steer`]), netlink
+//! route lookups and change monitoring ([`route`]), the daemon's sockets (raw
+//! bundle sockets, UDP bundle sockets, the header-included raw sender, SIOCOUTQ:
+//! [`socket`]), timerfd/signalfd ([`timer`]), a tiny epoll wrapper ([`poll`]),
+//! and network-namespace helpers for tests and the lab ([`netns`]).
+//!
+//! Must not touch: aggregation policy, wire formats, configuration parsing or
+//! statistics layout (the daemon and `airpack-core` own those). Nothing here
+//! logs per packet or allocates per packet; every error is returned as an
+//! `io::Error`, and send errors can be classified with [`ErrorKind::of`] so the
+//! daemon counts them by reason.
+
+pub mod netns;
+pub mod poll;
+pub mod route;
+pub mod socket;
+pub mod steer;
+pub mod timer;
+pub mod tun;
+
+pub use poll::{Event, Events, Interest, Poller};
+pub use route::{Changes, NextHop, RouteMonitor, RouteResolver};
+pub use socket::{outq_bytes, BundleSocket, Family, RawIpSender, Received, UdpBundleSocket};
+pub use steer::{Match, SteerSpec, Steering};
+pub use timer::{monotonic_micros, Signals, Timer};
+pub use tun::Tun;
+
+use std::io;
+
+/// Why a send (or receive) failed, for per-reason counters
+/// (`daemon.send_errors` in `airpack stats --json`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// ENOBUFS: a local queue (qdisc, socket buffer) was full.
+    NoBufs,
+    /// ENETUNREACH: no route.
+    NetUnreach,
+    /// EHOSTUNREACH: route exists but the host is unreachable (e.g. failed ARP/ND).
+    HostUnreach,
+    /// EMSGSIZE: larger than the path/interface MTU.
+    MsgSize,
+    /// EAGAIN/EWOULDBLOCK: nonblocking socket or TUN queue full.
+    WouldBlock,
+    /// Anything else (ENETDOWN, EPERM from netfilter, ...).
+    Other,
+}
+
+impl ErrorKind {
+    /// Every kind, in counter order.
+    pub const ALL: [ErrorKind; 6] = [
+        ErrorKind::NoBufs,
+        ErrorKind::NetUnreach,
+        ErrorKind::HostUnreach,
+        ErrorKind::MsgSize,
+        ErrorKind::WouldBlock,
+        ErrorKind::Other,
+    ];
+
+    /// Classifies an I/O error by its errno.
+    pub fn of(err: &io::Error) -> ErrorKind {
+        match err.raw_os_error() {
+            Some(libc::ENOBUFS) => ErrorKind::NoBufs,
+            Some(libc::ENETUNREACH) => ErrorKind::NetUnreach,
+            Some(libc::EHOSTUNREACH) => ErrorKind::HostUnreach,
+            Some(libc::EMSGSIZE) => ErrorKind::MsgSize,
+            Some(libc::EAGAIN) => ErrorKind::WouldBlock,
+            _ if err.kind() == io::ErrorKind::WouldBlock => ErrorKind::WouldBlock,
+            _ => ErrorKind::Other,
+        }
+    }
+
+    /// Stable counter name: `enobufs`, `enetunreach`, `ehostunreach`, `emsgsize`, `eagain`, `other`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::NoBufs => "enobufs",
+            ErrorKind::NetUnreach => "enetunreach",
+            ErrorKind::HostUnreach => "ehostunreach",
+            ErrorKind::MsgSize => "emsgsize",
+            ErrorKind::WouldBlock => "eagain",
+            ErrorKind::Other => "other",
+        }
+    }
+
+    /// Index into a `[u64; 6]` counter array, in [`ErrorKind::ALL`] order.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Converts a libc return value (`-1` = error) into an `io::Result`.
+pub(crate) fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Like [`cvt`] for `ssize_t` returns.
+pub(crate) fn cvt_size(ret: libc::ssize_t) -> io::Result<usize> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_kinds_classify_errnos() {
+        let k = |e| ErrorKind::of(&io::Error::from_raw_os_error(e));
+        assert_eq!(k(libc::ENOBUFS), ErrorKind::NoBufs);
+        assert_eq!(k(libc::ENETUNREACH), ErrorKind::NetUnreach);
+        assert_eq!(k(libc::EHOSTUNREACH), ErrorKind::HostUnreach);
+        assert_eq!(k(libc::EMSGSIZE), ErrorKind::MsgSize);
+        assert_eq!(k(libc::EAGAIN), ErrorKind::WouldBlock);
+        assert_eq!(k(libc::EPERM), ErrorKind::Other);
+        for (i, k) in ErrorKind::ALL.iter().enumerate() {
+            assert_eq!(k.index(), i);
+        }
+    }
+}

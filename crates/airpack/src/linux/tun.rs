@@ -1,0 +1,227 @@
+//! The TUN device the steering routes lead into.
+//!
+//! Owns: opening `/dev/net/tun` (IFF_TUN | IFF_NO_PI, nonblocking, close-on-exec),
+//! setting the MTU and bringing the link up, and reading/writing whole IP packets.
+//! The device exists as long as the [`Tun`] lives (it is not persistent), so a
+//! crashed daemon leaves no TUN behind.
+//!
+//! Must not touch: routes, rules, nftables (see [`super::steer`]) or packet contents.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use super::{cvt, cvt_size};
+
+/// `struct ifreq` with the union viewed as raw bytes (40 bytes on every Linux ABI we build for).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct IfReq {
+    pub(crate) name: [u8; libc::IFNAMSIZ],
+    pub(crate) data: [u8; 24],
+}
+
+impl IfReq {
+    pub(crate) fn new(name: &str) -> io::Result<IfReq> {
+        let bytes = name.as_bytes();
+        if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) || bytes.contains(&b'/') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("invalid interface name {name:?} (1 to 15 bytes, no '/' or NUL)"),
+            ));
+        }
+        let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: [0; 24] };
+        req.name[..bytes.len()].copy_from_slice(bytes);
+        Ok(req)
+    }
+
+    fn set_short(&mut self, v: i16) {
+        self.data[..2].copy_from_slice(&v.to_ne_bytes());
+    }
+
+    fn short(&self) -> i16 {
+        i16::from_ne_bytes([self.data[0], self.data[1]])
+    }
+
+    fn set_int(&mut self, v: i32) {
+        self.data[..4].copy_from_slice(&v.to_ne_bytes());
+    }
+
+    fn name_string(&self) -> String {
+        let end = self.name.iter().position(|&b| b == 0).unwrap_or(self.name.len());
+        String::from_utf8_lossy(&self.name[..end]).into_owned()
+    }
+}
+
+/// A datagram socket used only as a handle for interface ioctls.
+fn ioctl_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2) call; the result is checked before wrapping.
+    let fd = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: fd is a freshly created, owned descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sets the MTU of interface `name`.
+pub fn set_mtu(name: &str, mtu: u32) -> io::Result<()> {
+    let sock = ioctl_socket()?;
+    let mut req = IfReq::new(name)?;
+    req.set_int(i32::try_from(mtu).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?);
+    // SAFETY: SIOCSIFMTU reads a struct ifreq; `req` is one and outlives the call.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFMTU, &mut req) })?;
+    Ok(())
+}
+
+/// Brings interface `name` administratively up (`true`) or down (`false`).
+pub fn set_link_up(name: &str, up: bool) -> io::Result<()> {
+    let sock = ioctl_socket()?;
+    let mut req = IfReq::new(name)?;
+    // SAFETY: SIOCGIFFLAGS fills the flags of a struct ifreq we own.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) })?;
+    let mut flags = req.short();
+    if up {
+        flags |= libc::IFF_UP as i16;
+    } else {
+        flags &= !(libc::IFF_UP as i16);
+    }
+    req.set_short(flags);
+    // SAFETY: SIOCSIFFLAGS reads a struct ifreq we own.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &mut req) })?;
+    Ok(())
+}
+
+/// Whether interface `name` is up and running (IFF_UP and IFF_RUNNING, i.e.
+/// administratively up with carrier); `Ok(None)` if there is no such interface.
+pub fn link_up(name: &str) -> io::Result<Option<bool>> {
+    let sock = ioctl_socket()?;
+    let mut req = IfReq::new(name)?;
+    // SAFETY: SIOCGIFFLAGS fills the flags of a struct ifreq we own.
+    match cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) }) {
+        Ok(_) => {
+            let f = req.short() as i32;
+            Ok(Some(f & libc::IFF_UP != 0 && f & libc::IFF_RUNNING != 0))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The kernel interface index of `name` (ENODEV if there is none).
+pub fn ifindex(name: &str) -> io::Result<u32> {
+    let req = IfReq::new(name)?;
+    // SAFETY: req.name is NUL-terminated (IfReq::new keeps the last byte 0).
+    let cname = CStr::from_bytes_until_nul(&req.name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: cname is a valid C string.
+    let idx = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if idx == 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(idx)
+    }
+}
+
+/// An open TUN device (layer 3, no packet-information header, nonblocking).
+#[derive(Debug)]
+pub struct Tun {
+    fd: OwnedFd,
+    name: String,
+    ifindex: u32,
+}
+
+impl Tun {
+    /// Creates (or attaches to) TUN device `name` (a `%d` pattern such as
+    /// `"ap%d"` lets the kernel choose), sets `mtu`, brings it up.
+    ///
+    /// Errors: EBUSY if another process holds the device, EPERM without
+    /// CAP_NET_ADMIN, ENOENT if `/dev/net/tun` is missing.
+    pub fn open(name: &str, mtu: u32) -> io::Result<Tun> {
+        let mut req = IfReq::new(name)?;
+        // SAFETY: open(2) with a static NUL-terminated path.
+        let fd = cvt(unsafe {
+            libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        })?;
+        // SAFETY: fd was just opened and is owned here.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        req.set_short((libc::IFF_TUN | libc::IFF_NO_PI) as i16);
+        // SAFETY: TUNSETIFF reads and updates (the name) a struct ifreq we own.
+        cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req) })?;
+        let name = req.name_string();
+        set_mtu(&name, mtu)?;
+        set_link_up(&name, true)?;
+        let ifindex = ifindex(&name)?;
+        Ok(Tun { fd, name, ifindex })
+    }
+
+    /// The device's name (as chosen by the kernel if a `%d` pattern was given).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The device's interface index.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// Reads one IP packet into `buf`; `WouldBlock` when none is queued.
+    /// A packet longer than `buf` is truncated (size `buf` to MTU or more).
+    pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: buf is a valid writable region of buf.len() bytes.
+        cvt_size(unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) })
+    }
+
+    /// Reads up to `max` packets, handing each to `f`, reusing `buf`; stops
+    /// early when the queue is empty. Returns how many packets were read. An
+    /// error other than `WouldBlock` is returned only if no packet was read
+    /// (otherwise it is left for the next call to report).
+    pub fn read_batch<F: FnMut(&[u8])>(&self, buf: &mut [u8], max: usize, mut f: F) -> io::Result<usize> {
+        let mut n = 0;
+        while n < max {
+            match self.read(buf) {
+                Ok(len) => {
+                    n += 1;
+                    f(&buf[..len]);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock || n > 0 => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    }
+
+    /// Writes one whole IPv4 or IPv6 packet (the kernel reads the version
+    /// nibble; anything else is rejected with EINVAL).
+    pub fn write(&self, pkt: &[u8]) -> io::Result<()> {
+        // SAFETY: pkt is a valid readable region of pkt.len() bytes.
+        let n = cvt_size(unsafe { libc::write(self.fd.as_raw_fd(), pkt.as_ptr().cast(), pkt.len()) })?;
+        if n != pkt.len() {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "short write to TUN"));
+        }
+        Ok(())
+    }
+}
+
+impl AsRawFd for Tun {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl AsFd for Tun {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interface_names_are_checked() {
+        assert!(IfReq::new("").is_err());
+        assert!(IfReq::new("0123456789abcdef").is_err());
+        assert!(IfReq::new("a/b").is_err());
+        let r = IfReq::new("airpack0").unwrap();
+        assert_eq!(r.name_string(), "airpack0");
+        assert_eq!(std::mem::size_of::<IfReq>(), 40);
+    }
+}
