@@ -14,3 +14,4 @@ pub mod codec;
 pub mod emodel;
 pub mod jitter;
 pub mod rtp;
+pub mod stats;

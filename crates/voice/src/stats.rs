@@ -1,0 +1,674 @@
+//! Per-stream receive statistics (sans-IO accumulator) and the call-quality
+//! assessment: loss, duplicates, reordering, one-way delay (mean, p95, max),
+//! RFC 3550 jitter, late loss behind a fixed playout buffer, E-model R and
+//! MOS, and the "supported" criterion.
+//!
+//! Owns: what a receiver concludes from (sequence, RTP timestamp, marker,
+//! send time, receive time) tuples. Must not touch: sockets, clocks, files.
+//!
+//! Memory is bounded per stream whatever the call length: a 1024-packet
+//! duplicate window (128 bytes) and a log-linear delay histogram (2240
+//! buckets of u32, about 9 KB, relative resolution 1/64 above 128 µs).
+//! Nothing is allocated per packet.
+//!
+//! Playout rule (fixed playout buffer, reset per talk spurt): the first
+//! packet of the stream, and every in-order packet with the RTP marker bit
+//! (the first packet of a talk spurt), set the playout delay of the spurt to
+//! `its one-way delay + playout buffer`. A packet whose one-way delay exceeds
+//! the playout delay in force is *late* (lost for the listener). With CBR
+//! (one spurt) this is the classic fixed deadline "first packet's delay +
+//! buffer". The mouth-to-ear delay for the E-model is the mean playout delay
+//! over on-time packets plus the codec delay (packetization + look-ahead).
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::Profile;
+use crate::emodel::{self, Impairments};
+use crate::jitter::JitterEstimator;
+
+/// Packets remembered for duplicate detection (must be a multiple of 64).
+pub const DUP_WINDOW: usize = 1024;
+const WORDS: usize = DUP_WINDOW / 64;
+
+/// One received packet, as the receiver saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RxPacket {
+    /// RTP sequence number.
+    pub seq: u16,
+    /// RTP timestamp.
+    pub rtp_ts: u32,
+    /// RTP marker bit (talk-spurt start).
+    pub marker: bool,
+    /// Sender's clock at send (µs), from the probe tag.
+    pub send_us: u64,
+    /// Receiver's clock at receive (µs), same clock as `send_us`.
+    pub recv_us: u64,
+}
+
+/// What the accumulator decided about one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// First copy, within its playout deadline.
+    OnTime,
+    /// First copy, after its playout deadline.
+    Late,
+    /// A copy of a packet already counted.
+    Duplicate,
+    /// Older than the duplicate window: counted as received and late.
+    TooOld,
+}
+
+/// Log-linear histogram of µs values: exact below 128, then 64 buckets per
+/// power of two up to 2^40 µs (larger values land in the last bucket).
+#[derive(Clone)]
+pub struct DelayHistogram {
+    counts: Box<[u32; HIST_BUCKETS]>,
+    total: u64,
+}
+
+const HIST_BUCKETS: usize = 128 + 33 * 64;
+
+impl Default for DelayHistogram {
+    fn default() -> Self {
+        Self { counts: Box::new([0; HIST_BUCKETS]), total: 0 }
+    }
+}
+
+impl std::fmt::Debug for DelayHistogram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DelayHistogram").field("total", &self.total).finish()
+    }
+}
+
+impl DelayHistogram {
+    fn index(v: u64) -> usize {
+        if v < 128 {
+            return v as usize;
+        }
+        let k = 63 - v.leading_zeros() as usize; // 7..=63
+        if k >= 40 {
+            return HIST_BUCKETS - 1;
+        }
+        let shift = k - 6;
+        128 + (k - 7) * 64 + ((v >> shift) as usize - 64)
+    }
+
+    /// Lowest value and width of a bucket.
+    fn bounds(i: usize) -> (u64, u64) {
+        if i < 128 {
+            return (i as u64, 1);
+        }
+        let k = (i - 128) / 64 + 7;
+        let sub = ((i - 128) % 64 + 64) as u64;
+        (sub << (k - 6), 1u64 << (k - 6))
+    }
+
+    /// Count one value.
+    pub fn record(&mut self, v: u64) {
+        let c = &mut self.counts[Self::index(v)];
+        *c = c.saturating_add(1);
+        self.total += 1;
+    }
+
+    /// Number of values recorded.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// The q-quantile (0 < q <= 1): the middle of the bucket holding the
+    /// value of rank ceil(q n). `None` when empty.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        if self.total == 0 {
+            return None;
+        }
+        let q = if q.is_finite() { q.clamp(0.0, 1.0) } else { 1.0 };
+        let rank = ((q * self.total as f64).ceil() as u64).max(1);
+        let mut seen = 0u64;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += u64::from(c);
+            if seen >= rank {
+                let (lo, w) = Self::bounds(i);
+                return Some(lo as f64 + (w as f64 - 1.0) / 2.0);
+            }
+        }
+        None
+    }
+}
+
+/// Receive-side accumulator for one RTP stream.
+#[derive(Clone, Debug)]
+pub struct StreamStats {
+    playout_us: u64,
+    received: u64,
+    duplicates: u64,
+    reordered: u64,
+    too_old: u64,
+    late: u64,
+    negative_delay: u64,
+    highest: Option<i64>,
+    window: [u64; WORDS],
+    jitter: JitterEstimator,
+    delay_sum_us: u128,
+    delay_min_us: u64,
+    delay_max_us: u64,
+    hist: DelayHistogram,
+    playout_delay_us: u64,
+    playout_sum_us: u128,
+    on_time: u64,
+    spurts: u64,
+}
+
+impl StreamStats {
+    /// New accumulator: RTP clock rate (Hz) and playout buffer (ms).
+    pub fn new(clock_rate: u32, playout_ms: f64) -> Self {
+        let playout_ms = if playout_ms.is_finite() { playout_ms.clamp(0.0, 10_000.0) } else { 0.0 };
+        Self {
+            playout_us: (playout_ms * 1000.0).round() as u64,
+            received: 0,
+            duplicates: 0,
+            reordered: 0,
+            too_old: 0,
+            late: 0,
+            negative_delay: 0,
+            highest: None,
+            window: [0; WORDS],
+            jitter: JitterEstimator::new(clock_rate),
+            delay_sum_us: 0,
+            delay_min_us: u64::MAX,
+            delay_max_us: 0,
+            hist: DelayHistogram::default(),
+            playout_delay_us: 0,
+            playout_sum_us: 0,
+            on_time: 0,
+            spurts: 0,
+        }
+    }
+
+    fn bit(ext: i64) -> (usize, u64) {
+        let i = ext.rem_euclid(DUP_WINDOW as i64) as usize;
+        (i / 64, 1u64 << (i % 64))
+    }
+
+    /// Account for one received packet.
+    pub fn on_packet(&mut self, p: &RxPacket) -> Verdict {
+        // Extended sequence number relative to the highest seen.
+        let (ext, newer) = match self.highest {
+            None => (i64::from(p.seq), true),
+            Some(h) => {
+                let delta = i64::from(p.seq.wrapping_sub(h as u16) as i16);
+                (h + delta, delta > 0)
+            }
+        };
+        let delay_us = match p.recv_us.checked_sub(p.send_us) {
+            Some(d) => d,
+            None => {
+                self.negative_delay += 1;
+                0
+            }
+        };
+        let first = self.highest.is_none();
+        if newer {
+            let h = self.highest.unwrap_or(ext - 1);
+            let advance = ext - h;
+            if advance as usize >= DUP_WINDOW {
+                self.window = [0; WORDS];
+            } else {
+                for e in h + 1..=ext {
+                    let (w, b) = Self::bit(e);
+                    self.window[w] &= !b;
+                }
+            }
+            self.highest = Some(ext);
+        } else {
+            let h = self.highest.unwrap_or(ext);
+            if h - ext >= DUP_WINDOW as i64 {
+                // Cannot tell whether it is a duplicate: count it once as
+                // received, late (far beyond any playout buffer).
+                self.too_old += 1;
+                self.count_fresh(p, delay_us);
+                self.late += 1;
+                return Verdict::TooOld;
+            }
+        }
+        let (w, b) = Self::bit(ext);
+        if self.window[w] & b != 0 {
+            self.duplicates += 1;
+            return Verdict::Duplicate;
+        }
+        self.window[w] |= b;
+        if !newer {
+            self.reordered += 1;
+        }
+        self.count_fresh(p, delay_us);
+
+        if first || (p.marker && newer) {
+            self.playout_delay_us = delay_us.saturating_add(self.playout_us);
+            self.spurts += 1;
+        }
+        if delay_us > self.playout_delay_us {
+            self.late += 1;
+            Verdict::Late
+        } else {
+            self.on_time += 1;
+            self.playout_sum_us += u128::from(self.playout_delay_us);
+            Verdict::OnTime
+        }
+    }
+
+    fn count_fresh(&mut self, p: &RxPacket, delay_us: u64) {
+        self.received += 1;
+        self.jitter.update(p.rtp_ts, p.recv_us);
+        self.delay_sum_us += u128::from(delay_us);
+        self.delay_min_us = self.delay_min_us.min(delay_us);
+        self.delay_max_us = self.delay_max_us.max(delay_us);
+        self.hist.record(delay_us);
+    }
+
+    /// Unique packets received so far.
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// The summary a receiver reports.
+    pub fn summary(&self) -> ReceiveSummary {
+        let ms = |us: f64| us / 1000.0;
+        let any = self.received > 0;
+        ReceiveSummary {
+            received: self.received,
+            duplicates: self.duplicates,
+            reordered: self.reordered,
+            too_old: self.too_old,
+            late: self.late,
+            negative_delay: self.negative_delay,
+            talk_spurts: self.spurts,
+            delay_min_ms: any.then(|| ms(self.delay_min_us as f64)),
+            delay_mean_ms: any.then(|| ms(self.delay_sum_us as f64 / self.received as f64)),
+            delay_p95_ms: self.hist.quantile(0.95).map(|v| ms(v.min(self.delay_max_us as f64))),
+            delay_max_ms: any.then(|| ms(self.delay_max_us as f64)),
+            jitter_ms: self.jitter.jitter_ms(),
+            playout_ms: ms(self.playout_us as f64),
+            playout_delay_ms: (self.on_time > 0)
+                .then(|| ms(self.playout_sum_us as f64 / self.on_time as f64)),
+        }
+    }
+}
+
+/// Raw receive statistics of one stream (what `airpack voip` writes).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct ReceiveSummary {
+    /// Unique packets received (duplicates excluded).
+    pub received: u64,
+    /// Extra copies received.
+    pub duplicates: u64,
+    /// Unique packets that arrived after a higher sequence number.
+    pub reordered: u64,
+    /// Packets older than the duplicate window (counted received and late).
+    pub too_old: u64,
+    /// Unique packets that missed their playout deadline.
+    pub late: u64,
+    /// Packets whose receive time preceded their send time (clock problem).
+    pub negative_delay: u64,
+    /// Talk spurts seen (playout-delay resets).
+    pub talk_spurts: u64,
+    /// One-way network delay: minimum (ms).
+    pub delay_min_ms: Option<f64>,
+    /// One-way network delay: mean (ms).
+    pub delay_mean_ms: Option<f64>,
+    /// One-way network delay: 95th percentile (ms, histogram resolution 1/64).
+    pub delay_p95_ms: Option<f64>,
+    /// One-way network delay: maximum (ms).
+    pub delay_max_ms: Option<f64>,
+    /// RFC 3550 interarrival jitter at the end of the call (ms).
+    pub jitter_ms: f64,
+    /// Playout buffer used (ms).
+    pub playout_ms: f64,
+    /// Mean playout delay (network delay of the spurt's first packet +
+    /// buffer) over on-time packets (ms); `None` if none was on time.
+    pub playout_delay_ms: Option<f64>,
+}
+
+/// When a call direction counts as supported.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Criterion {
+    /// MOS from the E-model at least `min_mos` (default 3.6, i.e. R >= 70).
+    #[default]
+    Mos,
+    /// The seeds' rule: network loss < 4 % and mean delay + jitter < 150 ms.
+    Seeds,
+}
+
+/// Default MOS threshold for [`Criterion::Mos`].
+pub const DEFAULT_MIN_MOS: f64 = 3.6;
+
+/// Quality of one call direction.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Quality {
+    /// Packets the sender produced.
+    pub sent: u64,
+    /// Unique packets received.
+    pub received: u64,
+    /// Network loss: (sent - received) / sent, percent.
+    pub loss_pct: f64,
+    /// Late loss behind the playout buffer, percent of sent.
+    pub late_pct: f64,
+    /// Loss the listener hears (network + late), percent; E-model Ppl.
+    pub effective_loss_pct: f64,
+    /// Duplicate copies received.
+    pub duplicates: u64,
+    /// Reordered packets.
+    pub reordered: u64,
+    /// Mean one-way network delay (ms).
+    pub delay_ms: Option<f64>,
+    /// 95th percentile one-way network delay (ms).
+    pub delay_p95_ms: Option<f64>,
+    /// Maximum one-way network delay (ms).
+    pub delay_max_ms: Option<f64>,
+    /// RFC 3550 jitter (ms).
+    pub jitter_ms: f64,
+    /// Mouth-to-ear delay used by the E-model (ms).
+    pub mouth_to_ear_ms: f64,
+    /// E-model rating.
+    pub r: f64,
+    /// MOS from R.
+    pub mos: f64,
+    /// Whether this direction meets the criterion.
+    pub supported: bool,
+}
+
+/// Assess one direction from the sender's count and the receiver's summary.
+///
+/// Rules: `received` is capped at `sent`; a direction with `sent == 0` is not
+/// supported (nothing shows its quality). The E-model uses Ppl = effective
+/// loss, BurstR = 1, d = mean playout delay + codec delay (if no packet was
+/// on time, d = buffer + codec delay; the loss then dominates).
+pub fn assess(
+    sent: u64,
+    rx: &ReceiveSummary,
+    profile: &Profile,
+    criterion: Criterion,
+    min_mos: f64,
+) -> Quality {
+    let received = rx.received.min(sent);
+    let lost = sent - received;
+    let late = rx.late.min(received);
+    let pct = |n: u64| if sent == 0 { 0.0 } else { 100.0 * n as f64 / sent as f64 };
+    let loss_pct = pct(lost);
+    let late_pct = pct(late);
+    let effective_loss_pct = pct(lost + late);
+    let params = profile.params();
+    let mouth_to_ear_ms = rx.playout_delay_ms.unwrap_or(rx.playout_ms) + profile.codec_delay_ms();
+    let r = emodel::r_factor(
+        emodel::R0_DEFAULT,
+        &Impairments {
+            delay_ms: mouth_to_ear_ms,
+            ie: params.ie,
+            bpl: params.bpl,
+            loss_pct: effective_loss_pct,
+            burst_r: 1.0,
+        },
+    );
+    let mos = emodel::mos_from_r(r);
+    let supported = sent > 0
+        && match criterion {
+            Criterion::Mos => mos >= min_mos,
+            Criterion::Seeds => {
+                loss_pct < 4.0
+                    && rx.delay_mean_ms.is_some_and(|d| d + rx.jitter_ms < 150.0)
+            }
+        };
+    Quality {
+        sent,
+        received,
+        loss_pct,
+        late_pct,
+        effective_loss_pct,
+        duplicates: rx.duplicates,
+        reordered: rx.reordered,
+        delay_ms: rx.delay_mean_ms,
+        delay_p95_ms: rx.delay_p95_ms,
+        delay_max_ms: rx.delay_max_ms,
+        jitter_ms: rx.jitter_ms,
+        mouth_to_ear_ms,
+        r,
+        mos,
+        supported,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::Codec;
+
+    const T0: u64 = 10_000_000;
+
+    /// Packet k of a 20 ms stream, sent at T0 + 20k ms, with a network delay.
+    fn pkt(k: u16, delay_ms: u64) -> RxPacket {
+        let send = T0 + 20_000 * u64::from(k);
+        RxPacket { seq: k.wrapping_add(65000), rtp_ts: 160 * u32::from(k), marker: k == 0, send_us: send, recv_us: send + delay_ms * 1000 }
+    }
+
+    fn g729() -> Profile {
+        Codec::G729.profile(20).unwrap()
+    }
+
+    #[test]
+    fn clean_stream_is_perfect_and_supported() {
+        let mut s = StreamStats::new(8000, 60.0);
+        for k in 0..500 {
+            assert_eq!(s.on_packet(&pkt(k, 10)), Verdict::OnTime);
+        }
+        let sum = s.summary();
+        assert_eq!((sum.received, sum.late, sum.duplicates, sum.reordered), (500, 0, 0, 0));
+        assert_eq!(sum.delay_mean_ms, Some(10.0));
+        assert_eq!(sum.delay_max_ms, Some(10.0));
+        assert_eq!(sum.jitter_ms, 0.0);
+        assert_eq!(sum.playout_delay_ms, Some(70.0));
+        let q = assess(500, &sum, &g729(), Criterion::Mos, DEFAULT_MIN_MOS);
+        assert_eq!(q.loss_pct, 0.0);
+        assert_eq!(q.mouth_to_ear_ms, 95.0); // 10 + 60 + 20 + 5
+        let expect_r = 93.2 - 0.024 * 95.0 - 11.0;
+        assert!((q.r - expect_r).abs() < 1e-9);
+        assert!(q.mos > 3.9 && q.supported, "{q:?}");
+    }
+
+    #[test]
+    fn loss_is_sent_minus_unique_received() {
+        let mut s = StreamStats::new(8000, 60.0);
+        for k in 0..100u16 {
+            if k % 10 != 3 {
+                s.on_packet(&pkt(k, 5));
+            }
+        }
+        let q = assess(100, &s.summary(), &g729(), Criterion::Mos, DEFAULT_MIN_MOS);
+        assert_eq!((q.received, q.loss_pct), (90, 10.0));
+        assert!(!q.supported, "10% loss on G.729 must fail: {q:?}");
+        // The seeds criterion too (loss >= 4 %).
+        let q = assess(100, &s.summary(), &g729(), Criterion::Seeds, DEFAULT_MIN_MOS);
+        assert!(!q.supported);
+        // 2 % loss passes the seeds' rule.
+        let q = assess(92, &s.summary(), &g729(), Criterion::Seeds, DEFAULT_MIN_MOS);
+        assert!(q.loss_pct < 4.0 && q.supported, "{q:?}");
+    }
+
+    #[test]
+    fn duplicates_and_reordering_are_counted_not_double_counted() {
+        let mut s = StreamStats::new(8000, 60.0);
+        let order = [0u16, 1, 3, 2, 2, 4, 3, 5, 1];
+        let verdicts: Vec<_> = order.iter().map(|&k| s.on_packet(&pkt(k, 5))).collect();
+        assert_eq!(verdicts[3], Verdict::OnTime); // 2 after 3: reordered but on time
+        assert_eq!(verdicts[4], Verdict::Duplicate);
+        assert_eq!(verdicts[6], Verdict::Duplicate);
+        assert_eq!(verdicts[8], Verdict::Duplicate);
+        let sum = s.summary();
+        assert_eq!((sum.received, sum.duplicates, sum.reordered), (6, 3, 1));
+        let q = assess(6, &sum, &g729(), Criterion::Mos, DEFAULT_MIN_MOS);
+        assert_eq!(q.loss_pct, 0.0);
+    }
+
+    #[test]
+    fn late_packets_behind_the_fixed_playout_deadline() {
+        // First packet: 10 ms -> deadline 70 ms. Packets at 70 are on time,
+        // 71 and 200 are late.
+        let mut s = StreamStats::new(8000, 60.0);
+        assert_eq!(s.on_packet(&pkt(0, 10)), Verdict::OnTime);
+        assert_eq!(s.on_packet(&pkt(1, 70)), Verdict::OnTime);
+        assert_eq!(s.on_packet(&pkt(2, 71)), Verdict::Late);
+        assert_eq!(s.on_packet(&pkt(3, 200)), Verdict::Late);
+        assert_eq!(s.on_packet(&pkt(4, 5)), Verdict::OnTime);
+        let sum = s.summary();
+        assert_eq!((sum.received, sum.late), (5, 2));
+        let q = assess(5, &sum, &g729(), Criterion::Mos, DEFAULT_MIN_MOS);
+        assert_eq!((q.loss_pct, q.late_pct, q.effective_loss_pct), (0.0, 40.0, 40.0));
+        assert!(!q.supported);
+        // The seeds' criterion ignores late loss: mean delay 71.2 + jitter.
+        let q = assess(5, &sum, &g729(), Criterion::Seeds, DEFAULT_MIN_MOS);
+        assert!(q.supported, "{q:?}");
+    }
+
+    #[test]
+    fn a_marker_bit_resets_the_playout_delay_per_talk_spurt() {
+        let mut s = StreamStats::new(8000, 60.0);
+        assert_eq!(s.on_packet(&pkt(0, 10)), Verdict::OnTime); // deadline 70
+        let mut p = pkt(1, 100);
+        p.marker = true; // new talk spurt with 100 ms delay: deadline 160
+        assert_eq!(s.on_packet(&p), Verdict::OnTime);
+        assert_eq!(s.on_packet(&pkt(2, 150)), Verdict::OnTime);
+        assert_eq!(s.on_packet(&pkt(3, 161)), Verdict::Late);
+        let sum = s.summary();
+        assert_eq!(sum.talk_spurts, 2);
+        // on-time playout delays: 70, 160, 160
+        assert!((sum.playout_delay_ms.unwrap() - 130.0).abs() < 1e-9);
+        // A reordered old packet with a marker does not reset it.
+        let mut old = pkt(0, 1);
+        old.seq = old.seq.wrapping_sub(5);
+        old.marker = true;
+        s.on_packet(&old);
+        assert_eq!(s.summary().talk_spurts, 2);
+    }
+
+    #[test]
+    fn delay_percentiles_and_max() {
+        let mut s = StreamStats::new(8000, 1000.0);
+        // delays 1..=100 ms
+        for k in 0..100u16 {
+            s.on_packet(&pkt(k, u64::from(k) + 1));
+        }
+        let sum = s.summary();
+        assert_eq!(sum.delay_max_ms, Some(100.0));
+        assert_eq!(sum.delay_min_ms, Some(1.0));
+        assert!((sum.delay_mean_ms.unwrap() - 50.5).abs() < 1e-9);
+        let p95 = sum.delay_p95_ms.unwrap();
+        assert!((p95 - 95.0).abs() <= 95.0 / 64.0, "{p95}");
+        // jitter: delay grows 1 ms per 20 ms packet: |D| = 8 units each
+        // time, J converges towards 8 units = 1 ms.
+        assert!(sum.jitter_ms > 0.95 && sum.jitter_ms <= 1.0, "{}", sum.jitter_ms);
+    }
+
+    #[test]
+    fn histogram_buckets_are_contiguous_and_bounded() {
+        let mut last = 0;
+        for v in (0..1_000_000u64).step_by(7).chain([u64::MAX, 1 << 39, 1 << 40]) {
+            let i = DelayHistogram::index(v);
+            assert!(i < HIST_BUCKETS);
+            if v < 1 << 40 {
+                let (lo, w) = DelayHistogram::bounds(i);
+                assert!(lo <= v && v < lo + w, "v {v} i {i} lo {lo} w {w}");
+                assert!(w == 1 || (w as f64) / (lo as f64) <= 1.0 / 64.0 + 1e-12);
+            }
+            if v < 1_000_000 {
+                assert!(i >= last);
+                last = i;
+            }
+        }
+        let mut h = DelayHistogram::default();
+        assert_eq!(h.quantile(0.95), None);
+        for v in [5u64, 5, 5, 5, 1000] {
+            h.record(v);
+        }
+        assert_eq!(h.quantile(0.8), Some(5.0));
+        let top = h.quantile(1.0).unwrap();
+        assert!((top - 1000.0).abs() < 1000.0 / 64.0);
+    }
+
+    #[test]
+    fn sequence_wrap_and_too_old_packets() {
+        let mut s = StreamStats::new(8000, 60.0);
+        // pkt() starts at seq 65000 so 600 packets cross 65535 -> 0.
+        for k in 0..600u16 {
+            assert_ne!(s.on_packet(&pkt(k, 5)), Verdict::Duplicate, "k {k}");
+        }
+        assert_eq!(s.summary().reordered, 0);
+        // jump 2000 ahead: window cleared, then a packet from before the window
+        assert_eq!(s.on_packet(&pkt(2600, 5)), Verdict::OnTime);
+        assert_eq!(s.on_packet(&pkt(10, 5)), Verdict::TooOld);
+        assert_eq!(s.on_packet(&pkt(2600, 5)), Verdict::Duplicate);
+        let sum = s.summary();
+        assert_eq!((sum.received, sum.too_old, sum.late, sum.duplicates), (602, 1, 1, 1));
+    }
+
+    #[test]
+    fn clock_going_backwards_is_counted_not_fatal() {
+        let mut s = StreamStats::new(8000, 60.0);
+        let mut p = pkt(0, 0);
+        p.recv_us = p.send_us - 5;
+        assert_eq!(s.on_packet(&p), Verdict::OnTime);
+        assert_eq!(s.summary().negative_delay, 1);
+        assert_eq!(s.summary().delay_max_ms, Some(0.0));
+    }
+
+    #[test]
+    fn nothing_sent_or_received() {
+        let empty = StreamStats::new(8000, 60.0).summary();
+        assert_eq!(empty.delay_mean_ms, None);
+        let q = assess(0, &empty, &g729(), Criterion::Mos, DEFAULT_MIN_MOS);
+        assert!(!q.supported);
+        let q = assess(100, &empty, &g729(), Criterion::Mos, DEFAULT_MIN_MOS);
+        assert_eq!(q.loss_pct, 100.0);
+        assert!(q.mos < 1.5 && !q.supported, "{q:?}");
+        let q = assess(100, &empty, &g729(), Criterion::Seeds, DEFAULT_MIN_MOS);
+        assert!(!q.supported);
+    }
+
+    #[test]
+    fn high_delay_fails_both_criteria() {
+        let mut s = StreamStats::new(8000, 60.0);
+        for k in 0..100 {
+            s.on_packet(&pkt(k, 250));
+        }
+        let sum = s.summary();
+        let q = assess(100, &sum, &g729(), Criterion::Mos, DEFAULT_MIN_MOS);
+        // d = 250 + 60 + 25 = 335 ms: R = 93.2 - (8.04 + 17.347) - 11 < 70
+        assert!((q.mouth_to_ear_ms - 335.0).abs() < 1e-9);
+        assert!(q.r < 70.0 && !q.supported, "{q:?}");
+        assert!(!assess(100, &sum, &g729(), Criterion::Seeds, DEFAULT_MIN_MOS).supported);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn accounting_holds_for_any_arrival_pattern(
+            pkts in proptest::collection::vec((0u16..3000, 0u64..400_000, proptest::bool::ANY), 0..400)
+        ) {
+            let mut s = StreamStats::new(8000, 60.0);
+            let mut fresh = 0u64;
+            let mut dups = 0u64;
+            for (i, &(k, d, m)) in pkts.iter().enumerate() {
+                let send = T0 + 20_000 * u64::from(k);
+                let p = RxPacket { seq: k, rtp_ts: 160 * u32::from(k), marker: m, send_us: send, recv_us: send + d + i as u64 };
+                match s.on_packet(&p) {
+                    Verdict::Duplicate => dups += 1,
+                    _ => fresh += 1,
+                }
+            }
+            let sum = s.summary();
+            proptest::prop_assert_eq!(sum.received, fresh);
+            proptest::prop_assert_eq!(sum.duplicates, dups);
+            proptest::prop_assert!(sum.late <= sum.received);
+            proptest::prop_assert!(sum.reordered <= sum.received);
+            let q = assess(3000, &sum, &g729(), Criterion::Mos, DEFAULT_MIN_MOS);
+            proptest::prop_assert!(q.mos >= 1.0 && q.mos <= 4.5);
+            proptest::prop_assert!(q.effective_loss_pct <= 100.0 + 1e-9);
+        }
+    }
+}
