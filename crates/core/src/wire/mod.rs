@@ -185,12 +185,21 @@ pub struct Bundle<'a> {
     /// Bytes from the first separator/packet to the end (format header stripped).
     body: &'a [u8],
     count: usize,
+    /// Simplemux only: the single-protocol bit of the first separator, which
+    /// decides whether later separators carry a protocol byte.
+    single_protocol: bool,
 }
 
 impl<'a> Bundle<'a> {
     /// Constructor for the format modules, after they validated `body`.
     pub(crate) fn new(encoding: Encoding, body: &'a [u8], count: usize) -> Self {
-        Bundle { encoding, body, count }
+        Bundle { encoding, body, count, single_protocol: false }
+    }
+
+    /// Constructor for a validated Simplemux bundle whose first separator had
+    /// the single-protocol bit `spb`.
+    pub(crate) fn new_simplemux(body: &'a [u8], count: usize, spb: bool) -> Self {
+        Bundle { encoding: Encoding::Simplemux, body, count, single_protocol: spb }
     }
 
     /// Number of inner packets.
@@ -210,7 +219,13 @@ impl<'a> Bundle<'a> {
 
     /// The inner packets, in order, as slices of the original payload.
     pub fn iter(&self) -> Packets<'a> {
-        Packets { encoding: self.encoding, rest: self.body, left: self.count, first: true }
+        Packets {
+            encoding: self.encoding,
+            rest: self.body,
+            left: self.count,
+            first: true,
+            single_protocol: self.single_protocol,
+        }
     }
 }
 
@@ -229,6 +244,7 @@ pub struct Packets<'a> {
     rest: &'a [u8],
     left: usize,
     first: bool,
+    single_protocol: bool,
 }
 
 impl<'a> Iterator for Packets<'a> {
@@ -242,7 +258,9 @@ impl<'a> Iterator for Packets<'a> {
         let (pkt, rest) = match self.encoding {
             Encoding::Native => native::split_next(self.rest, self.first)?,
             Encoding::Kau => kau::split_next(self.rest, self.first)?,
-            Encoding::Simplemux => simplemux::split_next(self.rest, self.first)?,
+            Encoding::Simplemux => {
+                simplemux::split_next(self.rest, self.first, self.single_protocol)?
+            }
         };
         self.first = false;
         self.rest = rest;

@@ -155,8 +155,8 @@ fn check_header(payload: &[u8]) -> Result<&[u8], DecodeError> {
 /// [`DecodeError::Overlong`] (non-shortest prefix), [`DecodeError::ZeroLength`],
 /// [`DecodeError::TooManyPackets`], and any inner-packet error of
 /// [`ip::inspect_inner`] (including [`DecodeError::Nested`]).
-/// Trailing bytes too short for a prefix + packet are [`DecodeError::Truncated`]:
-/// native has no padding, so there is no separate trailing-garbage case.
+/// After at least one packet, fewer than 21 remaining bytes (too few for the
+/// smallest prefix + a 20-byte IPv4 header) are [`DecodeError::TrailingGarbage`].
 pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
     let body = check_header(payload)?;
     if body.is_empty() {
@@ -165,6 +165,10 @@ pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
     let mut rest = body;
     let mut count = 0usize;
     while !rest.is_empty() {
+        if count > 0 && rest.len() < 1 + ip::IPV4_HEADER_LEN {
+            // Too few bytes for even the smallest separator + packet.
+            return Err(DecodeError::TrailingGarbage);
+        }
         if count == MAX_PACKETS_PER_BUNDLE {
             return Err(DecodeError::TooManyPackets);
         }
@@ -311,9 +315,9 @@ mod tests {
     fn err_truncated() {
         let b = bundle(&[v4(60, 17), v4(200, 17)]);
         assert_eq!(decode(&b[..1]).unwrap_err(), DecodeError::Truncated);
-        // Cut inside the second packet and inside its 2-byte prefix.
+        // Cut inside the second packet.
         assert_eq!(decode(&b[..b.len() - 1]).unwrap_err(), DecodeError::Truncated);
-        assert_eq!(decode(&b[..2 + 61 + 1]).unwrap_err(), DecodeError::Truncated);
+        assert_eq!(decode(&b[..2 + 61 + 30]).unwrap_err(), DecodeError::Truncated);
         // A 3-byte prefix cut short.
         assert_eq!(decode(&[0x10, 0, 0xc0, 0x40]).unwrap_err(), DecodeError::Truncated);
     }
@@ -336,10 +340,27 @@ mod tests {
     }
 
     #[test]
+    fn err_trailing_garbage() {
+        let good = bundle(&[v4(60, 17)]);
+        let mut b = good.clone();
+        b.push(0);
+        assert_eq!(decode(&b).unwrap_err(), DecodeError::TrailingGarbage);
+        let mut b = good.clone();
+        b.extend_from_slice(&[0x80, 0xc8]);
+        assert_eq!(decode(&b).unwrap_err(), DecodeError::TrailingGarbage);
+        // 21 bytes: parsed as a separator + packet (here: truncated).
+        let mut b = good.clone();
+        b.extend_from_slice(&[60; 21]);
+        assert_eq!(decode(&b).unwrap_err(), DecodeError::Truncated);
+    }
+
+    #[test]
     fn err_zero_length() {
         let mut b = bundle(&[v4(60, 17)]);
         b.push(0);
+        b.extend_from_slice(&v4(60, 17));
         assert_eq!(decode(&b).unwrap_err(), DecodeError::ZeroLength);
+        assert_eq!(decode(&[0x10, 0, 0]).unwrap_err(), DecodeError::ZeroLength);
         // An inner "packet" of 10 bytes: shorter than its own IPv4 header.
         let mut b = vec![0x10, 0, 10];
         b.extend_from_slice(&v4(60, 17)[..10]);
