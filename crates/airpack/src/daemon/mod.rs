@@ -1,5 +1,6 @@
 //! TODO(daemon helper): the daemon: config, event loop, control socket.
 
+pub mod config;
 pub mod control;
 
 /// `airpack run` arguments.
