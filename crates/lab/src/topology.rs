@@ -1,1 +1,508 @@
-//! TODO(lab helper): module doc.
+//! Topologies and the emulated 802.11 mesh built from them.
+//!
+//! Owns: the topology description (presets `seed001`, `seed000`, `string:N`
+//! and a TOML file format), static shortest-path routes, and [`Mesh`]: the
+//! namespaces, interfaces, qdiscs and nftables rules of one emulated
+//! collision domain, plus reading the frame counters of the air.
+//!
+//! Model (docs/lab.md): every node's radio `radio0` is a macvlan in VEPA mode
+//! on one shared lower device `air` in a hub namespace. `air` is a veth whose
+//! peer is a bridge port with hairpin on, so every frame a node sends leaves
+//! through `air`'s egress and is reflected back to the destination macvlan.
+//! `air`'s root HTB has the PHY rate and a size table overhead equal to the
+//! per-frame airtime in bytes ([`crate::medium`]), so it serializes the
+//! airtime of every transmission of every node. One HTB child class per node
+//! (u32 match on the source MAC) with a pfifo leaf is the node's MAC queue;
+//! backlogged nodes share the air round robin, and while a frame waits there
+//! it stays charged to its socket (SIOCOUTQ > 0: the hold-while-busy signal).
+//! Neighbours: an nftables netdev ingress chain on each radio drops frames
+//! from non-neighbour MACs (and optionally a random fraction of frames).
+//!
+//! Must not touch: aggregation (the daemon) or traffic (the voip tool); it
+//! never uses addresses outside the namespaces it creates.
+
+use crate::medium::Phy;
+use crate::netns::{self, Netns};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A topology: nodes, who hears whom, and which node pairs call each other.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    /// Name (for reports).
+    pub name: String,
+    /// Node names (letters, digits, `_`; at most 10 characters).
+    pub nodes: Vec<String>,
+    /// Undirected neighbour pairs (nodes that hear each other).
+    pub links: Vec<[String; 2]>,
+    /// Call endpoint pairs; call k uses pair k mod len.
+    pub calls: Vec<[String; 2]>,
+    /// Optional explicit routes `[node, destination, next hop]` overriding
+    /// the shortest path.
+    #[serde(default)]
+    pub routes: Vec<[String; 3]>,
+    /// Optional default PHY preset name (`b2`, ...).
+    #[serde(default)]
+    pub phy: Option<String>,
+}
+
+impl Topology {
+    /// A named preset: `seed001`, `seed000`, `string:N` (N = 1..=5 hops).
+    pub fn preset(name: &str) -> Result<Topology> {
+        let s = |v: &str| v.to_string();
+        let l = |a: &str, b: &str| [s(a), s(b)];
+        let t = match name {
+            "seed001" => Topology {
+                name: s("seed001"),
+                nodes: vec![s("A"), s("B"), s("C"), s("D")],
+                links: vec![l("A", "C"), l("B", "C"), l("C", "D")],
+                calls: vec![l("A", "D"), l("B", "D")],
+                routes: vec![],
+                phy: Some(s("b2")),
+            },
+            "seed000" => Topology {
+                name: s("seed000"),
+                nodes: vec![s("A"), s("B"), s("C"), s("D")],
+                links: vec![l("A", "B"), l("B", "C"), l("B", "D")],
+                calls: vec![l("A", "C"), l("A", "D")],
+                routes: vec![],
+                phy: Some(s("b2")),
+            },
+            _ => {
+                let Some(n) = name.strip_prefix("string:") else {
+                    bail!("unknown topology preset {name:?} (seed001, seed000, string:N)")
+                };
+                let hops: usize = n.parse().context("string:N needs a number of hops")?;
+                if !(1..=5).contains(&hops) {
+                    bail!("string:N supports 1 to 5 hops");
+                }
+                let nodes: Vec<String> = (0..=hops).map(|i| format!("N{i}")).collect();
+                let links = (0..hops).map(|i| [nodes[i].clone(), nodes[i + 1].clone()]).collect();
+                Topology {
+                    name: format!("string{hops}"),
+                    calls: vec![[nodes[0].clone(), nodes[hops].clone()]],
+                    nodes,
+                    links,
+                    routes: vec![],
+                    phy: Some(s("b2")),
+                }
+            }
+        };
+        t.validate()?;
+        Ok(t)
+    }
+
+    /// Parse a TOML topology file (see docs/lab.md).
+    pub fn from_toml(text: &str) -> Result<Topology> {
+        let t: Topology = toml::from_str(text).context("bad topology file")?;
+        t.validate()?;
+        Ok(t)
+    }
+
+    /// Check names, references and connectivity.
+    pub fn validate(&self) -> Result<()> {
+        if self.nodes.len() < 2 || self.nodes.len() > 200 {
+            bail!("a topology needs 2 to 200 nodes");
+        }
+        for n in &self.nodes {
+            if n.is_empty() || n.len() > 10 || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                bail!("bad node name {n:?} (letters, digits, _; at most 10)");
+            }
+            if n == "air" {
+                bail!("node name `air` is reserved");
+            }
+        }
+        let idx = self.index();
+        if idx.len() != self.nodes.len() {
+            bail!("duplicate node names");
+        }
+        let known = |n: &String| idx.contains_key(n.as_str());
+        for [a, b] in &self.links {
+            if !known(a) || !known(b) || a == b {
+                bail!("bad link {a}-{b}");
+            }
+        }
+        if self.calls.is_empty() {
+            bail!("a topology needs at least one call pair");
+        }
+        for [a, b] in &self.calls {
+            if !known(a) || !known(b) || a == b {
+                bail!("bad call pair {a}-{b}");
+            }
+        }
+        for [n, d, v] in &self.routes {
+            if !known(n) || !known(d) || !known(v) {
+                bail!("bad route {n} -> {d} via {v}");
+            }
+            if !self.neighbours(n).contains(v) {
+                bail!("route {n} -> {d} via {v}: {v} is not a neighbour of {n}");
+            }
+        }
+        let nh = self.next_hops();
+        for [a, b] in &self.calls {
+            if self.path(&nh, a, b).is_none() {
+                bail!("no route from {a} to {b}");
+            }
+        }
+        Ok(())
+    }
+
+    fn index(&self) -> BTreeMap<&str, usize> {
+        self.nodes.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect()
+    }
+
+    /// Neighbours of `node`, in node order.
+    pub fn neighbours(&self, node: &str) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .links
+            .iter()
+            .filter_map(|[a, b]| {
+                if a == node {
+                    Some(b.clone())
+                } else if b == node {
+                    Some(a.clone())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let idx = self.index();
+        v.sort_by_key(|n| idx[n.as_str()]);
+        v.dedup();
+        v
+    }
+
+    /// Next hop table: `(node, destination) -> next hop` (BFS shortest paths,
+    /// ties broken by node order, explicit routes override).
+    pub fn next_hops(&self) -> BTreeMap<(String, String), String> {
+        let mut t = BTreeMap::new();
+        for src in &self.nodes {
+            // BFS from src; first hop of each reached node
+            let mut first: BTreeMap<String, String> = BTreeMap::new();
+            let mut q = VecDeque::new();
+            for nb in self.neighbours(src) {
+                first.insert(nb.clone(), nb.clone());
+                q.push_back(nb);
+            }
+            while let Some(u) = q.pop_front() {
+                let fu = first[&u].clone();
+                for nb in self.neighbours(&u) {
+                    if &nb != src && !first.contains_key(&nb) {
+                        first.insert(nb.clone(), fu.clone());
+                        q.push_back(nb);
+                    }
+                }
+            }
+            for (d, h) in first {
+                t.insert((src.clone(), d), h);
+            }
+        }
+        for [n, d, v] in &self.routes {
+            t.insert((n.clone(), d.clone()), v.clone());
+        }
+        t
+    }
+
+    /// The node path from `a` to `b` under `nh` (None if unreachable/looping).
+    pub fn path(&self, nh: &BTreeMap<(String, String), String>, a: &str, b: &str) -> Option<Vec<String>> {
+        let mut p = vec![a.to_string()];
+        let mut cur = a.to_string();
+        while cur != b {
+            cur = nh.get(&(cur.clone(), b.to_string()))?.clone();
+            if p.contains(&cur) || p.len() > self.nodes.len() {
+                return None;
+            }
+            p.push(cur.clone());
+        }
+        Some(p)
+    }
+
+    /// Radio address of node `i` (index): 10.201.0.(i+1), only ever used
+    /// inside the lab's namespaces.
+    pub fn addr_of(i: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, 201, ((i + 1) / 250) as u8, ((i + 1) % 250) as u8)
+    }
+
+    /// Radio MAC of node `i`: 02:00:00:00:HH:LL.
+    pub fn mac_of(i: usize) -> [u8; 6] {
+        [2, 0, 0, 0, ((i + 1) >> 8) as u8, (i + 1) as u8]
+    }
+}
+
+/// Format a MAC address.
+pub fn mac_str(m: [u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// Options of the emulated medium.
+#[derive(Debug, Clone)]
+pub struct MediumOpts {
+    /// PHY preset.
+    pub phy: Phy,
+    /// Per-node MAC queue limit in packets.
+    pub queue_limit: u32,
+    /// Random frame loss in percent (0 = none), applied at every receiver.
+    pub loss_pct: f64,
+}
+
+/// One node of a built mesh.
+#[derive(Debug)]
+pub struct MeshNode {
+    /// Node name.
+    pub name: String,
+    /// Its namespace.
+    pub ns: Netns,
+    /// Radio address.
+    pub addr: Ipv4Addr,
+    /// Radio MAC.
+    pub mac: [u8; 6],
+    /// HTB class id of its MAC queue on `air` (`1:<n>`).
+    pub classid: String,
+}
+
+/// A built mesh; torn down on drop.
+#[derive(Debug)]
+pub struct Mesh {
+    /// The topology it was built from.
+    pub topo: Topology,
+    /// Medium options.
+    pub opts: MediumOpts,
+    /// Nodes in topology order (dropped before the hub).
+    pub nodes: Vec<MeshNode>,
+    /// The hub namespace holding `air` (the collision domain).
+    pub hub: Netns,
+    /// Namespace prefix (`ap-<pid>-<k>-`).
+    pub prefix: String,
+}
+
+static MESH_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Radio interface name inside every node.
+pub const RADIO: &str = "radio0";
+
+impl Mesh {
+    /// Build `topo` on a fresh set of namespaces.
+    pub fn build(topo: &Topology, opts: &MediumOpts) -> Result<Mesh> {
+        topo.validate()?;
+        let k = MESH_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let prefix = format!("{}{k}-", netns::own_prefix());
+        let hub = Netns::create(&format!("{prefix}air"))?;
+        // no IPv6 chatter in the hub
+        hub.sysctl(&["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])?;
+        hub.ip(&["link", "add", "air", "type", "veth", "peer", "name", "airr"])?;
+        hub.ip(&["link", "add", "br0", "type", "bridge", "stp_state", "0", "forward_delay", "0"])?;
+        hub.ip(&["link", "set", "airr", "master", "br0"])?;
+        hub.ip(&["link", "set", "dev", "airr", "type", "bridge_slave", "hairpin", "on"])?;
+        for d in ["br0", "airr", "air"] {
+            hub.ip(&["link", "set", d, "up"])?;
+        }
+        // The air: HTB at the PHY rate, size table = per-frame airtime.
+        let phy = opts.phy;
+        let rate = format!("{}bit", phy.rate_bps());
+        let overhead = phy.stab_overhead_bytes().to_string();
+        let burst = format!("{}b", 1514 + phy.stab_overhead_bytes());
+        let n = topo.nodes.len();
+        hub.tc(&["qdisc", "add", "dev", "air", "root", "handle", "1:", "stab", "overhead", &overhead, "htb", "default", "ffff"])?;
+        hub.tc(&["class", "add", "dev", "air", "parent", "1:", "classid", "1:1", "htb", "rate", &rate, "ceil", &rate, "burst", &burst, "cburst", &burst])?;
+        let share = format!("{}bit", (phy.rate_bps() / n as u64).max(8000));
+        let quantum = burst.trim_end_matches('b').to_string();
+        let limit = opts.queue_limit.max(1).to_string();
+        let mut nodes = Vec::with_capacity(n);
+        let mut hub = hub;
+        let build_nodes = (|| -> Result<()> {
+            for (i, name) in topo.nodes.iter().enumerate() {
+                let cid = format!("1:{:x}", i + 16);
+                let mac = Topology::mac_of(i);
+                hub.tc(&["class", "add", "dev", "air", "parent", "1:1", "classid", &cid, "htb", "rate", &share, "ceil", &rate, "burst", &burst, "cburst", &burst, "quantum", &quantum])?;
+                hub.tc(&["qdisc", "add", "dev", "air", "parent", &cid, "pfifo", "limit", &limit])?;
+                let m4 = format!("0x{:02x}{:02x}{:02x}{:02x}", mac[0], mac[1], mac[2], mac[3]);
+                let m2 = format!("0x{:02x}{:02x}", mac[4], mac[5]);
+                hub.tc(&["filter", "add", "dev", "air", "parent", "1:", "protocol", "all", "prio", "1", "u32", "match", "u32", &m4, "0xffffffff", "at", "-8", "match", "u16", &m2, "0xffff", "at", "-4", "flowid", &cid])?;
+                let ns = Netns::create(&format!("{prefix}{name}"))?;
+                let tmp = format!("r{i}");
+                hub.ip(&["link", "add", "link", "air", "name", &tmp, "address", &mac_str(mac), "type", "macvlan", "mode", "vepa"])?;
+                hub.ip(&["link", "set", &tmp, "netns", ns.name()])?;
+                ns.ip(&["link", "set", &tmp, "name", RADIO])?;
+                nodes.push(MeshNode { name: name.clone(), ns, addr: Topology::addr_of(i), mac, classid: cid });
+            }
+            Ok(())
+        })();
+        if let Err(e) = build_nodes {
+            drop(nodes);
+            hub.leak();
+            let _ = netns::run("ip", &["netns", "del", &format!("{prefix}air")]);
+            return Err(e);
+        }
+        let mut mesh = Mesh { topo: topo.clone(), opts: opts.clone(), nodes, hub, prefix };
+        mesh.configure_nodes()?;
+        Ok(mesh)
+    }
+
+    fn configure_nodes(&mut self) -> Result<()> {
+        let nh = self.topo.next_hops();
+        let idx: BTreeMap<&str, usize> = self.topo.nodes.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+        for node in &self.nodes {
+            let ns = &node.ns;
+            ns.sysctl(&[
+                "net.ipv4.ip_forward=1",
+                "net.ipv4.conf.all.rp_filter=0",
+                "net.ipv4.conf.default.rp_filter=0",
+                "net.ipv4.conf.all.send_redirects=0",
+                "net.ipv4.conf.default.send_redirects=0",
+                "net.ipv4.conf.all.accept_redirects=0",
+                "net.ipv6.conf.all.disable_ipv6=1",
+                "net.ipv6.conf.default.disable_ipv6=1",
+            ])?;
+            ns.ip(&["addr", "add", &format!("{}/32", node.addr), "dev", RADIO])?;
+            // neighbour filter + optional random loss, before the link comes up
+            let nbs = self.topo.neighbours(&node.name);
+            let macs: Vec<String> = nbs.iter().map(|n| mac_str(Topology::mac_of(idx[n.as_str()]))).collect();
+            let nb_rule = if macs.is_empty() {
+                "counter name nonneighbour drop".to_string()
+            } else {
+                format!("ether saddr != {{ {} }} counter name nonneighbour drop", macs.join(", "))
+            };
+            let loss_rule = if self.opts.loss_pct > 0.0 {
+                let thr = (self.opts.loss_pct.clamp(0.0, 100.0) * 10_000.0).round() as u64;
+                format!("numgen random mod 1000000 < {thr} counter name randomloss drop")
+            } else {
+                String::new()
+            };
+            let rules = format!(
+                "table netdev airlab {{\n counter nonneighbour {{ }}\n counter randomloss {{ }}\n chain rx {{\n  type filter hook ingress device \"{RADIO}\" priority -500; policy accept;\n  {nb_rule}\n  {loss_rule}\n }}\n}}\n"
+            );
+            ns.nft(&rules)?;
+            ns.ip(&["link", "set", RADIO, "up"])?;
+            // static neighbours and routes
+            for nb in &nbs {
+                let j = idx[nb.as_str()];
+                let a = Topology::addr_of(j).to_string();
+                ns.ip(&["neigh", "replace", &a, "lladdr", &mac_str(Topology::mac_of(j)), "dev", RADIO, "nud", "permanent"])?;
+                ns.ip(&["route", "add", &format!("{a}/32"), "dev", RADIO, "scope", "link", "src", &node.addr.to_string()])?;
+            }
+            for (j, d) in self.topo.nodes.iter().enumerate() {
+                if *d == node.name || nbs.contains(d) {
+                    continue;
+                }
+                if let Some(h) = nh.get(&(node.name.clone(), d.clone())) {
+                    let via = Topology::addr_of(idx[h.as_str()]).to_string();
+                    ns.ip(&["route", "add", &format!("{}/32", Topology::addr_of(j)), "via", &via, "dev", RADIO, "src", &node.addr.to_string()])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The node called `name`.
+    pub fn node(&self, name: &str) -> Option<&MeshNode> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// Frames sent on the air so far, per node (from the HTB class counters).
+    pub fn frames_on_air(&self) -> Result<BTreeMap<String, u64>> {
+        let out = self.hub.tc(&["-s", "class", "show", "dev", "air"])?;
+        let per_class = parse_tc_class_packets(&out);
+        Ok(self
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), per_class.get(&n.classid).copied().unwrap_or(0)))
+            .collect())
+    }
+
+    /// Frames dropped by the per-node MAC queues so far, per node.
+    pub fn queue_drops(&self) -> Result<BTreeMap<String, u64>> {
+        let out = self.hub.tc(&["-s", "class", "show", "dev", "air"])?;
+        let per_class = parse_tc_class_drops(&out);
+        Ok(self
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), per_class.get(&n.classid).copied().unwrap_or(0)))
+            .collect())
+    }
+}
+
+/// Parse `tc -s class show` output into `classid -> packets sent`.
+pub fn parse_tc_class_packets(out: &str) -> BTreeMap<String, u64> {
+    parse_tc_class(out, |l| {
+        let mut it = l.split_whitespace();
+        while let Some(w) = it.next() {
+            if w == "bytes" {
+                return it.next()?.parse().ok();
+            }
+        }
+        None
+    })
+}
+
+/// Parse `tc -s class show` output into `classid -> packets dropped`.
+pub fn parse_tc_class_drops(out: &str) -> BTreeMap<String, u64> {
+    parse_tc_class(out, |l| {
+        let i = l.find("(dropped ")?;
+        l[i + 9..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    })
+}
+
+fn parse_tc_class(out: &str, f: impl Fn(&str) -> Option<u64>) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    let mut cur: Option<String> = None;
+    for l in out.lines() {
+        let t = l.trim_start();
+        if t.starts_with("class ") {
+            cur = t.split_whitespace().nth(2).map(str::to_string);
+        } else if t.starts_with("Sent ") {
+            if let (Some(c), Some(v)) = (cur.as_ref(), f(t)) {
+                m.insert(c.clone(), v);
+            }
+        }
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_route_through_relays() {
+        let t = Topology::preset("seed001").unwrap();
+        let nh = t.next_hops();
+        assert_eq!(t.path(&nh, "A", "D").unwrap(), ["A", "C", "D"]);
+        assert_eq!(t.path(&nh, "D", "B").unwrap(), ["D", "C", "B"]);
+        let t = Topology::preset("seed000").unwrap();
+        let nh = t.next_hops();
+        assert_eq!(t.path(&nh, "A", "D").unwrap(), ["A", "B", "D"]);
+        let t = Topology::preset("string:5").unwrap();
+        assert_eq!(t.path(&t.next_hops(), "N0", "N5").unwrap().len(), 6);
+        assert!(Topology::preset("string:6").is_err());
+        assert!(Topology::preset("nope").is_err());
+    }
+
+    #[test]
+    fn toml_roundtrip_and_validation() {
+        let text = r#"
+name = "tri"
+nodes = ["X", "Y", "Z"]
+links = [["X", "Y"], ["Y", "Z"], ["X", "Z"]]
+calls = [["X", "Z"]]
+routes = [["X", "Z", "Y"]]
+"#;
+        let t = Topology::from_toml(text).unwrap();
+        assert_eq!(t.path(&t.next_hops(), "X", "Z").unwrap(), ["X", "Y", "Z"]);
+        assert!(Topology::from_toml("name='a'\nnodes=['A','B']\nlinks=[]\ncalls=[['A','B']]").is_err());
+        assert!(Topology::from_toml("name='a'\nnodes=['A','B']\nlinks=[['A','B']]\ncalls=[['A','B']]\nbogus=1").is_err());
+        assert!(Topology::from_toml("name='a'\nnodes=['A','A']\nlinks=[['A','A']]\ncalls=[['A','A']]").is_err());
+    }
+
+    #[test]
+    fn parses_tc_counters() {
+        let out = "class htb 1:10 parent 1:1 leaf 8001: prio 0 rate 1Mbit ceil 2Mbit burst 1739b cburst 1739b \n Sent 516668 bytes 1728 pkt (dropped 1273, overlimits 1717 requeues 0) \n backlog 0b 0p requeues 0\nclass htb 1:1 root rate 2Mbit\n Sent 9 bytes 3 pkt (dropped 0, overlimits 0 requeues 0) \n";
+        let p = parse_tc_class_packets(out);
+        assert_eq!(p["1:10"], 1728);
+        assert_eq!(p["1:1"], 3);
+        assert_eq!(parse_tc_class_drops(out)["1:10"], 1273);
+    }
+}
