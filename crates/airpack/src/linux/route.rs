@@ -9,9 +9,192 @@
 //!
 //! Must not touch: peers or policy (the daemon decides what a next hop means).
 
+use std::collections::HashMap;
 use std::io;
-use std::net::IpAddr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::mem::size_of;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use super::{cvt, cvt_size};
+
+const NLMSG_HDRLEN: usize = 16;
+const RTMSG_LEN: usize = 12;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLMSG_OVERRUN: u16 = 4;
+const RTA_DST: u16 = 1;
+const RTA_OIF: u16 = 4;
+const RTA_GATEWAY: u16 = 5;
+const RTA_MARK: u16 = 16;
+const RTA_VIA: u16 = 18;
+const RTN_UNICAST: u8 = 1;
+const RTN_LOCAL: u8 = 2;
+const RTN_BROADCAST: u8 = 3;
+const RTN_ANYCAST: u8 = 4;
+const RTN_MULTICAST: u8 = 5;
+const SOL_NETLINK: libc::c_int = 270;
+/// Replies we skip (stale answers to timed-out requests) before giving up on one lookup.
+const MAX_STALE_REPLIES: usize = 16;
+/// Notification datagrams one [`RouteMonitor::drain`] reads at most.
+const MAX_DRAIN: usize = 1024;
+
+fn align4(n: usize) -> usize {
+    (n + 3) & !3
+}
+
+fn netlink_socket(nonblocking: bool) -> io::Result<OwnedFd> {
+    let ty = libc::SOCK_RAW | libc::SOCK_CLOEXEC | if nonblocking { libc::SOCK_NONBLOCK } else { 0 };
+    // SAFETY: plain socket(2) call, checked before wrapping.
+    let fd = cvt(unsafe { libc::socket(libc::AF_NETLINK, ty, libc::NETLINK_ROUTE) })?;
+    // SAFETY: fd is freshly created and owned here.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_nl is plain old data; pid 0 lets the kernel assign one.
+    let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    // SAFETY: sa is a valid sockaddr_nl of the given size.
+    cvt(unsafe {
+        libc::bind(fd.as_raw_fd(), (&sa as *const libc::sockaddr_nl).cast(), size_of::<libc::sockaddr_nl>() as libc::socklen_t)
+    })?;
+    Ok(fd)
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("malformed netlink reply: {what}"))
+}
+
+/// Iterates the netlink messages of one datagram: (type, flags, seq, payload).
+/// Stops with an error at the first inconsistent length.
+fn messages(mut buf: &[u8]) -> impl Iterator<Item = io::Result<(u16, u16, u32, &[u8])>> {
+    std::iter::from_fn(move || {
+        if buf.is_empty() {
+            return None;
+        }
+        if buf.len() < NLMSG_HDRLEN {
+            buf = &[];
+            return Some(Err(invalid("truncated header")));
+        }
+        let len = u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        if len < NLMSG_HDRLEN || len > buf.len() {
+            buf = &[];
+            return Some(Err(invalid("message length out of range")));
+        }
+        let ty = u16::from_ne_bytes([buf[4], buf[5]]);
+        let flags = u16::from_ne_bytes([buf[6], buf[7]]);
+        let seq = u32::from_ne_bytes([buf[8], buf[9], buf[10], buf[11]]);
+        let payload = &buf[NLMSG_HDRLEN..len];
+        buf = &buf[align4(len).min(buf.len())..];
+        Some(Ok((ty, flags, seq, payload)))
+    })
+}
+
+/// Iterates route attributes: (type, value). Stops with an error at the first inconsistent length.
+fn attributes(mut buf: &[u8]) -> impl Iterator<Item = io::Result<(u16, &[u8])>> {
+    std::iter::from_fn(move || {
+        if buf.is_empty() {
+            return None;
+        }
+        if buf.len() < 4 {
+            buf = &[];
+            return Some(Err(invalid("truncated attribute")));
+        }
+        let len = usize::from(u16::from_ne_bytes([buf[0], buf[1]]));
+        let ty = u16::from_ne_bytes([buf[2], buf[3]]) & 0x3fff;
+        if len < 4 || len > buf.len() {
+            buf = &[];
+            return Some(Err(invalid("attribute length out of range")));
+        }
+        let value = &buf[4..len];
+        buf = &buf[align4(len).min(buf.len())..];
+        Some(Ok((ty, value)))
+    })
+}
+
+fn addr_from(family: u8, bytes: &[u8]) -> io::Result<IpAddr> {
+    match (i32::from(family), bytes.len()) {
+        (libc::AF_INET, 4) => Ok(Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]).into()),
+        (libc::AF_INET6, 16) => {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(bytes);
+            Ok(Ipv6Addr::from(a).into())
+        }
+        _ => Err(invalid("address of unexpected size")),
+    }
+}
+
+/// Builds an RTM_GETROUTE request for `dst` with fwmark `mark` into `out`.
+fn build_request(out: &mut Vec<u8>, seq: u32, dst: IpAddr, mark: u32) {
+    out.clear();
+    let family = match dst {
+        IpAddr::V4(_) => libc::AF_INET as u8,
+        IpAddr::V6(_) => libc::AF_INET6 as u8,
+    };
+    let octets: ([u8; 16], usize) = match dst {
+        IpAddr::V4(a) => {
+            let mut o = [0u8; 16];
+            o[..4].copy_from_slice(&a.octets());
+            (o, 4)
+        }
+        IpAddr::V6(a) => (a.octets(), 16),
+    };
+    let alen = octets.1;
+    let total = NLMSG_HDRLEN + RTMSG_LEN + align4(4 + alen) + if mark != 0 { 8 } else { 0 };
+    out.extend_from_slice(&(total as u32).to_ne_bytes());
+    out.extend_from_slice(&libc::RTM_GETROUTE.to_ne_bytes());
+    out.extend_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    // struct rtmsg
+    out.extend_from_slice(&[family, (alen * 8) as u8, 0, 0, 0, 0, 0, 0]);
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    out.extend_from_slice(&((4 + alen) as u16).to_ne_bytes());
+    out.extend_from_slice(&RTA_DST.to_ne_bytes());
+    out.extend_from_slice(&octets.0[..alen]);
+    if mark != 0 {
+        out.extend_from_slice(&8u16.to_ne_bytes());
+        out.extend_from_slice(&RTA_MARK.to_ne_bytes());
+        out.extend_from_slice(&mark.to_ne_bytes());
+    }
+    debug_assert_eq!(out.len(), total);
+}
+
+/// Parses the payload of an RTM_NEWROUTE reply for `dst`.
+fn parse_route(payload: &[u8], dst: IpAddr) -> io::Result<NextHop> {
+    if payload.len() < RTMSG_LEN {
+        return Err(invalid("short rtmsg"));
+    }
+    let family = payload[0];
+    let rtype = payload[7];
+    let mut gateway = None;
+    let mut oif = 0u32;
+    for attr in attributes(&payload[RTMSG_LEN..]) {
+        let (ty, v) = attr?;
+        match ty {
+            RTA_GATEWAY => gateway = Some(addr_from(family, v)?),
+            RTA_VIA => {
+                if v.len() < 2 {
+                    return Err(invalid("short RTA_VIA"));
+                }
+                let fam = u16::from_ne_bytes([v[0], v[1]]);
+                gateway = Some(addr_from(u8::try_from(fam).map_err(|_| invalid("RTA_VIA family"))?, &v[2..])?);
+            }
+            RTA_OIF => {
+                let b: [u8; 4] = v.try_into().map_err(|_| invalid("RTA_OIF size"))?;
+                oif = u32::from_ne_bytes(b);
+            }
+            _ => {}
+        }
+    }
+    match rtype {
+        RTN_LOCAL => Ok(NextHop { addr: dst, oif, gateway: false, local: true }),
+        RTN_UNICAST | RTN_BROADCAST | RTN_ANYCAST | RTN_MULTICAST => Ok(match gateway {
+            Some(gw) => NextHop { addr: gw, oif, gateway: true, local: false },
+            None => NextHop { addr: dst, oif, gateway: false, local: false },
+        }),
+        // Blackhole, unreachable, prohibit, throw: the kernel normally answers
+        // with an error; if not, report it as unreachable.
+        _ => Err(io::Error::from_raw_os_error(libc::ENETUNREACH)),
+    }
+}
 
 /// Default bound of the resolver cache.
 pub const DEFAULT_CACHE_ENTRIES: usize = 4096;
@@ -35,8 +218,10 @@ pub struct RouteResolver {
     fd: OwnedFd,
     mark: u32,
     seq: u32,
-    cache: std::collections::HashMap<IpAddr, Result<NextHop, i32>>,
+    cache: HashMap<IpAddr, Result<NextHop, i32>>,
     capacity: usize,
+    req: Vec<u8>,
+    resp: Vec<u8>,
 }
 
 impl RouteResolver {
@@ -48,22 +233,92 @@ impl RouteResolver {
     /// Like [`RouteResolver::new`] with a cache bound of `capacity` entries
     /// (when full the cache is cleared: bounded memory, no eviction cost).
     pub fn with_capacity(mark: u32, capacity: usize) -> io::Result<RouteResolver> {
-        let _ = (mark, capacity);
-        todo!()
+        let fd = netlink_socket(false)?;
+        // Lookups are synchronous: never wait more than 200 ms for the kernel.
+        let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
+        // SAFETY: tv is a valid timeval of the given size.
+        cvt(unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        })?;
+        let capacity = capacity.max(1);
+        Ok(RouteResolver {
+            fd,
+            mark,
+            seq: 0,
+            cache: HashMap::with_capacity(capacity),
+            capacity,
+            req: Vec::with_capacity(64),
+            resp: vec![0u8; 8192],
+        })
     }
 
     /// The next hop toward `dst`, from the cache or the kernel. Unreachable
     /// destinations return the kernel's error (ENETUNREACH, EHOSTUNREACH,
-    /// EACCES for prohibit, EINVAL for blackhole); errors are cached too.
+    /// EACCES for prohibit, EINVAL for blackhole); errors are cached too
+    /// (netlink I/O failures are not).
     pub fn lookup(&mut self, dst: IpAddr) -> io::Result<NextHop> {
-        let _ = dst;
-        todo!()
+        if let Some(r) = self.cache.get(&dst) {
+            return r.map_err(io::Error::from_raw_os_error);
+        }
+        let r = self.lookup_uncached(dst);
+        let cached = match &r {
+            Ok(nh) => Ok(*nh),
+            Err(e) => match e.raw_os_error() {
+                Some(errno) if errno != libc::EAGAIN && errno != libc::EINTR && errno != libc::ENOBUFS => Err(errno),
+                _ => return r,
+            },
+        };
+        if self.cache.len() >= self.capacity {
+            self.cache.clear();
+        }
+        self.cache.insert(dst, cached);
+        r
     }
 
     /// Asks the kernel, bypassing (and not filling) the cache.
     pub fn lookup_uncached(&mut self, dst: IpAddr) -> io::Result<NextHop> {
-        let _ = dst;
-        todo!()
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        build_request(&mut self.req, seq, dst, self.mark);
+        // An unconnected netlink socket sends to port 0, the kernel.
+        // SAFETY: req is a valid readable buffer of req.len() bytes.
+        let n = cvt_size(unsafe { libc::send(self.fd.as_raw_fd(), self.req.as_ptr().cast(), self.req.len(), 0) })?;
+        if n != self.req.len() {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "short netlink send"));
+        }
+        for _ in 0..MAX_STALE_REPLIES {
+            // SAFETY: resp is a writable buffer of resp.len() bytes.
+            let n = cvt_size(unsafe { libc::recv(self.fd.as_raw_fd(), self.resp.as_mut_ptr().cast(), self.resp.len(), 0) })?;
+            let n = n.min(self.resp.len());
+            for msg in messages(&self.resp[..n]) {
+                let (ty, _flags, mseq, payload) = msg?;
+                if mseq != seq {
+                    continue;
+                }
+                match ty {
+                    NLMSG_ERROR => {
+                        if payload.len() < 4 {
+                            return Err(invalid("short NLMSG_ERROR"));
+                        }
+                        let code = i32::from_ne_bytes([payload[0], payload[1], payload[2], payload[3]]);
+                        return Err(if code < 0 {
+                            io::Error::from_raw_os_error(-code)
+                        } else {
+                            invalid("NLMSG_ERROR without error for a route request")
+                        });
+                    }
+                    t if t == libc::RTM_NEWROUTE => return parse_route(payload, dst),
+                    _ => return Err(invalid("unexpected message type")),
+                }
+            }
+        }
+        Err(io::Error::new(io::ErrorKind::TimedOut, "no netlink reply for route lookup"))
     }
 
     /// Forgets every cached answer.
@@ -103,18 +358,83 @@ impl Changes {
 #[derive(Debug)]
 pub struct RouteMonitor {
     fd: OwnedFd,
+    buf: Vec<u8>,
+}
+
+/// Folds one notification datagram into `c`; a malformed datagram counts as an overrun.
+fn classify(datagram: &[u8], c: &mut Changes) {
+    for msg in messages(datagram) {
+        match msg {
+            Ok((ty, ..)) => match ty {
+                libc::RTM_NEWLINK | libc::RTM_DELLINK => c.link = true,
+                libc::RTM_NEWADDR | libc::RTM_DELADDR => c.addr = true,
+                libc::RTM_NEWROUTE | libc::RTM_DELROUTE => c.route = true,
+                libc::RTM_NEWRULE | libc::RTM_DELRULE => c.rule = true,
+                NLMSG_OVERRUN => c.overrun = true,
+                NLMSG_DONE | NLMSG_ERROR => {}
+                _ => {}
+            },
+            Err(_) => {
+                c.overrun = true;
+                return;
+            }
+        }
+    }
 }
 
 impl RouteMonitor {
     /// Opens and subscribes.
     pub fn new() -> io::Result<RouteMonitor> {
-        todo!()
+        let fd = netlink_socket(true)?;
+        for group in [
+            libc::RTNLGRP_LINK,
+            libc::RTNLGRP_IPV4_IFADDR,
+            libc::RTNLGRP_IPV4_ROUTE,
+            libc::RTNLGRP_IPV4_RULE,
+            libc::RTNLGRP_IPV6_IFADDR,
+            libc::RTNLGRP_IPV6_ROUTE,
+            libc::RTNLGRP_IPV6_RULE,
+        ] {
+            let g = group as libc::c_int;
+            // SAFETY: g is a c_int living across the call.
+            let r = unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    SOL_NETLINK,
+                    libc::NETLINK_ADD_MEMBERSHIP,
+                    (&g as *const libc::c_int).cast(),
+                    size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            // IPv6 groups fail on kernels without IPv6; the rest must work.
+            if r < 0 && !matches!(group, libc::RTNLGRP_IPV6_IFADDR | libc::RTNLGRP_IPV6_ROUTE | libc::RTNLGRP_IPV6_RULE) {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(RouteMonitor { fd, buf: vec![0u8; 32 * 1024] })
     }
 
-    /// Reads every pending notification (never blocks; bounded by what is
-    /// queued) and reports what kinds of change were seen.
+    /// Reads pending notifications (never blocks; at most 1024 datagrams per
+    /// call, so a flood cannot starve the caller: the fd stays readable) and
+    /// reports what kinds of change were seen.
     pub fn drain(&mut self) -> io::Result<Changes> {
-        todo!()
+        let mut c = Changes::default();
+        for _ in 0..MAX_DRAIN {
+            // SAFETY: buf is a writable buffer of buf.len() bytes.
+            let r = cvt_size(unsafe { libc::recv(self.fd.as_raw_fd(), self.buf.as_mut_ptr().cast(), self.buf.len(), 0) });
+            let n = match r {
+                Ok(n) => n.min(self.buf.len()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    c.overrun = true;
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            classify(&self.buf[..n], &mut c);
+        }
+        Ok(c)
     }
 }
 
@@ -133,5 +453,103 @@ impl AsRawFd for RouteMonitor {
 impl AsFd for RouteMonitor {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nlmsg(ty: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&((NLMSG_HDRLEN + payload.len()) as u32).to_ne_bytes());
+        v.extend_from_slice(&ty.to_ne_bytes());
+        v.extend_from_slice(&0u16.to_ne_bytes());
+        v.extend_from_slice(&seq.to_ne_bytes());
+        v.extend_from_slice(&0u32.to_ne_bytes());
+        v.extend_from_slice(payload);
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+        v
+    }
+
+    fn rta(ty: u16, value: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+        v.extend_from_slice(&ty.to_ne_bytes());
+        v.extend_from_slice(value);
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+        v
+    }
+
+    fn rtmsg(family: u8, rtype: u8, attrs: &[Vec<u8>]) -> Vec<u8> {
+        let mut v = vec![family, 32, 0, 0, 254, 0, 0, rtype, 0, 0, 0, 0];
+        for a in attrs {
+            v.extend_from_slice(a);
+        }
+        v
+    }
+
+    #[test]
+    fn request_layout() {
+        let mut out = Vec::new();
+        build_request(&mut out, 9, "10.0.0.1".parse().unwrap(), 0x4151);
+        assert_eq!(out.len(), 16 + 12 + 8 + 8);
+        assert_eq!(u32::from_ne_bytes(out[0..4].try_into().unwrap()) as usize, out.len());
+        assert_eq!(u16::from_ne_bytes([out[4], out[5]]), libc::RTM_GETROUTE);
+        assert_eq!(out[16], libc::AF_INET as u8);
+        assert_eq!(out[17], 32);
+        assert_eq!(&out[32..36], &[10, 0, 0, 1]);
+        assert_eq!(&out[40..44], &0x4151u32.to_ne_bytes());
+        build_request(&mut out, 9, "fd00::1".parse().unwrap(), 0);
+        assert_eq!(out.len(), 16 + 12 + 20);
+        assert_eq!(out[17], 128);
+    }
+
+    #[test]
+    fn parses_gateway_onlink_local_and_rejects_bad_lengths() {
+        let dst: IpAddr = "10.9.0.1".parse().unwrap();
+        let gw = rtmsg(2, RTN_UNICAST, &[rta(RTA_GATEWAY, &[10, 0, 0, 254]), rta(RTA_OIF, &7u32.to_ne_bytes())]);
+        assert_eq!(
+            parse_route(&gw, dst).unwrap(),
+            NextHop { addr: "10.0.0.254".parse().unwrap(), oif: 7, gateway: true, local: false }
+        );
+        let onlink = rtmsg(2, RTN_UNICAST, &[rta(RTA_OIF, &3u32.to_ne_bytes())]);
+        assert_eq!(parse_route(&onlink, dst).unwrap(), NextHop { addr: dst, oif: 3, gateway: false, local: false });
+        let local = rtmsg(2, RTN_LOCAL, &[rta(RTA_OIF, &1u32.to_ne_bytes())]);
+        assert!(parse_route(&local, dst).unwrap().local);
+        // Gateway of the wrong size, attribute overrunning the message, short rtmsg.
+        assert!(parse_route(&rtmsg(2, RTN_UNICAST, &[rta(RTA_GATEWAY, &[10, 0, 0])]), dst).is_err());
+        let mut overrun = rtmsg(2, RTN_UNICAST, &[rta(RTA_OIF, &3u32.to_ne_bytes())]);
+        overrun[12] = 200;
+        assert!(parse_route(&overrun, dst).is_err());
+        assert!(parse_route(&[2, 32, 0], dst).is_err());
+        assert!(parse_route(&rtmsg(2, 6, &[]), dst).is_err()); // blackhole
+    }
+
+    #[test]
+    fn message_iteration_checks_lengths() {
+        let mut d = nlmsg(libc::RTM_NEWROUTE, 1, &[0; 12]);
+        d.extend(nlmsg(libc::RTM_NEWLINK, 2, &[0; 16]));
+        let v: Vec<_> = messages(&d).map(|m| m.unwrap().0).collect();
+        assert_eq!(v, vec![libc::RTM_NEWROUTE, libc::RTM_NEWLINK]);
+        let mut c = Changes::default();
+        classify(&d, &mut c);
+        assert!(c.route && c.link && !c.addr && !c.overrun);
+        // Length field larger than the datagram.
+        let mut bad = nlmsg(libc::RTM_NEWADDR, 1, &[0; 4]);
+        bad[0] = 200;
+        assert!(messages(&bad).next().unwrap().is_err());
+        let mut c = Changes::default();
+        classify(&bad, &mut c);
+        assert!(c.overrun && !c.addr);
+        // Length smaller than a header; trailing garbage shorter than a header.
+        let mut small = nlmsg(libc::RTM_NEWADDR, 1, &[]);
+        small[0] = 8;
+        assert!(messages(&small).next().unwrap().is_err());
+        assert!(messages(&[0u8; 7]).next().unwrap().is_err());
     }
 }

@@ -11,9 +11,157 @@
 //! IPv4 headers are checked (version, IHL, total length, protocol) before the
 //! payload offset is reported; anything inconsistent is an `InvalidData` error.
 
+use std::cell::Cell;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::mem::{size_of, zeroed};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use super::{cvt, cvt_size};
+
+fn new_socket(domain: libc::c_int, ty: libc::c_int, protocol: libc::c_int, mark: u32) -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2) call, checked before wrapping.
+    let fd = cvt(unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, protocol) })?;
+    // SAFETY: fd is freshly created and owned here.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    if mark != 0 {
+        setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_MARK, mark as libc::c_int)?;
+    }
+    Ok(fd)
+}
+
+fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: value is a c_int living across the call; its size is passed.
+    cvt(unsafe {
+        libc::setsockopt(fd, level, name, (&value as *const libc::c_int).cast(), size_of::<libc::c_int>() as libc::socklen_t)
+    })?;
+    Ok(())
+}
+
+/// A socket address in C form plus its length.
+fn to_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; zero is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
+    match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
+            (ss, size_of::<libc::sockaddr_in>() as libc::socklen_t)
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
+            (ss, size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+        }
+    }
+}
+
+/// Converts a kernel-filled socket address; `None` for other families or short lengths.
+fn from_sockaddr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: family and length say this is a sockaddr_in.
+            let sin: libc::sockaddr_in = unsafe { std::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
+            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: family and length say this is a sockaddr_in6.
+            let sin6: libc::sockaddr_in6 = unsafe { std::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(SocketAddrV6::new(ip, u16::from_be(sin6.sin6_port), sin6.sin6_flowinfo, sin6.sin6_scope_id)))
+        }
+        _ => None,
+    }
+}
+
+fn send_to_raw(fd: RawFd, dst: SocketAddr, payload: &[u8]) -> io::Result<()> {
+    let (ss, len) = to_sockaddr(dst);
+    // SAFETY: payload and ss are valid for the call; len is ss's real length.
+    let n = cvt_size(unsafe {
+        libc::sendto(fd, payload.as_ptr().cast(), payload.len(), 0, (&ss as *const libc::sockaddr_storage).cast(), len)
+    })?;
+    if n != payload.len() {
+        return Err(io::Error::new(io::ErrorKind::WriteZero, "short send"));
+    }
+    Ok(())
+}
+
+/// recvfrom with MSG_TRUNC: returns (real datagram length, sender). A
+/// datagram longer than `buf` is an `InvalidData` error (it was cut).
+fn recv_from_raw(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+    // SAFETY: sockaddr_storage is plain old data.
+    let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
+    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: buf and ss are valid writable regions of the given sizes.
+    let n = cvt_size(unsafe {
+        libc::recvfrom(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_TRUNC,
+            (&mut ss as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    })?;
+    if n > buf.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("datagram of {n} bytes truncated to {}", buf.len())));
+    }
+    let src = from_sockaddr(&ss, len).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected sender address family"))?;
+    Ok((n, src))
+}
+
+/// Sets IP_TOS / IPV6_TCLASS to `dscp << 2` if it differs from the cached value.
+fn set_dscp(fd: RawFd, family: Family, cache: &Cell<u8>, dscp: u8) -> io::Result<()> {
+    let tos = (dscp & 0x3f) << 2;
+    if cache.get() == tos {
+        return Ok(());
+    }
+    match family {
+        Family::V4 => setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_TOS, tos as libc::c_int)?,
+        Family::V6 => setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, tos as libc::c_int)?,
+    }
+    cache.set(tos);
+    Ok(())
+}
+
+/// Checks the IPv4 header a raw IPv4 socket delivers in front of the payload:
+/// returns (payload offset, payload length).
+fn strip_ipv4_header(pkt: &[u8], protocol: u8) -> io::Result<(usize, usize)> {
+    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("bad outer IPv4 header: {what}"));
+    if pkt.len() < 20 {
+        return Err(bad("shorter than 20 bytes"));
+    }
+    if pkt[0] >> 4 != 4 {
+        return Err(bad("version is not 4"));
+    }
+    let ihl = usize::from(pkt[0] & 0x0f) * 4;
+    if ihl < 20 || ihl > pkt.len() {
+        return Err(bad("header length out of range"));
+    }
+    let total = usize::from(u16::from_be_bytes([pkt[2], pkt[3]]));
+    if total != pkt.len() {
+        return Err(bad("total length differs from the datagram length"));
+    }
+    if pkt[9] != protocol {
+        return Err(bad("unexpected protocol"));
+    }
+    Ok((ihl, total - ihl))
+}
+
 
 /// An address family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -51,8 +199,10 @@ pub struct Received {
 /// this counts bytes handed to the stack and not yet freed by the driver, so
 /// `> 0` means the link (qdisc or device queue) is busy.
 pub fn outq_bytes(fd: RawFd) -> io::Result<usize> {
-    let _ = fd;
-    todo!()
+    let mut v: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ writes one int into v.
+    cvt(unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut v) })?;
+    Ok(usize::try_from(v).unwrap_or(0))
 }
 
 /// Raw IP socket for bundles of one protocol number, one address family.
@@ -61,15 +211,19 @@ pub struct BundleSocket {
     fd: OwnedFd,
     family: Family,
     protocol: u8,
-    tos: std::cell::Cell<u8>,
+    tos: Cell<u8>,
 }
 
 impl BundleSocket {
     /// Opens a raw socket for `protocol` (e.g. 253) in `family`, with
     /// SO_MARK = `mark`. Receives every bundle of that protocol addressed to this host.
     pub fn open(family: Family, protocol: u8, mark: u32) -> io::Result<BundleSocket> {
-        let _ = (family, protocol, mark);
-        todo!()
+        let domain = match family {
+            Family::V4 => libc::AF_INET,
+            Family::V6 => libc::AF_INET6,
+        };
+        let fd = new_socket(domain, libc::SOCK_RAW, libc::c_int::from(protocol), mark)?;
+        Ok(BundleSocket { fd, family, protocol, tos: Cell::new(0) })
     }
 
     /// The family this socket sends and receives.
@@ -81,15 +235,27 @@ impl BundleSocket {
     /// DSCP `dscp` (0..=63; ECN bits 0). The TOS/traffic class is set only
     /// when it changes. `peer` must be of this socket's family (EAFNOSUPPORT).
     pub fn send_to(&self, peer: IpAddr, payload: &[u8], dscp: u8) -> io::Result<()> {
-        let _ = (peer, payload, dscp);
-        todo!()
+        if Family::of(peer) != self.family {
+            return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
+        }
+        set_dscp(self.fd.as_raw_fd(), self.family, &self.tos, dscp)?;
+        send_to_raw(self.fd.as_raw_fd(), SocketAddr::new(peer, 0), payload)
     }
 
     /// Receives one bundle into `buf` (`WouldBlock` if none). IPv4: the
-    /// kernel's copy of the outer header is checked and skipped.
+    /// kernel's copy of the outer header is checked and skipped; a datagram
+    /// larger than `buf` or with an inconsistent header is `InvalidData`
+    /// (and consumed: the next call reads the next datagram).
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<Received> {
-        let _ = buf;
-        todo!()
+        let (n, src) = recv_from_raw(self.fd.as_raw_fd(), buf)?;
+        let src = canonical(src.ip());
+        match self.family {
+            Family::V4 => {
+                let (offset, len) = strip_ipv4_header(&buf[..n], self.protocol)?;
+                Ok(Received { len, src, offset })
+            }
+            Family::V6 => Ok(Received { len: n, src, offset: 0 }),
+        }
     }
 
     /// SIOCOUTQ of this socket (see [`outq_bytes`]).
@@ -103,32 +269,51 @@ impl BundleSocket {
 pub struct UdpBundleSocket {
     fd: OwnedFd,
     family: Family,
-    tos: std::cell::Cell<u8>,
+    tos: Cell<u8>,
 }
 
 impl UdpBundleSocket {
     /// Binds `local` (e.g. `0.0.0.0:4150` or `[::]:4150`, IPv6 only) with SO_MARK = `mark`.
     pub fn bind(local: SocketAddr, mark: u32) -> io::Result<UdpBundleSocket> {
-        let _ = (local, mark);
-        todo!()
+        let family = Family::of(local.ip());
+        let domain = match family {
+            Family::V4 => libc::AF_INET,
+            Family::V6 => libc::AF_INET6,
+        };
+        let fd = new_socket(domain, libc::SOCK_DGRAM, 0, mark)?;
+        if family == Family::V6 {
+            setsockopt_int(fd.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+        }
+        let (ss, len) = to_sockaddr(local);
+        // SAFETY: ss/len describe a valid socket address.
+        cvt(unsafe { libc::bind(fd.as_raw_fd(), (&ss as *const libc::sockaddr_storage).cast(), len) })?;
+        Ok(UdpBundleSocket { fd, family, tos: Cell::new(0) })
     }
 
-    /// Sends `payload` to `peer` with DSCP `dscp`.
+    /// Sends `payload` to `peer` with DSCP `dscp` (EAFNOSUPPORT for the other family).
     pub fn send_to(&self, peer: SocketAddr, payload: &[u8], dscp: u8) -> io::Result<()> {
-        let _ = (peer, payload, dscp);
-        todo!()
+        if Family::of(peer.ip()) != self.family {
+            return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
+        }
+        set_dscp(self.fd.as_raw_fd(), self.family, &self.tos, dscp)?;
+        send_to_raw(self.fd.as_raw_fd(), peer, payload)
     }
 
     /// Receives one datagram into `buf` (`offset` is always 0). Returns the
-    /// sender's address and port too.
+    /// sender's port too. A datagram larger than `buf` is `InvalidData`.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(Received, u16)> {
-        let _ = buf;
-        todo!()
+        let (n, src) = recv_from_raw(self.fd.as_raw_fd(), buf)?;
+        Ok((Received { len: n, src: canonical(src.ip()), offset: 0 }, src.port()))
     }
 
     /// The bound local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        todo!()
+        // SAFETY: sockaddr_storage is plain old data.
+        let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
+        let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: ss is writable for len bytes.
+        cvt(unsafe { libc::getsockname(self.fd.as_raw_fd(), (&mut ss as *mut libc::sockaddr_storage).cast(), &mut len) })?;
+        from_sockaddr(&ss, len).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected address family"))
     }
 
     /// SIOCOUTQ of this socket.
@@ -148,15 +333,35 @@ pub struct RawIpSender {
 impl RawIpSender {
     /// Opens the IPv4 and (if the kernel has IPv6) the IPv6 raw senders.
     pub fn open(mark: u32) -> io::Result<RawIpSender> {
-        let _ = mark;
-        todo!()
+        // IPPROTO_RAW implies IP_HDRINCL (IPv4) and IPV6_HDRINCL (IPv6).
+        let v4 = new_socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW, mark)?;
+        let v6 = match new_socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_RAW, mark) {
+            Ok(fd) => Some(fd),
+            Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => None,
+            Err(e) => return Err(e),
+        };
+        Ok(RawIpSender { v4, v6 })
     }
 
     /// Sends `packet` unchanged (version from its first nibble, destination
-    /// from its header; the header must be complete: else EINVAL).
+    /// from its header; the header must be complete: else EINVAL; IPv6 when
+    /// the kernel has none: EAFNOSUPPORT).
     pub fn send(&self, packet: &[u8]) -> io::Result<()> {
-        let _ = packet;
-        todo!()
+        let einval = || io::Error::from_raw_os_error(libc::EINVAL);
+        match packet.first().map(|b| b >> 4) {
+            Some(4) if packet.len() >= 20 => {
+                let dst = Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19]);
+                send_to_raw(self.v4.as_raw_fd(), SocketAddr::new(dst.into(), 0), packet)
+            }
+            Some(6) if packet.len() >= 40 => {
+                let fd = self.v6.as_ref().ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?;
+                let mut d = [0u8; 16];
+                d.copy_from_slice(&packet[24..40]);
+                // The port field of a raw IPv6 sockaddr must be 0 for IPPROTO_RAW (it would be read as a protocol).
+                send_to_raw(fd.as_raw_fd(), SocketAddr::new(Ipv6Addr::from(d).into(), 0), packet)
+            }
+            _ => Err(einval()),
+        }
     }
 
     /// SIOCOUTQ summed over both sockets.
@@ -171,6 +376,14 @@ impl RawIpSender {
     /// The IPv4 socket (for polling writability).
     pub fn v4_fd(&self) -> RawFd {
         self.v4.as_raw_fd()
+    }
+}
+
+/// IPv4-mapped IPv6 addresses are reported as IPv4.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
     }
 }
 
@@ -195,5 +408,63 @@ impl AsRawFd for UdpBundleSocket {
 impl AsFd for UdpBundleSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v4_header(total: u16, proto: u8) -> Vec<u8> {
+        let mut h = vec![0u8; usize::from(total)];
+        h[0] = 0x45;
+        h[2..4].copy_from_slice(&total.to_be_bytes());
+        h[9] = proto;
+        h
+    }
+
+    #[test]
+    fn outer_ipv4_header_is_checked() {
+        assert_eq!(strip_ipv4_header(&v4_header(30, 253), 253).unwrap(), (20, 10));
+        assert!(strip_ipv4_header(&v4_header(30, 17), 253).is_err());
+        let mut p = v4_header(30, 253);
+        p[2..4].copy_from_slice(&40u16.to_be_bytes());
+        assert!(strip_ipv4_header(&p, 253).is_err());
+        let mut p = v4_header(30, 253);
+        p[0] = 0x4f; // IHL 60 > 30
+        assert!(strip_ipv4_header(&p, 253).is_err());
+        let mut p = v4_header(30, 253);
+        p[0] = 0x44; // IHL 16 < 20
+        assert!(strip_ipv4_header(&p, 253).is_err());
+        let mut p = v4_header(30, 253);
+        p[0] = 0x65;
+        assert!(strip_ipv4_header(&p, 253).is_err());
+        assert!(strip_ipv4_header(&[0x45; 19], 253).is_err());
+        let mut p = v4_header(32, 253);
+        p[0] = 0x46; // 4 bytes of options
+        assert_eq!(strip_ipv4_header(&p, 253).unwrap(), (24, 8));
+    }
+
+    #[test]
+    fn sockaddr_round_trip() {
+        for a in ["10.1.2.3:4150", "[fd00::1]:9", "[fe80::1%3]:0"] {
+            let a: SocketAddr = a.parse().unwrap();
+            let (ss, len) = to_sockaddr(a);
+            assert_eq!(from_sockaddr(&ss, len), Some(a));
+        }
+        let (ss, _) = to_sockaddr("10.0.0.1:1".parse().unwrap());
+        assert_eq!(from_sockaddr(&ss, 4), None);
+    }
+
+    #[test]
+    fn raw_sender_rejects_truncated_headers() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIP: needs root");
+            return;
+        }
+        let s = RawIpSender::open(0).unwrap();
+        for bad in [&[][..], &[0x45; 19][..], &[0x60; 39][..], &[0x50; 40][..]] {
+            assert_eq!(s.send(bad).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+        }
     }
 }
