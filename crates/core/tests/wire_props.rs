@@ -174,6 +174,24 @@ proptest! {
     }
 
     #[test]
+    fn can_carry_info_agrees(enc in encoding(), p in prop_oneof![packet(), prop::collection::vec(any::<u8>(), 0..100)], nest in any::<bool>()) {
+        let mut p = p;
+        if nest && p.len() >= 20 && p[0] >> 4 == 4 {
+            // Make it a bundle protocol, checksum fixed, to cover the nested case.
+            let ihl = usize::from(p[0] & 0x0f) * 4;
+            if ihl <= p.len() && ihl >= 20 {
+                p[9] = 253;
+                p[10] = 0;
+                p[11] = 0;
+                let c = csum(&p[..ihl]);
+                p[10..12].copy_from_slice(&c.to_be_bytes());
+            }
+        }
+        let via_info = matches!(ip::inspect(&p), Ok(i) if enc.can_carry_info(&i));
+        prop_assert_eq!(enc.can_carry(&p), via_info);
+    }
+
+    #[test]
     fn random_bytes_never_panic(enc in encoding(), bytes in prop::collection::vec(any::<u8>(), 0..2000)) {
         check_accepted(enc, &bytes);
     }
@@ -220,4 +238,49 @@ fn check_accepted(enc: Encoding, bytes: &[u8]) {
     let n = w.finish();
     let again: Vec<&[u8]> = enc.decode(&buf[..n]).unwrap().iter().collect();
     assert_eq!(again, pkts);
+}
+
+#[test]
+fn writer_never_exceeds_max_bundle() {
+    // A buffer longer than MAX_BUNDLE: the writer uses only MAX_BUNDLE bytes.
+    let mut p = vec![0u8; 1500];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&1500u16.to_be_bytes());
+    p[8] = 64;
+    p[9] = 17;
+    let c = csum(&p[..20]);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    for enc in Encoding::ALL {
+        let mut buf = vec![0u8; 100_000];
+        let mut w = BundleWriter::new(enc, &mut buf).unwrap();
+        while w.push(&p).is_ok() {}
+        let n = w.finish();
+        assert!(n <= MAX_BUNDLE && n > MAX_BUNDLE - 1510, "{enc}: {n}");
+        assert_eq!(enc.decode(&buf[..n]).unwrap().len(), 43, "{enc}");
+    }
+}
+
+#[test]
+fn push_checked_matches_push() {
+    let mut p = vec![0u8; 60];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&60u16.to_be_bytes());
+    p[9] = 17;
+    let c = csum(&p[..20]);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    for enc in Encoding::ALL {
+        let (mut a, mut b) = (vec![0u8; 500], vec![0u8; 500]);
+        let mut wa = BundleWriter::new(enc, &mut a).unwrap();
+        let mut wb = BundleWriter::new(enc, &mut b).unwrap();
+        loop {
+            let (ra, rb) = (wa.push(&p), wb.push_checked(&p));
+            assert_eq!(ra, rb);
+            if ra.is_err() {
+                assert_eq!(ra, Err(EncodeError::NoRoom));
+                break;
+            }
+        }
+        let (na, nb) = (wa.finish(), wb.finish());
+        assert_eq!(a[..na], b[..nb]);
+    }
 }

@@ -61,6 +61,19 @@ impl Encoding {
         }
     }
 
+    /// Like [`Encoding::can_carry`], for a packet that already passed
+    /// [`ip::inspect`] (whose summary is `info`): no second header walk or
+    /// checksum. `can_carry(p) == matches!(ip::inspect(p), Ok(i) if can_carry_info(&i))`.
+    pub fn can_carry_info(self, info: &ip::PacketInfo) -> bool {
+        if ip::is_bundle_protocol(info.protocol) || info.len > ip::MAX_PACKET {
+            return false;
+        }
+        match self {
+            Encoding::Native | Encoding::Simplemux => true,
+            Encoding::Kau => info.version == 4,
+        }
+    }
+
     /// Parses and fully validates a bundle payload. On success every inner
     /// packet has been checked, so iterating the [`Bundle`] cannot fail.
     pub fn decode(self, payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
@@ -321,8 +334,24 @@ impl<'a> BundleWriter<'a> {
     }
 
     /// Appends one whole IP packet.
+    ///
+    /// Checks the packet with [`Encoding::can_carry`] first, so a bundle built
+    /// with `push` always decodes; see [`BundleWriter::push_checked`] for the
+    /// hot path.
     pub fn push(&mut self, packet: &[u8]) -> Result<(), EncodeError> {
-        if !self.encoding.can_carry(packet) || self.count >= MAX_PACKETS_PER_BUNDLE {
+        if !self.encoding.can_carry(packet) {
+            return Err(EncodeError::Unsupported);
+        }
+        self.push_checked(packet)
+    }
+
+    /// Appends a packet the caller has already checked with
+    /// [`Encoding::can_carry`] or [`Encoding::can_carry_info`] (the engine does
+    /// so when it queues a packet), skipping the second header check; room and
+    /// the packet-count bound are still checked. A packet that was not checked
+    /// cannot corrupt memory, but may make the whole bundle undecodable.
+    pub fn push_checked(&mut self, packet: &[u8]) -> Result<(), EncodeError> {
+        if self.count >= MAX_PACKETS_PER_BUNDLE || packet.len() > ip::MAX_PACKET {
             return Err(EncodeError::Unsupported);
         }
         let cost = self.cost(packet.len());
