@@ -13,7 +13,10 @@
 pub mod engine;
 pub mod wire;
 
-pub use engine::{Engine, EngineConfig, PeerConfig, PeerKey, Transmit, TransmitKind};
+pub use engine::{
+    Classifier, DropReason, Engine, EngineConfig, LinkMode, PeerConfig, PeerKey, Reason, Rule, Stats, TrafficClass,
+    Transmit, TransmitKind, Verdict,
+};
 pub use wire::{Bundle, BundleWriter, DecodeError, Encoding};
 
 /// A point in time, in microseconds since an arbitrary epoch chosen by the driver.

@@ -4,7 +4,7 @@
 //! Pure function of the packet's headers ([`PacketInfo`]), a caller-supplied
 //! mark and the peer's maximum bundle size.
 
-use crate::wire::ip::PacketInfo;
+use crate::wire::ip::{tcp_flags, PacketInfo};
 use core::ops::RangeInclusive;
 
 /// What the engine may do with a packet.
@@ -80,8 +80,165 @@ pub struct Classifier {
 
 impl Classifier {
     /// Classifies one packet.
+    #[inline]
     pub fn classify(&self, info: &PacketInfo, mark: u32, max_size: usize) -> TrafficClass {
-        let _ = (info, mark, max_size);
-        todo!("engine::classify")
+        if info.fragment || info.len > max_size / 2 {
+            return TrafficClass::Bypass;
+        }
+        if info.protocol == TCP {
+            // Connection set-up and tear-down never wait; a TCP packet whose
+            // flags could not be read is treated the same way.
+            match info.tcp_flags {
+                Some(f) if f & (tcp_flags::SYN | tcp_flags::FIN | tcp_flags::RST) == 0 => {}
+                _ => return TrafficClass::Bypass,
+            }
+        }
+        for rule in &self.rules {
+            if rule.matches(info, mark) {
+                return rule.class;
+            }
+        }
+        self.default
+    }
+}
+
+const TCP: u8 = 6;
+
+impl Rule {
+    /// Whether every `Some` field of the rule matches. A port condition never
+    /// matches a packet without ports (non-UDP/TCP, or a later fragment).
+    pub fn matches(&self, info: &PacketInfo, mark: u32) -> bool {
+        fn port_in(r: &Option<RangeInclusive<u16>>, p: Option<u16>) -> bool {
+            match (r, p) {
+                (None, _) => true,
+                (Some(r), Some(p)) => r.contains(&p),
+                (Some(_), None) => false,
+            }
+        }
+        if self.version.is_some_and(|v| v != info.version) {
+            return false;
+        }
+        if self.protocol.is_some_and(|p| p != info.protocol) {
+            return false;
+        }
+        if !port_in(&self.src_ports, info.src_port) || !port_in(&self.dst_ports, info.dst_port) {
+            return false;
+        }
+        if let Some(r) = &self.ports {
+            let hit = info.src_port.is_some_and(|p| r.contains(&p))
+                || info.dst_port.is_some_and(|p| r.contains(&p));
+            if !hit {
+                return false;
+            }
+        }
+        if self.dscp.as_ref().is_some_and(|r| !r.contains(&info.dscp)) {
+            return false;
+        }
+        if self.len.as_ref().is_some_and(|r| !r.contains(&info.len)) {
+            return false;
+        }
+        if self.mark.is_some_and(|(value, mask)| mark & mask != value) {
+            return false;
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::net::{IpAddr, Ipv4Addr};
+
+    fn udp(len: usize, sport: u16, dport: u16, dscp: u8) -> PacketInfo {
+        PacketInfo {
+            version: 4,
+            protocol: 17,
+            src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+            dscp,
+            len,
+            fragment: false,
+            src_port: Some(sport),
+            dst_port: Some(dport),
+            tcp_flags: None,
+        }
+    }
+
+    fn voice_rules() -> Classifier {
+        Classifier {
+            rules: vec![
+                Rule { class: TrafficClass::Bundle, protocol: Some(17), ports: Some(16384..=32767), ..Rule::default() },
+                Rule { class: TrafficClass::Opportunistic, dscp: Some(46..=46), ..Rule::default() },
+                Rule { class: TrafficClass::Bundle, mark: Some((3, 3)), ..Rule::default() },
+            ],
+            default: TrafficClass::Bypass,
+        }
+    }
+
+    #[test]
+    fn first_matching_rule_wins_and_default_applies() {
+        let c = voice_rules();
+        assert_eq!(c.classify(&udp(60, 16384, 5000, 46), 0, 1500), TrafficClass::Bundle);
+        assert_eq!(c.classify(&udp(60, 5000, 32767, 0), 0, 1500), TrafficClass::Bundle);
+        assert_eq!(c.classify(&udp(60, 5000, 5001, 46), 0, 1500), TrafficClass::Opportunistic);
+        assert_eq!(c.classify(&udp(60, 5000, 5001, 0), 0, 1500), TrafficClass::Bypass);
+        assert_eq!(c.classify(&udp(60, 5000, 5001, 0), 7, 1500), TrafficClass::Bundle);
+        assert_eq!(c.classify(&udp(60, 5000, 5001, 0), 6, 1500), TrafficClass::Bypass);
+        let all = Classifier { rules: vec![], default: TrafficClass::Opportunistic };
+        assert_eq!(all.classify(&udp(60, 1, 2, 0), 0, 1500), TrafficClass::Opportunistic);
+    }
+
+    #[test]
+    fn forced_bypass_overrides_rules() {
+        let all = Classifier { rules: vec![], default: TrafficClass::Bundle };
+        // larger than half the maximum
+        assert_eq!(all.classify(&udp(750, 1, 2, 0), 0, 1500), TrafficClass::Bundle);
+        assert_eq!(all.classify(&udp(751, 1, 2, 0), 0, 1500), TrafficClass::Bypass);
+        // fragments
+        let mut frag = udp(100, 1, 2, 0);
+        frag.fragment = true;
+        assert_eq!(all.classify(&frag, 0, 1500), TrafficClass::Bypass);
+        // TCP control flags, and TCP without readable flags
+        let mut tcp = udp(60, 1, 2, 0);
+        tcp.protocol = 6;
+        for (flags, class) in [
+            (Some(0x10), TrafficClass::Bundle), // ACK
+            (Some(0x18), TrafficClass::Bundle), // PSH|ACK
+            (Some(tcp_flags::SYN), TrafficClass::Bypass),
+            (Some(tcp_flags::SYN | 0x10), TrafficClass::Bypass),
+            (Some(tcp_flags::FIN | 0x10), TrafficClass::Bypass),
+            (Some(tcp_flags::RST), TrafficClass::Bypass),
+            (None, TrafficClass::Bypass),
+        ] {
+            tcp.tcp_flags = flags;
+            assert_eq!(all.classify(&tcp, 0, 1500), class, "flags {flags:?}");
+        }
+    }
+
+    #[test]
+    fn each_rule_field_filters() {
+        let p = udp(100, 1000, 2000, 10);
+        let m = |r: Rule| r.matches(&p, 0xF0);
+        assert!(m(Rule::default()));
+        assert!(m(Rule { version: Some(4), ..Rule::default() }));
+        assert!(!m(Rule { version: Some(6), ..Rule::default() }));
+        assert!(!m(Rule { protocol: Some(6), ..Rule::default() }));
+        assert!(m(Rule { src_ports: Some(1000..=1000), ..Rule::default() }));
+        assert!(!m(Rule { src_ports: Some(2000..=2000), ..Rule::default() }));
+        assert!(m(Rule { dst_ports: Some(1500..=2500), ..Rule::default() }));
+        assert!(!m(Rule { dst_ports: Some(0..=1999), ..Rule::default() }));
+        assert!(m(Rule { ports: Some(2000..=2000), ..Rule::default() }));
+        assert!(!m(Rule { ports: Some(3000..=4000), ..Rule::default() }));
+        assert!(m(Rule { dscp: Some(8..=10), ..Rule::default() }));
+        assert!(!m(Rule { dscp: Some(46..=46), ..Rule::default() }));
+        assert!(m(Rule { len: Some(0..=100), ..Rule::default() }));
+        assert!(!m(Rule { len: Some(101..=200), ..Rule::default() }));
+        assert!(m(Rule { mark: Some((0x30, 0x30)), ..Rule::default() }));
+        assert!(!m(Rule { mark: Some((0x3, 0x3)), ..Rule::default() }));
+        let mut noports = p;
+        noports.src_port = None;
+        noports.dst_port = None;
+        assert!(!Rule { ports: Some(0..=65535), ..Rule::default() }.matches(&noports, 0));
+        assert!(!Rule { dst_ports: Some(0..=65535), ..Rule::default() }.matches(&noports, 0));
     }
 }

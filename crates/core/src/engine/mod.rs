@@ -20,14 +20,19 @@
 //! ```
 
 pub mod classify;
+mod fifo;
 pub mod stats;
 
 pub use classify::{Classifier, Rule, TrafficClass};
 pub use stats::{Counters, DropReason, Histogram, Stats};
 
-use crate::wire::{Bundle, DecodeError, Encoding};
+use crate::wire::{self, ip, Bundle, BundleWriter, DecodeError, Encoding, MAX_BUNDLE, MAX_PACKETS_PER_BUNDLE};
 use crate::Micros;
+use core::cmp::Reverse;
+use core::hash::{BuildHasherDefault, Hasher};
 use core::net::IpAddr;
+use fifo::ByteFifo;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 /// Who a queue is for: the next hop (hop-by-hop) or the tunnel endpoint (end-to-end).
 pub type PeerKey = IpAddr;
@@ -145,6 +150,25 @@ pub struct Transmit {
     /// DSCP for the outer header: the highest DSCP of the packets inside, so
     /// voice is never demoted to best effort.
     pub dscp: u8,
+    /// Why this datagram left now.
+    pub reason: Reason,
+}
+
+/// Why a [`Transmit`] left when it did (each trigger is also a counter in [`Counters`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// The oldest queued packet reached its hold time (`sent_on_timeout`).
+    Timeout,
+    /// Minimum size, maximum size or maximum packet count reached (`sent_on_size`).
+    Size,
+    /// The link is idle: hold-while-busy release, or an opportunistic packet (`sent_on_idle`).
+    Idle,
+    /// [`Engine::flush`] or [`Engine::remove_peer`] (`sent_on_flush`).
+    Flush,
+    /// The peer does not accept bundles, so its packets leave at once, unchanged.
+    NotAccepted,
+    /// A bypass-class packet.
+    Bypass,
 }
 
 /// Result of [`Engine::handle_packet`].
@@ -156,16 +180,247 @@ pub enum Verdict {
     Dropped(DropReason),
 }
 
+// ---------------------------------------------------------------------------
+// Internal state
+// ---------------------------------------------------------------------------
+
+/// Metadata of one queued packet; its bytes are in the peer's [`ByteFifo`],
+/// back to back in queue order.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    arrival: Micros,
+    len: u32,
+    /// Bytes this packet adds to a bundle when it is not the first (separator + packet).
+    cost: u32,
+    dscp: u8,
+    opportunistic: bool,
+}
+
+/// One bypass packet (bytes in the bypass [`ByteFifo`]).
+#[derive(Clone, Copy, Debug)]
+struct BypassEntry {
+    len: u32,
+    /// Peer slot and its generation, to charge the peer's statistics (if it still exists).
+    slot: u32,
+    gen: u32,
+    dscp: u8,
+}
+
+/// A peer's queue, configuration and statistics.
+#[derive(Debug)]
+struct Slot {
+    key: PeerKey,
+    /// In the peer table (false: free, or draining after `remove_peer`).
+    live: bool,
+    /// Removed by `remove_peer` with packets still queued: they leave alone, then the slot is freed.
+    draining: bool,
+    /// Configured with `set_peer` (keeps its config across `reconfigure`).
+    explicit: bool,
+    /// Bumped when the slot is freed, so bypass entries stop charging its statistics.
+    gen: u32,
+    cfg: PeerConfig,
+    q: VecDeque<Entry>,
+    bytes: ByteFifo,
+    queued_bytes: usize,
+    /// Sum of `Entry::cost` over `q`.
+    cost_sum: usize,
+    opportunistic: usize,
+    /// Packets at the front of `q` that `flush`/`remove_peer` made ready.
+    flush_pending: usize,
+    /// Generation of the one valid deadline-heap entry.
+    dl_gen: u32,
+    /// Generation of the one valid ready-heap entry.
+    rd_gen: u32,
+    in_ready: bool,
+    in_wake: bool,
+    stats: Stats,
+}
+
+impl Slot {
+    fn new(key: PeerKey, cfg: PeerConfig, explicit: bool) -> Self {
+        Slot {
+            key,
+            live: true,
+            draining: false,
+            explicit,
+            gen: 0,
+            cfg,
+            q: VecDeque::new(),
+            bytes: ByteFifo::default(),
+            queued_bytes: 0,
+            cost_sum: 0,
+            opportunistic: 0,
+            flush_pending: 0,
+            dl_gen: 0,
+            rd_gen: 0,
+            in_ready: false,
+            in_wake: false,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Payload + outer overhead of a bundle holding the whole queue.
+    #[inline]
+    fn wire_estimate(&self) -> usize {
+        let enc = self.cfg.encoding;
+        let first_extra = match self.q.front() {
+            Some(e) => cost(enc, e.len as usize, true).saturating_sub(e.cost as usize),
+            None => 0,
+        };
+        self.cfg.outer_overhead + header_len(enc) + self.cost_sum + first_extra
+    }
+
+    /// Minimum size, maximum size or packet count reached.
+    #[inline]
+    fn size_ready(&self) -> bool {
+        if self.q.len() >= self.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE) {
+            return true;
+        }
+        let est = self.wire_estimate();
+        // A bundle exactly at the maximum is full: nothing else can join it.
+        est >= self.cfg.min_size || est >= self.cfg.max_size
+    }
+
+    fn deadline(&self) -> Option<Micros> {
+        self.q.front().map(|e| e.arrival.saturating_add(self.cfg.hold_time))
+    }
+}
+
+#[inline]
+fn header_len(enc: Encoding) -> usize {
+    match enc {
+        Encoding::Native => wire::native::HEADER_LEN,
+        Encoding::Kau => wire::kau::HEADER_LEN,
+        Encoding::Simplemux => wire::simplemux::HEADER_LEN,
+    }
+}
+
+#[inline]
+fn cost(enc: Encoding, len: usize, first: bool) -> usize {
+    match enc {
+        Encoding::Native => wire::native::cost(len, first),
+        Encoding::Kau => wire::kau::cost(len, first),
+        Encoding::Simplemux => wire::simplemux::cost(len, first),
+    }
+}
+
+/// FxHash-style hasher for the peer table. Peer keys are next hops or tunnel
+/// endpoints chosen by routing/configuration, not by remote senders, and the
+/// table is bounded by `max_peers`, so a keyed (SipHash) hasher's cost per
+/// packet buys nothing here.
+#[derive(Clone, Copy, Debug, Default)]
+struct PeerHasher(u64);
+
+impl Hasher for PeerHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64)
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64)
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    #[inline]
+    fn write_u128(&mut self, i: u128) {
+        self.write_u64(i as u64);
+        self.write_u64((i >> 64) as u64);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64)
+    }
+    #[inline]
+    fn write_isize(&mut self, i: isize) {
+        self.write_u64(i as u64)
+    }
+}
+
+type PeerIndex = HashMap<PeerKey, u32, BuildHasherDefault<PeerHasher>>;
+
+/// Ready-heap entry: fullest first (estimated wire bytes), then lower slot index.
+type ReadyItem = (usize, Reverse<u32>, u32);
+/// Deadline-heap entry: earliest first.
+type DeadlineItem = Reverse<(Micros, u32, u32)>;
+
 /// The aggregation state machine. See the module documentation.
+///
+/// Internals: peers live in a slot vector indexed through a hash map (with a
+/// one-entry cache for runs of packets to the same peer). Two binary heaps with
+/// lazy invalidation (a generation per slot) find the next peer to serve in
+/// O(log n): a min-heap of hold-time deadlines (one valid entry per non-empty
+/// peer) and a max-heap of ready peers keyed by size. Peers that only wait for
+/// the link to become idle sit on a wake list that `set_link_busy(false)`
+/// drains. No operation on the packet path scans all peers.
 #[derive(Debug)]
 pub struct Engine {
     config: EngineConfig,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    index: PeerIndex,
+    last: Option<(PeerKey, u32)>,
+    deadlines: BinaryHeap<DeadlineItem>,
+    ready: BinaryHeap<ReadyItem>,
+    ready_count: usize,
+    nonempty: usize,
+    wake: Vec<u32>,
+    bypass: VecDeque<BypassEntry>,
+    bypass_bytes: ByteFifo,
+    bypass_turn: bool,
+    link_busy: bool,
+    now: Micros,
+    queued_packets: usize,
+    queued_bytes: usize,
+    total: Stats,
+}
+
+/// Applies `f` to the total counters and, when given, to a peer's counters.
+#[inline]
+fn count(total: &mut Stats, peer: Option<&mut Stats>, f: impl Fn(&mut Counters)) {
+    f(&mut total.counters);
+    if let Some(p) = peer {
+        f(&mut p.counters);
+    }
 }
 
 impl Engine {
     /// A new engine with no peers.
     pub fn new(config: EngineConfig) -> Self {
-        Engine { config }
+        Engine {
+            config,
+            slots: Vec::new(),
+            free: Vec::new(),
+            index: PeerIndex::default(),
+            last: None,
+            deadlines: BinaryHeap::new(),
+            ready: BinaryHeap::new(),
+            ready_count: 0,
+            nonempty: 0,
+            wake: Vec::new(),
+            bypass: VecDeque::new(),
+            bypass_bytes: ByteFifo::default(),
+            bypass_turn: false,
+            link_busy: false,
+            now: 0,
+            queued_packets: 0,
+            queued_bytes: 0,
+            total: Stats::default(),
+        }
     }
 
     /// The configuration in force.
@@ -175,73 +430,224 @@ impl Engine {
 
     /// Replaces the classifier, link mode, defaults and limits without losing
     /// queued packets (configuration reload).
+    ///
+    /// Peers created on demand take the new `peer_defaults` (their queues are
+    /// trimmed to the new limits, oldest first); peers configured with
+    /// [`Engine::set_peer`] keep their configuration. A smaller `max_peers`
+    /// only refuses new peers until the table is small enough.
     pub fn reconfigure(&mut self, config: EngineConfig) {
         self.config = config;
-        todo!("engine::reconfigure")
+        for i in 0..self.slots.len() {
+            let s = &self.slots[i];
+            if !s.live {
+                continue;
+            }
+            if !s.explicit {
+                let cfg = self.config.peer_defaults.clone();
+                self.apply_peer_config(i, cfg);
+            } else {
+                self.refresh(i, true);
+            }
+        }
+        self.settle();
     }
 
     /// Creates or updates a peer. Fails only when the table is full.
+    ///
+    /// Updating keeps the queue: packets are re-costed for a new encoding,
+    /// trimmed (oldest first) to new limits, and re-timed for a new hold time.
     pub fn set_peer(&mut self, peer: PeerKey, config: PeerConfig) -> Result<(), DropReason> {
-        let _ = (peer, config);
-        todo!("engine::set_peer")
+        match self.lookup(peer) {
+            Some(i) => {
+                self.slots[i].explicit = true;
+                self.apply_peer_config(i, config);
+            }
+            None => {
+                self.create_peer(peer, config, true)?;
+            }
+        }
+        self.settle();
+        Ok(())
     }
 
     /// Removes a peer; its queued packets leave unbundled first (they are
     /// returned by later `poll_transmit` calls), never silently lost.
+    ///
+    /// Until its queue has drained, the removed peer's slot still counts
+    /// against `max_peers`; a packet for the same key meanwhile creates a new peer.
     pub fn remove_peer(&mut self, peer: PeerKey) {
-        let _ = peer;
-        todo!("engine::remove_peer")
+        let Some(i) = self.lookup(peer) else { return };
+        self.index.remove(&peer);
+        self.last = None;
+        let s = &mut self.slots[i];
+        s.live = false;
+        if s.q.is_empty() {
+            self.free_slot(i);
+        } else {
+            s.draining = true;
+            s.flush_pending = s.q.len();
+            self.refresh(i, false);
+        }
+        self.settle();
     }
 
-    /// Changes a peer's maximum bundle size (link adaptation).
+    /// Changes a peer's maximum bundle size (link adaptation). Unknown peers are ignored.
     pub fn set_peer_max_size(&mut self, peer: PeerKey, max_size: usize) {
-        let _ = (peer, max_size);
-        todo!("engine::set_peer_max_size")
+        if let Some(i) = self.lookup(peer) {
+            if self.slots[i].cfg.max_size != max_size {
+                self.slots[i].cfg.max_size = max_size;
+                self.refresh(i, false);
+                self.settle();
+            }
+        }
     }
 
     /// The configuration of a peer, if known.
     pub fn peer(&self, peer: PeerKey) -> Option<&PeerConfig> {
-        let _ = peer;
-        todo!("engine::peer")
+        self.index.get(&peer).map(|&i| &self.slots[i as usize].cfg)
     }
 
     /// Hands one outgoing IP packet to the engine. The bytes are copied.
     pub fn handle_packet(&mut self, now: Micros, peer: PeerKey, packet: &[u8], mark: u32) -> Verdict {
-        let _ = (now, peer, packet, mark);
-        todo!("engine::handle_packet")
+        self.advance(now);
+        let len = packet.len();
+        self.total.counters.packets_in += 1;
+        self.total.counters.bytes_in += len as u64;
+        let existing = self.lookup(peer);
+        if let Some(i) = existing {
+            let c = &mut self.slots[i].stats.counters;
+            c.packets_in += 1;
+            c.bytes_in += len as u64;
+        }
+        if len > MAX_BUNDLE {
+            return self.drop_new(existing, DropReason::TooLarge);
+        }
+        let info = match ip::inspect(packet) {
+            Ok(info) => info,
+            Err(_) => return self.drop_new(existing, DropReason::Malformed),
+        };
+        let i = match existing {
+            Some(i) => i,
+            None => match self.create_peer(peer, self.config.peer_defaults.clone(), false) {
+                Ok(i) => {
+                    let c = &mut self.slots[i].stats.counters;
+                    c.packets_in += 1;
+                    c.bytes_in += len as u64;
+                    i
+                }
+                Err(reason) => return self.drop_new(None, reason),
+            },
+        };
+        let mut max_changed = false;
+        if self.config.dynamic_marking && mark & 3 == 3 {
+            let m = ((mark >> 2) & 0xFFFF) as usize;
+            let s = &mut self.slots[i];
+            if m != 0 && m != s.cfg.max_size {
+                s.cfg.max_size = m;
+                max_changed = true;
+            }
+        }
+        let s = &self.slots[i];
+        let mut class = self.config.classifier.classify(&info, mark, s.cfg.max_size);
+        if class != TrafficClass::Bypass && s.cfg.accepts_bundles && !s.cfg.encoding.can_carry(packet) {
+            class = TrafficClass::Bypass;
+        }
+        let verdict = if class == TrafficClass::Bypass {
+            self.enqueue_bypass(i, packet, info.dscp)
+        } else {
+            self.enqueue(i, packet, info.dscp, class == TrafficClass::Opportunistic)
+        };
+        if max_changed && !matches!(verdict, Verdict::Queued(TrafficClass::Bundle | TrafficClass::Opportunistic)) {
+            // The new maximum may have made this peer's queue full.
+            self.refresh(i, false);
+        }
+        self.settle();
+        match verdict {
+            Verdict::Queued(_) => Verdict::Queued(class),
+            d => d,
+        }
     }
 
-    /// Tells the engine whether the link below is busy (only used in
-    /// [`LinkMode::HoldWhileBusy`]).
+    /// Tells the engine whether the link below is busy. Used for
+    /// opportunistic packets in every mode and for every packet in
+    /// [`LinkMode::HoldWhileBusy`].
     pub fn set_link_busy(&mut self, now: Micros, busy: bool) {
-        let _ = (now, busy);
-        todo!("engine::set_link_busy")
+        self.advance(now);
+        if busy == self.link_busy {
+            return;
+        }
+        self.link_busy = busy;
+        if !busy {
+            let mut wake = core::mem::take(&mut self.wake);
+            for &i in &wake {
+                let i = i as usize;
+                self.slots[i].in_wake = false;
+                if !self.slots[i].in_ready {
+                    self.refresh(i, false);
+                }
+            }
+            wake.clear();
+            self.wake = wake;
+        }
+        self.settle();
     }
 
-    /// Advances time: queues whose hold time expired become ready.
+    /// Advances time: queues whose hold time expired become ready (they are
+    /// served, oldest deadline first, by the next `poll_transmit`).
     pub fn handle_timeout(&mut self, now: Micros) {
-        let _ = now;
-        todo!("engine::handle_timeout")
+        self.advance(now);
+        self.settle();
     }
 
     /// The earliest time at which [`Engine::handle_timeout`] must be called.
+    ///
+    /// When something is ready to send already, this is the latest time the
+    /// engine has been given (drain `poll_transmit` now); `None` when nothing
+    /// is queued.
     pub fn poll_timeout(&self) -> Option<Micros> {
-        todo!("engine::poll_timeout")
+        if self.ready_count > 0 || !self.bypass.is_empty() {
+            return Some(self.now);
+        }
+        self.deadlines.peek().map(|Reverse((t, _, _))| *t)
     }
 
     /// Writes the next datagram to send into `buf` (which should hold at least
     /// the largest peer `max_size`). Bypass and bundled output alternate
     /// (round robin); among peers, one whose oldest packet is due goes first,
     /// then the fullest.
+    ///
+    /// A packet longer than `buf` is dropped ([`DropReason::TooLarge`]).
     pub fn poll_transmit(&mut self, now: Micros, buf: &mut [u8]) -> Option<Transmit> {
-        let _ = (now, buf);
-        todo!("engine::poll_transmit")
+        self.advance(now);
+        let t = if self.bypass_turn {
+            match self.next_bypass(buf) {
+                Some(t) => Some(t),
+                None => self.next_bundle(buf),
+            }
+        } else {
+            match self.next_bundle(buf) {
+                Some(t) => Some(t),
+                None => self.next_bypass(buf),
+            }
+        };
+        if let Some(t) = &t {
+            self.bypass_turn = t.kind != TransmitKind::Bypass;
+        }
+        self.settle();
+        t
     }
 
     /// Makes every queued packet ready now (clean stop): afterwards
     /// `poll_transmit` drains all queues.
     pub fn flush(&mut self) {
-        todo!("engine::flush")
+        for i in 0..self.slots.len() {
+            let s = &mut self.slots[i];
+            if !s.q.is_empty() {
+                s.flush_pending = s.q.len();
+                self.refresh(i, false);
+            }
+        }
+        self.settle();
     }
 
     /// Decodes a bundle received from `peer` with `encoding`, counting the
@@ -252,28 +658,475 @@ impl Engine {
         encoding: Encoding,
         payload: &'a [u8],
     ) -> Result<Bundle<'a>, DecodeError> {
-        let _ = (peer, encoding, payload);
-        todo!("engine::receive")
+        let i = self.lookup(peer);
+        let ps = i.map(|i| &mut self.slots[i].stats);
+        let r = encoding.decode(payload);
+        match &r {
+            Ok(b) => {
+                let n = b.len() as u64;
+                self.total.counters.bundles_received += 1;
+                self.total.counters.packets_received += n;
+                if let Some(p) = ps {
+                    p.counters.bundles_received += 1;
+                    p.counters.packets_received += n;
+                }
+            }
+            Err(e) => count(&mut self.total, ps, |c| c.decode_errors[e.index()] += 1),
+        }
+        r
     }
 
     /// Packets and bytes currently queued (all peers and the bypass FIFO).
     pub fn queued(&self) -> (usize, usize) {
-        todo!("engine::queued")
+        (self.queued_packets, self.queued_bytes)
     }
 
     /// Totals over all peers.
     pub fn stats(&self) -> &Stats {
-        todo!("engine::stats")
+        &self.total
     }
 
     /// Statistics of one peer.
     pub fn peer_stats(&self, peer: PeerKey) -> Option<&Stats> {
-        let _ = peer;
-        todo!("engine::peer_stats")
+        self.index.get(&peer).map(|&i| &self.slots[i as usize].stats)
     }
 
     /// Known peers, in no particular order.
     pub fn peers(&self) -> impl Iterator<Item = PeerKey> + '_ {
-        core::iter::empty()
+        self.index.keys().copied()
+    }
+
+    /// Whether the engine currently believes the link is busy.
+    pub fn link_busy(&self) -> bool {
+        self.link_busy
+    }
+
+    /// Packets and bytes queued for one peer (bypass packets excluded).
+    pub fn peer_queued(&self, peer: PeerKey) -> Option<(usize, usize)> {
+        self.index.get(&peer).map(|&i| {
+            let s = &self.slots[i as usize];
+            (s.q.len(), s.queued_bytes)
+        })
+    }
+
+    // -----------------------------------------------------------------------
+    // internals
+    // -----------------------------------------------------------------------
+
+    #[inline]
+    fn advance(&mut self, now: Micros) {
+        if now > self.now {
+            self.now = now;
+        }
+    }
+
+    #[inline]
+    fn lookup(&mut self, peer: PeerKey) -> Option<usize> {
+        if let Some((k, i)) = self.last {
+            if k == peer {
+                return Some(i as usize);
+            }
+        }
+        let i = *self.index.get(&peer)?;
+        self.last = Some((peer, i));
+        Some(i as usize)
+    }
+
+    fn create_peer(&mut self, peer: PeerKey, cfg: PeerConfig, explicit: bool) -> Result<usize, DropReason> {
+        let used = self.slots.len() - self.free.len();
+        if used >= self.config.max_peers {
+            return Err(DropReason::PeerTableFull);
+        }
+        let i = match self.free.pop() {
+            Some(i) => {
+                let s = &mut self.slots[i as usize];
+                debug_assert!(s.q.is_empty() && !s.live);
+                s.key = peer;
+                s.live = true;
+                s.draining = false;
+                s.explicit = explicit;
+                s.cfg = cfg;
+                s.flush_pending = 0;
+                s.stats.clear();
+                i as usize
+            }
+            None => {
+                self.slots.push(Slot::new(peer, cfg, explicit));
+                self.slots.len() - 1
+            }
+        };
+        self.index.insert(peer, i as u32);
+        self.last = Some((peer, i as u32));
+        Ok(i)
+    }
+
+    fn free_slot(&mut self, i: usize) {
+        let s = &mut self.slots[i];
+        debug_assert!(s.q.is_empty());
+        s.live = false;
+        s.draining = false;
+        s.gen = s.gen.wrapping_add(1);
+        s.dl_gen = s.dl_gen.wrapping_add(1);
+        s.rd_gen = s.rd_gen.wrapping_add(1);
+        if s.in_ready {
+            s.in_ready = false;
+            self.ready_count -= 1;
+        }
+        self.free.push(i as u32);
+    }
+
+    fn drop_new(&mut self, slot: Option<usize>, reason: DropReason) -> Verdict {
+        let ps = slot.map(|i| &mut self.slots[i].stats);
+        count(&mut self.total, ps, |c| c.dropped[reason.index()] += 1);
+        self.settle();
+        Verdict::Dropped(reason)
+    }
+
+    fn enqueue_bypass(&mut self, i: usize, packet: &[u8], dscp: u8) -> Verdict {
+        if self.bypass.len() >= self.config.bypass_queue_limit {
+            return self.drop_new(Some(i), DropReason::BypassQueueFull);
+        }
+        self.bypass_bytes.push(packet);
+        self.bypass.push_back(BypassEntry { len: packet.len() as u32, slot: i as u32, gen: self.slots[i].gen, dscp });
+        self.queued_packets += 1;
+        self.queued_bytes += packet.len();
+        Verdict::Queued(TrafficClass::Bypass)
+    }
+
+    fn enqueue(&mut self, i: usize, packet: &[u8], dscp: u8, opportunistic: bool) -> Verdict {
+        let len = packet.len();
+        let s = &self.slots[i];
+        if len > s.cfg.queue_limit_bytes {
+            return self.drop_new(Some(i), DropReason::QueueBytes);
+        }
+        if s.cfg.queue_limit_packets == 0 {
+            return self.drop_new(Some(i), DropReason::QueuePackets);
+        }
+        let mut front_changed = s.q.is_empty();
+        while self.slots[i].q.len() >= self.slots[i].cfg.queue_limit_packets {
+            self.drop_front(i, DropReason::QueuePackets);
+            front_changed = true;
+        }
+        while self.slots[i].queued_bytes + len > self.slots[i].cfg.queue_limit_bytes {
+            self.drop_front(i, DropReason::QueueBytes);
+            front_changed = true;
+        }
+        let s = &mut self.slots[i];
+        if s.q.is_empty() {
+            self.nonempty += 1;
+        }
+        let c = cost(s.cfg.encoding, len, false);
+        s.bytes.push(packet);
+        s.q.push_back(Entry { arrival: self.now, len: len as u32, cost: c as u32, dscp, opportunistic });
+        s.queued_bytes += len;
+        s.cost_sum += c;
+        s.opportunistic += opportunistic as usize;
+        self.queued_packets += 1;
+        self.queued_bytes += len;
+        self.refresh(i, front_changed);
+        Verdict::Queued(TrafficClass::Bundle)
+    }
+
+    /// Drops the oldest packet of slot `i` (no deadline/ready bookkeeping).
+    fn drop_front(&mut self, i: usize, reason: DropReason) {
+        let s = &mut self.slots[i];
+        let Some(e) = s.q.pop_front() else { return };
+        s.bytes.pop(e.len as usize);
+        s.queued_bytes -= e.len as usize;
+        s.cost_sum -= e.cost as usize;
+        s.opportunistic -= e.opportunistic as usize;
+        s.flush_pending = s.flush_pending.saturating_sub(1);
+        if s.q.is_empty() {
+            self.nonempty -= 1;
+        }
+        self.queued_packets -= 1;
+        self.queued_bytes -= e.len as usize;
+        count(&mut self.total, Some(&mut s.stats), |c| c.dropped[reason.index()] += 1);
+    }
+
+    /// Applies a new configuration to slot `i`, keeping its queue.
+    fn apply_peer_config(&mut self, i: usize, cfg: PeerConfig) {
+        let s = &mut self.slots[i];
+        if s.cfg.encoding != cfg.encoding {
+            let mut sum = 0;
+            for e in s.q.iter_mut() {
+                e.cost = cost(cfg.encoding, e.len as usize, false) as u32;
+                sum += e.cost as usize;
+            }
+            s.cost_sum = sum;
+        }
+        s.cfg = cfg;
+        while self.slots[i].q.len() > self.slots[i].cfg.queue_limit_packets {
+            self.drop_front(i, DropReason::QueuePackets);
+        }
+        while self.slots[i].queued_bytes > self.slots[i].cfg.queue_limit_bytes {
+            self.drop_front(i, DropReason::QueueBytes);
+        }
+        self.refresh(i, true);
+    }
+
+    /// Re-establishes slot `i`'s heap and wake-list membership after any change
+    /// to its queue, configuration or the link state. `front_changed`: the
+    /// oldest packet (hence the deadline) may have changed.
+    fn refresh(&mut self, i: usize, front_changed: bool) {
+        if front_changed {
+            let s = &mut self.slots[i];
+            s.dl_gen = s.dl_gen.wrapping_add(1);
+            if let Some(d) = s.deadline() {
+                self.deadlines.push(Reverse((d, i as u32, s.dl_gen)));
+                if self.deadlines.len() > 2 * self.nonempty + 64 {
+                    let slots = &self.slots;
+                    self.deadlines.retain(|Reverse((_, j, g))| slots[*j as usize].dl_gen == *g);
+                }
+            }
+        }
+        let ready = self.ready_reason(i).is_some();
+        let s = &mut self.slots[i];
+        if ready {
+            s.rd_gen = s.rd_gen.wrapping_add(1);
+            let key = s.wire_estimate();
+            self.ready.push((key, Reverse(i as u32), s.rd_gen));
+            if !s.in_ready {
+                s.in_ready = true;
+                self.ready_count += 1;
+            }
+            if self.ready.len() > 2 * self.ready_count + 64 {
+                let slots = &self.slots;
+                self.ready.retain(|(_, Reverse(j), g)| {
+                    let s = &slots[*j as usize];
+                    s.in_ready && s.rd_gen == *g
+                });
+            }
+        } else {
+            if s.in_ready {
+                s.in_ready = false;
+                s.rd_gen = s.rd_gen.wrapping_add(1);
+                self.ready_count -= 1;
+            }
+            self.maybe_wake(i);
+        }
+    }
+
+    /// Puts slot `i` on the wake list if it waits for the link to become idle.
+    fn maybe_wake(&mut self, i: usize) {
+        let s = &mut self.slots[i];
+        if self.link_busy
+            && !s.in_wake
+            && !s.q.is_empty()
+            && (self.config.link_mode == LinkMode::HoldWhileBusy || s.opportunistic > 0)
+        {
+            s.in_wake = true;
+            self.wake.push(i as u32);
+        }
+    }
+
+    /// Why slot `i` may send now, apart from its hold time (the deadline heap's job).
+    #[inline]
+    fn ready_reason(&self, i: usize) -> Option<Reason> {
+        let s = &self.slots[i];
+        if s.q.is_empty() {
+            return None;
+        }
+        if s.draining || s.flush_pending > 0 {
+            return Some(Reason::Flush);
+        }
+        if !s.cfg.accepts_bundles {
+            return Some(Reason::NotAccepted);
+        }
+        if s.size_ready() {
+            return Some(Reason::Size);
+        }
+        if !self.link_busy && (self.config.link_mode == LinkMode::HoldWhileBusy || s.opportunistic > 0) {
+            return Some(Reason::Idle);
+        }
+        None
+    }
+
+    /// Drops pop-stale entries from the top of the deadline heap so that
+    /// `poll_timeout` (which cannot mutate) reads a valid deadline.
+    #[inline]
+    fn settle(&mut self) {
+        while let Some(Reverse((_, j, g))) = self.deadlines.peek() {
+            if self.slots[*j as usize].dl_gen == *g {
+                break;
+            }
+            self.deadlines.pop();
+        }
+    }
+
+    fn next_bypass(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+        while let Some(e) = self.bypass.pop_front() {
+            let len = e.len as usize;
+            self.queued_packets -= 1;
+            self.queued_bytes -= len;
+            let slot = &mut self.slots[e.slot as usize];
+            let key = slot.key;
+            let ps = (slot.gen == e.gen).then_some(&mut slot.stats);
+            if len > buf.len() {
+                self.bypass_bytes.pop(len);
+                count(&mut self.total, ps, |c| c.dropped[DropReason::TooLarge.index()] += 1);
+                continue;
+            }
+            buf[..len].copy_from_slice(self.bypass_bytes.get(0, len));
+            self.bypass_bytes.pop(len);
+            count(&mut self.total, ps, |c| c.bypass_packets += 1);
+            let ps = (slot.gen == e.gen).then_some(&mut slot.stats);
+            count(&mut self.total, ps, |c| c.bypass_bytes += len as u64);
+            return Some(Transmit { peer: key, len, kind: TransmitKind::Bypass, dscp: e.dscp, reason: Reason::Bypass });
+        }
+        None
+    }
+
+    /// Serves the peer whose oldest packet is due, else the fullest ready peer.
+    fn next_bundle(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+        let now = self.now;
+        loop {
+            let mut pick = None;
+            if let Some(&Reverse((t, j, g))) = self.deadlines.peek() {
+                if self.slots[j as usize].dl_gen != g {
+                    self.deadlines.pop();
+                    continue;
+                }
+                if t <= now {
+                    self.deadlines.pop();
+                    let s = &self.slots[j as usize];
+                    // A flushing/removed peer's packets count as flushed even when late.
+                    let reason = if s.draining || s.flush_pending > 0 {
+                        Reason::Flush
+                    } else if !s.cfg.accepts_bundles {
+                        Reason::NotAccepted
+                    } else {
+                        Reason::Timeout
+                    };
+                    pick = Some((j as usize, reason));
+                }
+            }
+            if pick.is_none() {
+                let (_, Reverse(j), g) = self.ready.pop()?;
+                let j = j as usize;
+                let s = &self.slots[j];
+                if !s.in_ready || s.rd_gen != g {
+                    continue;
+                }
+                match self.ready_reason(j) {
+                    Some(r) => pick = Some((j, r)),
+                    None => {
+                        // No longer ready (the link became busy again).
+                        let s = &mut self.slots[j];
+                        s.in_ready = false;
+                        s.rd_gen = s.rd_gen.wrapping_add(1);
+                        self.ready_count -= 1;
+                        self.maybe_wake(j);
+                        continue;
+                    }
+                }
+            }
+            let (j, reason) = pick.expect("picked above");
+            let t = self.serve(j, reason, now, buf);
+            if self.slots[j].q.is_empty() {
+                self.nonempty -= 1;
+                if self.slots[j].draining {
+                    self.free_slot(j);
+                } else {
+                    self.refresh(j, true);
+                }
+            } else {
+                self.refresh(j, true);
+            }
+            if t.is_some() {
+                return t;
+            }
+        }
+    }
+
+    /// Sends the next bundle (or single packet) of slot `j`, which is non-empty.
+    /// Returns `None` only when the packet at the front was too large for `buf`
+    /// and was dropped. Leaves heap bookkeeping (and `nonempty`) to the caller.
+    fn serve(&mut self, j: usize, reason: Reason, now: Micros, buf: &mut [u8]) -> Option<Transmit> {
+        let s = &mut self.slots[j];
+        let key = s.key;
+        let enc = s.cfg.encoding;
+        let mut n = 0;
+        let mut len = 0;
+        if s.cfg.accepts_bundles && !s.draining && s.q.len() > 1 {
+            let limit = s.cfg.max_size.saturating_sub(s.cfg.outer_overhead).min(buf.len()).min(MAX_BUNDLE);
+            let maxp = s.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE);
+            if let Some(mut w) = BundleWriter::new(enc, &mut buf[..limit]) {
+                let mut off = 0;
+                for e in s.q.iter().take(maxp) {
+                    let l = e.len as usize;
+                    if w.push(s.bytes.get(off, l)).is_err() {
+                        break;
+                    }
+                    off += l;
+                }
+                n = w.count();
+                len = w.finish();
+            }
+        }
+        let kind = if n >= 2 {
+            TransmitKind::Bundle { packets: n as u16, encoding: enc }
+        } else {
+            n = 1;
+            let e = s.q[0];
+            len = e.len as usize;
+            if len > buf.len() {
+                s.q.pop_front();
+                s.bytes.pop(len);
+                s.queued_bytes -= len;
+                s.cost_sum -= e.cost as usize;
+                s.opportunistic -= e.opportunistic as usize;
+                s.flush_pending = s.flush_pending.saturating_sub(1);
+                self.queued_packets -= 1;
+                self.queued_bytes -= len;
+                count(&mut self.total, Some(&mut s.stats), |c| c.dropped[DropReason::TooLarge.index()] += 1);
+                return None;
+            }
+            buf[..len].copy_from_slice(s.bytes.get(0, len));
+            TransmitKind::Single
+        };
+        let mut dscp = 0;
+        let mut inner_bytes = 0usize;
+        for _ in 0..n {
+            let e = s.q.pop_front().expect("n <= queue length");
+            let l = e.len as usize;
+            s.bytes.pop(l);
+            s.cost_sum -= e.cost as usize;
+            s.opportunistic -= e.opportunistic as usize;
+            inner_bytes += l;
+            dscp = dscp.max(e.dscp);
+            let hold = now.saturating_sub(e.arrival);
+            let b = s.stats.hold_time_us.bucket(hold);
+            s.stats.hold_time_us.record_in(b, hold);
+            self.total.hold_time_us.record_in(b, hold);
+        }
+        s.queued_bytes -= inner_bytes;
+        s.flush_pending = s.flush_pending.saturating_sub(n);
+        self.queued_packets -= n;
+        self.queued_bytes -= inner_bytes;
+        let (t, p) = (&mut self.total, &mut s.stats);
+        for st in [t, p] {
+            let c = &mut st.counters;
+            if n >= 2 {
+                c.aggregated_packets += n as u64;
+                c.aggregated_bytes += inner_bytes as u64;
+                c.bundles += 1;
+                c.bundle_wire_bytes += (len + s.cfg.outer_overhead) as u64;
+            } else {
+                c.unaggregated_packets += 1;
+                c.unaggregated_bytes += inner_bytes as u64;
+            }
+            match reason {
+                Reason::Timeout => c.sent_on_timeout += 1,
+                Reason::Size => c.sent_on_size += 1,
+                Reason::Idle => c.sent_on_idle += 1,
+                Reason::Flush => c.sent_on_flush += 1,
+                Reason::NotAccepted | Reason::Bypass => {}
+            }
+            if n >= 2 {
+                st.bundle_packets.record(n as u64);
+            }
+        }
+        Some(Transmit { peer: key, len, kind, dscp, reason })
     }
 }

@@ -1,5 +1,7 @@
 //! Counters and histograms, per peer and in total (seed 001's statistics plus
 //! drops and decode errors by reason). Plain numbers; rendering is the caller's.
+//!
+//! Must not touch: policy (what is counted when is decided in [`crate::engine`]).
 
 use crate::wire::DecodeError;
 
@@ -80,10 +82,29 @@ impl Histogram {
     }
     /// Records one value (no allocation).
     pub fn record(&mut self, value: u64) {
-        let i = self.bounds.partition_point(|&b| b < value);
-        self.counts[i] += 1;
+        let i = self.bucket(value);
+        self.record_in(i, value);
+    }
+    /// The bucket index `value` falls in (so one lookup can feed two histograms
+    /// with the same bounds).
+    #[inline]
+    pub fn bucket(&self, value: u64) -> usize {
+        self.bounds.partition_point(|&b| b < value)
+    }
+    /// Records `value` in bucket `i`, as returned by [`Histogram::bucket`] for
+    /// the same bounds (an out-of-range index counts in the overflow bucket).
+    #[inline]
+    pub fn record_in(&mut self, i: usize, value: u64) {
+        let last = self.counts.len() - 1;
+        self.counts[i.min(last)] += 1;
         self.sum = self.sum.saturating_add(value);
         self.total += 1;
+    }
+    /// Clears all counts, keeping the allocation.
+    pub fn clear(&mut self) {
+        self.counts.iter_mut().for_each(|c| *c = 0);
+        self.sum = 0;
+        self.total = 0;
     }
     /// Mean of recorded values, 0 when empty.
     pub fn mean(&self) -> f64 {
@@ -188,6 +209,60 @@ impl Default for Stats {
             counters: Counters::default(),
             bundle_packets: Histogram::new(BUNDLE_SIZE_BOUNDS),
             hold_time_us: Histogram::new(HOLD_TIME_BOUNDS_US),
+        }
+    }
+}
+
+impl Stats {
+    /// Zeroes everything, keeping the histogram allocations (peer slot reuse).
+    pub fn clear(&mut self) {
+        self.counters = Counters::default();
+        self.bundle_packets.clear();
+        self.hold_time_us.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_inclusive_upper_bounds() {
+        let mut h = Histogram::new(HOLD_TIME_BOUNDS_US);
+        for v in [0, 1, 10, 11, 100_000, 100_001, u64::MAX] {
+            h.record(v);
+        }
+        assert_eq!(h.counts[0], 1); // 0
+        assert_eq!(h.counts[1], 2); // 1, 10
+        assert_eq!(h.counts[2], 1); // 11
+        assert_eq!(h.counts[12], 1); // 100_000
+        assert_eq!(h.counts[13], 2); // overflow
+        assert_eq!(h.total, 7);
+        assert_eq!(h.sum, u64::MAX); // saturates
+        let mut g = Histogram::new(HOLD_TIME_BOUNDS_US);
+        g.record(5);
+        g.merge(&h);
+        assert_eq!(g.total, 8);
+        assert_eq!(g.counts[1], 3);
+        g.clear();
+        assert_eq!((g.total, g.sum, g.counts.iter().sum::<u64>()), (0, 0, 0));
+    }
+
+    #[test]
+    fn ratios_follow_seed_001() {
+        let mut c = Counters::default();
+        assert_eq!(c.aggregation_ratio(), 1.0);
+        assert_eq!(c.average_aggregation(), 0.0);
+        c.aggregated_packets = 30;
+        c.bundles = 10;
+        c.unaggregated_packets = 10;
+        assert_eq!(c.aggregation_ratio(), 2.0); // (30 + 10) / (10 + 10)
+        assert_eq!(c.average_aggregation(), 3.0);
+        c.dropped[DropReason::QueueBytes.index()] = 2;
+        c.dropped[DropReason::Malformed.index()] = 1;
+        assert_eq!(c.dropped_total(), 3);
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
         }
     }
 }
