@@ -169,6 +169,10 @@ pub struct DaemonSection {
     pub mode: Mode,
     /// TUN device name (at most 15 bytes).
     pub tun: String,
+    /// MTU of the TUN device (packets larger than this are not steered intact).
+    pub tun_mtu: u32,
+    /// Queue length of the TUN device, packets (burst absorption before the daemon reads).
+    pub tun_txqueuelen: u32,
     /// Unix socket for `airpack stats` / `airpack peers`.
     pub control_socket: PathBuf,
     /// error|warn|info|debug|trace (`RUST_LOG` overrides).
@@ -201,6 +205,8 @@ impl Default for DaemonSection {
         DaemonSection {
             mode: Mode::HopByHop,
             tun: "airpack0".into(),
+            tun_mtu: 1500,
+            tun_txqueuelen: 4096,
             control_socket: PathBuf::from("/run/airpack/airpack.sock"),
             log: LogLevel::Info,
             prometheus: None,
@@ -845,6 +851,12 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
 
     if !valid_ifname(&d.tun) {
         return Err(at.err("daemon", 0, "tun", format!("{:?} is not a valid interface name (1-15 of [A-Za-z0-9-_.])", d.tun)));
+    }
+    if !(576..=65_535).contains(&d.tun_mtu) {
+        return Err(at.err("daemon", 0, "tun_mtu", format!("{} must be in 576-65535", d.tun_mtu)));
+    }
+    if !(16..=1_000_000).contains(&d.tun_txqueuelen) {
+        return Err(at.err("daemon", 0, "tun_txqueuelen", format!("{} must be in 16-1000000", d.tun_txqueuelen)));
     }
     for i in &d.interfaces {
         if !valid_ifname(i) {

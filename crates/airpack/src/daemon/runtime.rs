@@ -1,0 +1,796 @@
+//! The event loop: one thread, one epoll, driving the sans-IO engine.
+//!
+//! Owns: the daemon's descriptors (TUN, bundle sockets, raw sender, timerfd,
+//! signalfd, route monitor, control listeners), the peer lookup (hop-by-hop:
+//! the kernel's next hop via the route resolver; end-to-end: longest-prefix
+//! match over `allowed_ips`), the receive-side checks (known peer, allowed
+//! inner source), the link-busy signal (SIOCOUTQ) and the lifecycle (start,
+//! SIGHUP reload, SIGTERM flush and clean exit).
+//!
+//! Must not touch: packet formats or queueing policy (that is
+//! `airpack_core::Engine`), kernel plumbing details (that is `crate::linux`).
+//! Per packet it neither allocates nor logs above trace level; every error on
+//! the data path is counted and survived.
+
+use super::config::{LinkModeCfg, Mode, Plan, Source, SourceCheck, Transport};
+use super::control::{Request, Server, TOK_CONN_BASE, TOK_CONTROL, TOK_METRICS};
+use super::stats::{self, DaemonCounters};
+use super::sys;
+use crate::linux::{
+    monotonic_micros, BundleSocket, Events, Family, Interest, Poller, RawIpSender, RouteMonitor, RouteResolver,
+    Signals, Steering, Timer, Tun, UdpBundleSocket,
+};
+use airpack_core::{Encoding, Engine, TransmitKind};
+use anyhow::Context;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use tracing::{debug, error, info, trace, warn};
+
+const TOK_TUN: u64 = 1;
+const TOK_B4: u64 = 2;
+const TOK_B6: u64 = 3;
+const TOK_U4: u64 = 4;
+const TOK_U6: u64 = 5;
+const TOK_TIMER: u64 = 6;
+const TOK_SIG: u64 = 7;
+const TOK_MON: u64 = 10;
+
+/// Packets read from one descriptor per wakeup (fairness between TUN and sockets).
+const BATCH: usize = 64;
+/// While packets are held and the link is busy, SIOCOUTQ is re-read this often (µs).
+pub const BUSY_RECHECK_US: u64 = 150;
+/// Buffers: the largest IP packet.
+const BUF: usize = 65_536;
+/// Upper bound on TUN packets drained at shutdown.
+const SHUTDOWN_DRAIN_MAX: usize = 1 << 20;
+
+/// The daemon's sending and receiving sockets.
+struct Sockets {
+    transport: Transport,
+    udp_port: u16,
+    b4: Option<BundleSocket>,
+    b6: Option<BundleSocket>,
+    u4: Option<UdpBundleSocket>,
+    u6: Option<UdpBundleSocket>,
+    raw: RawIpSender,
+}
+
+impl Sockets {
+    fn open(plan: &Plan) -> anyhow::Result<Sockets> {
+        let d = &plan.config.daemon;
+        let mark = d.bypass_mark;
+        let proto = plan.config.aggregation.protocol;
+        let raw = RawIpSender::open(mark).context("opening the raw IP sender (needs CAP_NET_RAW)")?;
+        let (mut b4, mut b6, mut u4, mut u6) = (None, None, None, None);
+        match d.transport {
+            Transport::Ip => {
+                b4 = Some(BundleSocket::open(Family::V4, proto, mark).context("opening the IPv4 bundle socket")?);
+                match BundleSocket::open(Family::V6, proto, mark) {
+                    Ok(s) => b6 = Some(s),
+                    Err(e) => warn!("no IPv6 bundle socket ({e}); IPv6 peers cannot get bundles"),
+                }
+            }
+            Transport::Udp => {
+                let a4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), d.udp_port);
+                u4 = Some(UdpBundleSocket::bind(a4, mark).with_context(|| format!("binding UDP {a4}"))?);
+                let a6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), d.udp_port);
+                match UdpBundleSocket::bind(a6, mark) {
+                    Ok(s) => u6 = Some(s),
+                    Err(e) => warn!("no IPv6 UDP bundle socket ({e}); IPv6 peers cannot get bundles"),
+                }
+            }
+        }
+        Ok(Sockets { transport: d.transport, udp_port: d.udp_port, b4, b6, u4, u6, raw })
+    }
+
+    fn register(&self, poller: &Poller) -> io::Result<()> {
+        if let Some(s) = &self.b4 {
+            poller.add(s.as_raw_fd(), TOK_B4, Interest::READ)?;
+        }
+        if let Some(s) = &self.b6 {
+            poller.add(s.as_raw_fd(), TOK_B6, Interest::READ)?;
+        }
+        if let Some(s) = &self.u4 {
+            poller.add(s.as_raw_fd(), TOK_U4, Interest::READ)?;
+        }
+        if let Some(s) = &self.u6 {
+            poller.add(s.as_raw_fd(), TOK_U6, Interest::READ)?;
+        }
+        Ok(())
+    }
+
+    fn send_bundle(&self, peer: IpAddr, payload: &[u8], dscp: u8) -> io::Result<()> {
+        let unsupported = || io::Error::from_raw_os_error(libc::EAFNOSUPPORT);
+        match (self.transport, peer.is_ipv4()) {
+            (Transport::Ip, true) => self.b4.as_ref().ok_or_else(unsupported)?.send_to(peer, payload, dscp),
+            (Transport::Ip, false) => self.b6.as_ref().ok_or_else(unsupported)?.send_to(peer, payload, dscp),
+            (Transport::Udp, true) => {
+                self.u4.as_ref().ok_or_else(unsupported)?.send_to(SocketAddr::new(peer, self.udp_port), payload, dscp)
+            }
+            (Transport::Udp, false) => {
+                self.u6.as_ref().ok_or_else(unsupported)?.send_to(SocketAddr::new(peer, self.udp_port), payload, dscp)
+            }
+        }
+    }
+
+    /// Unsent bytes over every sending socket (the link-busy signal).
+    fn outq(&self) -> usize {
+        let mut n = self.raw.outq().unwrap_or(0);
+        for s in [&self.b4, &self.b6].into_iter().flatten() {
+            n += s.outq().unwrap_or(0);
+        }
+        for s in [&self.u4, &self.u6].into_iter().flatten() {
+            n += s.outq().unwrap_or(0);
+        }
+        n
+    }
+}
+
+/// One watched radio interface.
+struct Link {
+    name: String,
+    up: Option<bool>,
+}
+
+/// The running daemon.
+pub struct Daemon {
+    source: Source,
+    plan: Plan,
+    engine: Engine,
+    tun: Tun,
+    steering: Option<Steering>,
+    resolver: RouteResolver,
+    monitor: RouteMonitor,
+    sock: Sockets,
+    timer: Timer,
+    signals: Signals,
+    poller: Poller,
+    control: Server,
+    counters: DaemonCounters,
+    /// Configured peers (the only sources bundles are accepted from) and their encodings.
+    peers: HashMap<IpAddr, Encoding>,
+    link_busy: bool,
+    links: Vec<Link>,
+    started: u64,
+    tun_buf: Vec<u8>,
+    tx_buf: Vec<u8>,
+    rx_buf: Vec<u8>,
+}
+
+fn peer_map(plan: &Plan) -> HashMap<IpAddr, Encoding> {
+    plan.peers.iter().map(|p| (p.address, p.config.encoding)).collect()
+}
+
+impl Daemon {
+    /// Opens everything, installs steering last (so packets are only steered
+    /// once the daemon can handle them). `signals` must be created on the
+    /// main thread before any other thread.
+    pub fn start(source: Source, plan: Plan, signals: Signals) -> anyhow::Result<Daemon> {
+        let d = &plan.config.daemon;
+        let tun = Tun::open(&d.tun, d.tun_mtu)
+            .with_context(|| format!("opening TUN device {:?} (needs CAP_NET_ADMIN and /dev/net/tun)", d.tun))?;
+        if let Err(e) = sys::set_txqueuelen(tun.name(), d.tun_txqueuelen) {
+            warn!("cannot set txqueuelen {} on {}: {e}", d.tun_txqueuelen, tun.name());
+        }
+        let sock = Sockets::open(&plan)?;
+        let resolver = RouteResolver::new(d.bypass_mark).context("opening the netlink route resolver")?;
+        let monitor = RouteMonitor::new().context("opening the netlink route monitor")?;
+        let timer = Timer::new()?;
+        let poller = Poller::new()?;
+        let control = Server::bind(&d.control_socket, plan.prometheus)?;
+
+        let mut engine = Engine::new(plan.engine.clone());
+        for p in &plan.peers {
+            engine
+                .set_peer(p.address, p.config.clone())
+                .map_err(|r| anyhow::anyhow!("engine refused peer {}: {}", p.address, r.reason()))?;
+        }
+        let now = monotonic_micros();
+        if plan.config.aggregation.link_mode == LinkModeCfg::HoldWhileBusy {
+            engine.set_link_busy(now, false);
+        }
+
+        poller.add(tun.as_raw_fd(), TOK_TUN, Interest::READ)?;
+        sock.register(&poller)?;
+        poller.add(timer.as_raw_fd(), TOK_TIMER, Interest::READ)?;
+        poller.add(signals.as_raw_fd(), TOK_SIG, Interest::READ)?;
+        poller.add(monitor.as_raw_fd(), TOK_MON, Interest::READ)?;
+        control.register(&poller)?;
+
+        let links = d
+            .interfaces
+            .iter()
+            .map(|n| Link { name: n.clone(), up: link_state(n) })
+            .collect::<Vec<_>>();
+        for l in &links {
+            match l.up {
+                Some(up) => info!(interface = %l.name, up, "watching interface"),
+                None => warn!(interface = %l.name, "configured interface does not exist (yet)"),
+            }
+        }
+
+        let spec = plan.steer_spec();
+        let steering = Steering::install(&spec).context("installing kernel steering (nftables + policy routing)")?;
+        info!(
+            tun = %tun.name(),
+            mode = ?d.mode,
+            link_mode = ?plan.config.aggregation.link_mode,
+            peers = plan.peers.len(),
+            rules = spec.matches.len(),
+            control = %d.control_socket.display(),
+            metrics = ?control.metrics_addr(),
+            "airpack daemon running"
+        );
+        let peers = peer_map(&plan);
+        Ok(Daemon {
+            source,
+            engine,
+            tun,
+            steering: Some(steering),
+            resolver,
+            monitor,
+            sock,
+            timer,
+            signals,
+            poller,
+            control,
+            counters: DaemonCounters::default(),
+            peers,
+            link_busy: false,
+            links,
+            started: now,
+            tun_buf: vec![0; BUF],
+            tx_buf: vec![0; BUF],
+            rx_buf: vec![0; BUF],
+            plan,
+        })
+    }
+
+    /// Runs until SIGTERM/SIGINT; returns after a clean stop.
+    pub fn run(mut self) -> anyhow::Result<()> {
+        let mut events = Events::with_capacity(64);
+        loop {
+            match self.poller.wait(&mut events, None) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e).context("epoll_wait"),
+            }
+            self.counters.wakeups += 1;
+            let now = monotonic_micros();
+            let mut stop = false;
+            for ev in events.iter() {
+                match ev.token {
+                    TOK_TUN => self.on_tun(now),
+                    TOK_B4 | TOK_B6 | TOK_U4 | TOK_U6 => self.on_bundles(ev.token),
+                    TOK_TIMER => {
+                        let _ = self.timer.read();
+                    }
+                    TOK_SIG => {
+                        while let Ok(Some(sig)) = self.signals.read() {
+                            match sig {
+                                libc::SIGTERM | libc::SIGINT => stop = true,
+                                libc::SIGHUP => self.reload(now),
+                                _ => {}
+                            }
+                        }
+                    }
+                    TOK_MON => self.on_route_change(),
+                    TOK_CONTROL | TOK_METRICS => self.control.accept(&self.poller, ev.token),
+                    t if t >= TOK_CONN_BASE => {
+                        let slot = (t - TOK_CONN_BASE) as usize;
+                        if let Some(req) = self.control.ready(&self.poller, slot, ev.writable) {
+                            let (ok, body) = self.answer(req);
+                            self.counters.control_requests += 1;
+                            self.control.respond(&self.poller, slot, ok, &body);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if stop {
+                return self.shutdown();
+            }
+            self.update_busy(now);
+            if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+                self.engine.handle_timeout(now);
+            }
+            self.transmit(now);
+            self.arm_timer(now);
+        }
+    }
+
+    fn hold_while_busy(&self) -> bool {
+        self.plan.config.aggregation.link_mode == LinkModeCfg::HoldWhileBusy
+    }
+
+    /// Reads the link-busy signal and tells the engine when it changed.
+    fn update_busy(&mut self, now: u64) -> bool {
+        if !self.hold_while_busy() {
+            return false;
+        }
+        let busy = self.sock.outq() > 0;
+        if busy == self.link_busy {
+            return false;
+        }
+        self.link_busy = busy;
+        self.counters.busy_transitions += 1;
+        self.engine.set_link_busy(now, busy);
+        true
+    }
+
+    fn arm_timer(&mut self, now: u64) {
+        let mut deadline = self.engine.poll_timeout();
+        if self.hold_while_busy() && self.link_busy && self.engine.queued().0 > 0 {
+            let recheck = now + BUSY_RECHECK_US;
+            deadline = Some(deadline.map_or(recheck, |d| d.min(recheck)));
+        }
+        let r = match deadline {
+            Some(d) => self.timer.arm_at(d),
+            None => self.timer.disarm(),
+        };
+        if let Err(e) = r {
+            error!("timerfd: {e}");
+        }
+    }
+
+    /// The peer a packet for `dst` is queued for, or `None` to send it unchanged.
+    fn peer_for(&mut self, dst: IpAddr) -> Option<IpAddr> {
+        match self.plan.config.daemon.mode {
+            Mode::HopByHop => match self.resolver.lookup(dst) {
+                Ok(nh) if !nh.local && self.peers.contains_key(&nh.addr) => Some(nh.addr),
+                Ok(_) => {
+                    self.counters.passthrough_not_peer += 1;
+                    None
+                }
+                Err(_) => None,
+            },
+            Mode::EndToEnd => self.plan.allowed_ips.lookup(dst),
+        }
+    }
+
+    fn on_tun(&mut self, now: u64) {
+        for _ in 0..BATCH {
+            if !self.read_tun_one(now) {
+                break;
+            }
+        }
+    }
+
+    /// Reads and handles one TUN packet; false when the queue is empty.
+    fn read_tun_one(&mut self, now: u64) -> bool {
+        let n = match self.tun.read(&mut self.tun_buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return true,
+            Err(e) => {
+                self.counters.tun_read_errors += 1;
+                debug!("TUN read: {e}");
+                return false;
+            }
+        };
+        self.counters.tun_read += 1;
+        self.counters.tun_read_bytes += n as u64;
+        let Some((_, dst)) = sys::addrs(&self.tun_buf[..n]) else {
+            self.counters.tun_unparsable += 1;
+            return true;
+        };
+        match self.peer_for(dst) {
+            Some(peer) => {
+                let v = self.engine.handle_packet(now, peer, &self.tun_buf[..n], 0);
+                trace!(%dst, %peer, ?v, len = n, "queued");
+            }
+            None => {
+                self.counters.passthrough += 1;
+                match self.sock.raw.send(&self.tun_buf[..n]) {
+                    Ok(()) => self.counters.unchanged_sent += 1,
+                    Err(e) => {
+                        trace!(%dst, "passthrough send: {e}");
+                        self.counters.send_error(&e);
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    fn on_bundles(&mut self, token: u64) {
+        for _ in 0..BATCH {
+            let r = match token {
+                TOK_B4 => self.sock.b4.as_ref().map(|s| s.recv_from(&mut self.rx_buf)),
+                TOK_B6 => self.sock.b6.as_ref().map(|s| s.recv_from(&mut self.rx_buf)),
+                TOK_U4 => self.sock.u4.as_ref().map(|s| s.recv_from(&mut self.rx_buf).map(|(r, _)| r)),
+                _ => self.sock.u6.as_ref().map(|s| s.recv_from(&mut self.rx_buf).map(|(r, _)| r)),
+            };
+            match r {
+                None => return,
+                Some(Ok(r)) => {
+                    self.counters.rx_datagrams += 1;
+                    let end = r.offset.saturating_add(r.len);
+                    if end > self.rx_buf.len() || r.offset > end {
+                        self.counters.rx_errors += 1;
+                        continue;
+                    }
+                    self.on_bundle(r.src, r.offset, end);
+                }
+                Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Some(Err(e)) if e.kind() == io::ErrorKind::InvalidData => {
+                    self.counters.rx_errors += 1;
+                    continue;
+                }
+                Some(Err(e)) => {
+                    self.counters.rx_errors += 1;
+                    debug!("bundle socket receive: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Handles one received bundle at `rx_buf[start..end]` from `src`.
+    fn on_bundle(&mut self, src: IpAddr, start: usize, end: usize) {
+        let src = canonical(src);
+        let Some(&encoding) = self.peers.get(&src) else {
+            self.counters.rx_unknown_peer += 1;
+            trace!(%src, "bundle from unknown peer dropped");
+            return;
+        };
+        // Take the buffer out so the bundle view can borrow it while the
+        // checks below use the resolver (no allocation: the Vec moves).
+        let rx = std::mem::take(&mut self.rx_buf);
+        match self.engine.receive(src, encoding, &rx[start..end]) {
+            Err(e) => trace!(%src, "bundle rejected: {e}"),
+            Ok(bundle) => {
+                for pkt in bundle.iter() {
+                    let ok = match sys::addrs(pkt) {
+                        Some((inner_src, _)) => self.source_allowed(src, inner_src),
+                        None => false,
+                    };
+                    if !ok {
+                        self.counters.rx_spoofed_source += 1;
+                        trace!(peer = %src, "inner packet with a source the peer may not send dropped");
+                        continue;
+                    }
+                    match self.tun.write(pkt) {
+                        Ok(()) => self.counters.tun_written += 1,
+                        Err(e) => {
+                            trace!("TUN write: {e}");
+                            self.counters.tun_write_error(&e);
+                        }
+                    }
+                }
+            }
+        }
+        self.rx_buf = rx;
+    }
+
+    /// Whether `peer` may send inner packets from `inner_src`.
+    fn source_allowed(&mut self, peer: IpAddr, inner_src: IpAddr) -> bool {
+        match self.plan.source_check {
+            SourceCheck::Off => true,
+            SourceCheck::AllowedIps => self.plan.allowed_ips.lookup(inner_src) == Some(peer),
+            SourceCheck::Route => match self.resolver.lookup(inner_src) {
+                Ok(nh) => !nh.local && nh.addr == peer,
+                Err(_) => false,
+            },
+        }
+    }
+
+    /// Drains the engine's output onto the wire.
+    fn transmit(&mut self, now: u64) {
+        for _round in 0..4 {
+            let mut sent = false;
+            while let Some(t) = self.engine.poll_transmit(now, &mut self.tx_buf) {
+                sent = true;
+                let len = t.len.min(self.tx_buf.len());
+                let data = &self.tx_buf[..len];
+                let r = match t.kind {
+                    TransmitKind::Bundle { .. } => self.sock.send_bundle(t.peer, data, t.dscp),
+                    TransmitKind::Single | TransmitKind::Bypass => self.sock.raw.send(data),
+                };
+                match (r, t.kind) {
+                    (Ok(()), TransmitKind::Bundle { .. }) => self.counters.bundles_sent += 1,
+                    (Ok(()), _) => self.counters.unchanged_sent += 1,
+                    (Err(e), _) => {
+                        trace!(peer = %t.peer, "send: {e}");
+                        self.counters.send_error(&e);
+                    }
+                }
+            }
+            // In hold-while-busy our own sends change the link state; an idle
+            // link may release more at once.
+            if !sent || !self.update_busy(now) {
+                break;
+            }
+        }
+    }
+
+    fn on_route_change(&mut self) {
+        match self.monitor.drain() {
+            Ok(ch) if ch.any() => {
+                self.resolver.invalidate();
+                self.counters.route_changes += 1;
+                if ch.link || ch.overrun {
+                    for l in &mut self.links {
+                        let now_up = link_state(&l.name);
+                        if now_up != l.up {
+                            self.counters.link_transitions += 1;
+                            match now_up {
+                                Some(true) => info!(interface = %l.name, "link up"),
+                                Some(false) => warn!(interface = %l.name, "link down"),
+                                None => warn!(interface = %l.name, "link removed"),
+                            }
+                            l.up = now_up;
+                        }
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                debug!("route monitor: {e}");
+                self.resolver.invalidate();
+            }
+        }
+    }
+
+    /// SIGHUP: re-reads the configuration; a bad one is logged and ignored.
+    fn reload(&mut self, now: u64) {
+        let mut new = match self.source.load() {
+            Ok(p) => p,
+            Err(e) => {
+                self.counters.reload_errors += 1;
+                error!("reload rejected, keeping the running configuration: {e:#}");
+                return;
+            }
+        };
+        // Keys bound to open descriptors need a restart; keep their old values.
+        {
+            let (o, n) = (&self.plan.config, &mut new.config);
+            let mut kept = Vec::new();
+            macro_rules! keep {
+                ($($f:ident).+) => {
+                    if o.$($f).+ != n.$($f).+ {
+                        kept.push(stringify!($($f).+));
+                        n.$($f).+ = o.$($f).+.clone();
+                    }
+                };
+            }
+            keep!(daemon.tun);
+            keep!(daemon.tun_mtu);
+            keep!(daemon.tun_txqueuelen);
+            keep!(daemon.control_socket);
+            keep!(daemon.prometheus);
+            keep!(daemon.transport);
+            keep!(daemon.udp_port);
+            keep!(daemon.log);
+            keep!(aggregation.protocol);
+            if !kept.is_empty() {
+                warn!("reload: {} only take effect after a restart; keeping the running values", kept.join(", "));
+            }
+        }
+        new.prometheus = self.plan.prometheus;
+        let new_spec = new.steer_spec();
+        if let Some(st) = &mut self.steering {
+            let old = st.spec().clone();
+            let r = if SteerKey::of(&old) == SteerKey::of(&new_spec) {
+                if old.matches != new_spec.matches {
+                    st.update_matches(&new_spec.matches)
+                } else {
+                    Ok(())
+                }
+            } else {
+                // Marks, table or priority changed: remove and install anew.
+                let st = self.steering.take().expect("present");
+                if let Err(e) = st.remove() {
+                    warn!("removing old steering: {e}");
+                }
+                Steering::install(&new_spec).map(|s| {
+                    self.steering = Some(s);
+                })
+            };
+            if let Err(e) = r {
+                self.counters.reload_errors += 1;
+                error!("reload: steering update failed ({e}); packets may not be steered until the next reload");
+            }
+        }
+        self.engine.reconfigure(new.engine.clone());
+        for old in &self.plan.peers {
+            if new.peer(old.address).is_none() {
+                // Queued packets for it leave unbundled, never lost.
+                self.engine.remove_peer(old.address);
+            }
+        }
+        for p in &new.peers {
+            if let Err(r) = self.engine.set_peer(p.address, p.config.clone()) {
+                error!("reload: engine refused peer {}: {}", p.address, r.reason());
+            }
+        }
+        if self.hold_while_busy() != (new.config.aggregation.link_mode == LinkModeCfg::HoldWhileBusy) {
+            self.link_busy = false;
+            self.engine.set_link_busy(now, false);
+        }
+        self.peers = peer_map(&new);
+        self.resolver.invalidate();
+        self.plan = new;
+        self.counters.reloads += 1;
+        info!(peers = self.plan.peers.len(), "configuration reloaded");
+    }
+
+    /// SIGTERM/SIGINT: stop steering, hand every packet already in the TUN and
+    /// the engine to the wire, remove the control socket.
+    fn shutdown(mut self) -> anyhow::Result<()> {
+        info!("stopping: removing steering, flushing queued packets");
+        if let Some(st) = self.steering.take() {
+            if let Err(e) = st.remove() {
+                error!("removing steering: {e}");
+            }
+        }
+        let now = monotonic_micros();
+        let mut drained = 0;
+        while drained < SHUTDOWN_DRAIN_MAX && self.read_tun_one(now) {
+            drained += 1;
+        }
+        self.engine.flush();
+        let mut sent = 0u64;
+        let limit = self.engine.queued().0 as u64 + 1 + self.engine.config().bypass_queue_limit as u64;
+        while let Some(t) = self.engine.poll_transmit(now, &mut self.tx_buf) {
+            let data = &self.tx_buf[..t.len.min(self.tx_buf.len())];
+            let r = match t.kind {
+                TransmitKind::Bundle { .. } => self.sock.send_bundle(t.peer, data, t.dscp),
+                _ => self.sock.raw.send(data),
+            };
+            match (r, t.kind) {
+                (Ok(()), TransmitKind::Bundle { .. }) => self.counters.bundles_sent += 1,
+                (Ok(()), _) => self.counters.unchanged_sent += 1,
+                (Err(e), _) => self.counters.send_error(&e),
+            }
+            sent += 1;
+            if sent > limit.saturating_mul(2) + 1024 {
+                warn!("flush did not converge; stopping anyway");
+                break;
+            }
+        }
+        self.control.remove_socket_file();
+        let c = &self.engine.stats().counters;
+        info!(
+            packets_in = c.packets_in,
+            bundles = c.bundles,
+            aggregated = c.aggregated_packets,
+            dropped = c.dropped_total(),
+            tun_drained = drained,
+            flushed = sent,
+            "stopped"
+        );
+        Ok(())
+    }
+
+    fn answer(&self, req: Request) -> (bool, Vec<u8>) {
+        match req {
+            Request::Stats => (true, serde_json::to_vec(&self.stats_doc()).unwrap_or_default()),
+            Request::Peers => (true, serde_json::to_vec(&self.peers_doc()).unwrap_or_default()),
+            Request::Metrics => (true, stats::prometheus(&self.stats_doc()).into_bytes()),
+            Request::Bad(r) => (
+                false,
+                serde_json::to_vec(&json!({"error": format!("unknown request {r:?} (expected \"stats\" or \"peers\")")}))
+                    .unwrap_or_default(),
+            ),
+        }
+    }
+
+    fn sorted_peers(&self) -> Vec<IpAddr> {
+        let mut v: Vec<IpAddr> = self.engine.peers().collect();
+        v.sort();
+        v
+    }
+
+    /// The `airpack stats --json` document.
+    pub fn stats_doc(&self) -> Value {
+        let mut total = stats::stats_json(self.engine.stats());
+        total.insert("daemon".into(), stats::daemon_json(&self.counters));
+        let peers: Vec<Value> = self
+            .sorted_peers()
+            .into_iter()
+            .map(|p| {
+                let mut m = self.engine.peer_stats(p).map(stats::stats_json).unwrap_or_default();
+                m.insert("peer".into(), p.to_string().into());
+                m.insert("configured".into(), self.peers.contains_key(&p).into());
+                Value::Object(m)
+            })
+            .collect();
+        let (qp, qb) = self.engine.queued();
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "mode": mode_name(self.plan.config.daemon.mode),
+            "link_mode": link_mode_name(self.plan.config.aggregation.link_mode),
+            "link_busy": self.link_busy,
+            "uptime_s": (monotonic_micros().saturating_sub(self.started)) as f64 / 1e6,
+            "queued": {"packets": qp, "bytes": qb},
+            "links": self.links.iter().map(|l| json!({"interface": l.name, "up": l.up})).collect::<Vec<_>>(),
+            "total": total,
+            "peers": peers,
+        })
+    }
+
+    /// The `airpack peers --json` document.
+    pub fn peers_doc(&self) -> Value {
+        let peers: Vec<Value> = self
+            .sorted_peers()
+            .into_iter()
+            .map(|p| {
+                let cfg = self.engine.peer(p);
+                let plan = self.plan.peer(p);
+                let c = self.engine.peer_stats(p).map(|s| s.counters.clone()).unwrap_or_default();
+                json!({
+                    "peer": p.to_string(),
+                    "configured": plan.is_some(),
+                    "accepts_bundles": cfg.map(|c| c.accepts_bundles),
+                    "encoding": cfg.map(|c| c.encoding.name()),
+                    "hold_time_us": cfg.map(|c| c.hold_time),
+                    "min_size": cfg.map(|c| c.min_size),
+                    "max_size": cfg.map(|c| c.max_size),
+                    "max_packets": cfg.map(|c| c.max_packets),
+                    "outer_overhead": cfg.map(|c| c.outer_overhead),
+                    "allowed_ips": plan.map(|p| p.allowed_ips.iter().map(|c| c.to_string()).collect::<Vec<_>>()).unwrap_or_default(),
+                    "packets_in": c.packets_in,
+                    "bundles": c.bundles,
+                    "aggregation_ratio": c.aggregation_ratio(),
+                    "bundles_received": c.bundles_received,
+                })
+            })
+            .collect();
+        json!({"mode": mode_name(self.plan.config.daemon.mode), "peers": peers})
+    }
+}
+
+/// The parts of a steering spec that need a full reinstall when changed.
+#[derive(PartialEq, Eq)]
+struct SteerKey {
+    tun: String,
+    fwmark: u32,
+    bypass: u32,
+    table: u32,
+    prio: u32,
+    from_tun: bool,
+}
+
+impl SteerKey {
+    fn of(s: &crate::linux::SteerSpec) -> SteerKey {
+        SteerKey {
+            tun: s.tun.clone(),
+            fwmark: s.fwmark,
+            bypass: s.bypass_mark,
+            table: s.table,
+            prio: s.priority,
+            from_tun: s.steer_from_tun,
+        }
+    }
+}
+
+/// IPv4-mapped IPv6 sources (from dual-stack sockets) as plain IPv4.
+fn canonical(a: IpAddr) -> IpAddr {
+    match a {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(a),
+        v4 => v4,
+    }
+}
+
+fn link_state(name: &str) -> Option<bool> {
+    sys::link_up(name)
+}
+
+fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::HopByHop => "hop-by-hop",
+        Mode::EndToEnd => "end-to-end",
+    }
+}
+
+fn link_mode_name(m: LinkModeCfg) -> &'static str {
+    match m {
+        LinkModeCfg::Fixed => "fixed",
+        LinkModeCfg::HoldWhileBusy => "hold-while-busy",
+    }
+}

@@ -1,0 +1,428 @@
+//! The daemon's own counters and the rendering of all statistics: the JSON
+//! answered on the control socket (`airpack stats --json`, `airpack peers
+//! --json`), the human tables the client prints, and the Prometheus text.
+//!
+//! Owns: [`DaemonCounters`] (I/O events the engine cannot see: TUN reads and
+//! writes, send errors by errno, received bundles rejected before decoding)
+//! and the JSON layout fixed by the daemon contract.
+//!
+//! Must not touch: sockets or the engine's state (it only reads snapshots).
+//! Rendering allocates, but only per control request, never per packet.
+
+use crate::linux::ErrorKind;
+use airpack_core::engine::{Counters, DropReason, Histogram, Stats};
+use airpack_core::DecodeError;
+use serde_json::{json, Map, Value};
+
+/// Number of [`ErrorKind`] variants (size of per-errno arrays).
+pub const ERR_KINDS: usize = ErrorKind::ALL.len();
+
+/// I/O-side counters kept by the event loop (plain integers; no allocation).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DaemonCounters {
+    /// Packets read from the TUN.
+    pub tun_read: u64,
+    /// Bytes read from the TUN.
+    pub tun_read_bytes: u64,
+    /// TUN read errors other than "nothing queued".
+    pub tun_read_errors: u64,
+    /// TUN packets whose IP header was too short to find a destination.
+    pub tun_unparsable: u64,
+    /// Inner packets written into the TUN.
+    pub tun_written: u64,
+    /// TUN writes that failed, by errno (`eagain` = TUN queue full).
+    pub tun_write_errors: [u64; ERR_KINDS],
+    /// Packets sent unchanged without the engine: no peer (no route / not in any
+    /// allowed_ips) or the next hop is not a configured peer.
+    pub passthrough: u64,
+    /// Of those, packets whose next hop was not a configured peer.
+    pub passthrough_not_peer: u64,
+    /// Bundles sent successfully.
+    pub bundles_sent: u64,
+    /// Unchanged packets (engine singles and bypass, passthrough) sent successfully.
+    pub unchanged_sent: u64,
+    /// Sends that failed, by errno.
+    pub send_errors: [u64; ERR_KINDS],
+    /// Datagrams read from the bundle sockets.
+    pub rx_datagrams: u64,
+    /// Received bundles from an address that is not a configured peer.
+    pub rx_unknown_peer: u64,
+    /// Inner packets whose source address that peer may not send.
+    pub rx_spoofed_source: u64,
+    /// Bundle-socket receive errors (bad outer header, ...).
+    pub rx_errors: u64,
+    /// Route/link change notifications that invalidated the next-hop cache.
+    pub route_changes: u64,
+    /// Interface up/down transitions seen on the configured interfaces.
+    pub link_transitions: u64,
+    /// Link-busy transitions fed to the engine (hold-while-busy).
+    pub busy_transitions: u64,
+    /// Successful configuration reloads (SIGHUP).
+    pub reloads: u64,
+    /// Rejected configuration reloads (bad new config: old one kept).
+    pub reload_errors: u64,
+    /// Event-loop wakeups.
+    pub wakeups: u64,
+    /// Control and metrics requests answered.
+    pub control_requests: u64,
+}
+
+impl DaemonCounters {
+    /// Counts a failed send.
+    pub fn send_error(&mut self, e: &std::io::Error) {
+        self.send_errors[ErrorKind::of(e).index()] += 1;
+    }
+    /// Counts a failed TUN write.
+    pub fn tun_write_error(&mut self, e: &std::io::Error) {
+        self.tun_write_errors[ErrorKind::of(e).index()] += 1;
+    }
+}
+
+fn by_errno(a: &[u64; ERR_KINDS]) -> Value {
+    let mut m = Map::new();
+    for k in ErrorKind::ALL {
+        m.insert(k.name().into(), a[k.index()].into());
+    }
+    Value::Object(m)
+}
+
+/// The daemon counters as the `daemon` object of the stats JSON.
+pub fn daemon_json(c: &DaemonCounters) -> Value {
+    json!({
+        "tun_read": c.tun_read,
+        "tun_read_bytes": c.tun_read_bytes,
+        "tun_read_errors": c.tun_read_errors,
+        "tun_unparsable": c.tun_unparsable,
+        "tun_written": c.tun_written,
+        "tun_write_errors": by_errno(&c.tun_write_errors),
+        "passthrough": c.passthrough,
+        "passthrough_not_peer": c.passthrough_not_peer,
+        "bundles_sent": c.bundles_sent,
+        "unchanged_sent": c.unchanged_sent,
+        "send_errors": by_errno(&c.send_errors),
+        "rx_datagrams": c.rx_datagrams,
+        "rx_errors": c.rx_errors,
+        "rx_rejected": {
+            "unknown_peer": c.rx_unknown_peer,
+            "spoofed_source": c.rx_spoofed_source,
+        },
+        "route_changes": c.route_changes,
+        "link_transitions": c.link_transitions,
+        "busy_transitions": c.busy_transitions,
+        "reloads": c.reloads,
+        "reload_errors": c.reload_errors,
+        "wakeups": c.wakeups,
+        "control_requests": c.control_requests,
+    })
+}
+
+fn histogram_json(h: &Histogram) -> Value {
+    let buckets: Vec<Value> = h
+        .bounds
+        .iter()
+        .map(|b| Value::from(*b))
+        .chain([Value::from("inf")])
+        .zip(&h.counts)
+        .map(|(le, n)| json!({"le": le, "count": n}))
+        .collect();
+    json!({"total": h.total, "sum": h.sum, "mean": h.mean(), "buckets": buckets})
+}
+
+/// Every [`Counters`] field by name, plus ratios and per-reason maps.
+pub fn counters_json(c: &Counters) -> Map<String, Value> {
+    let mut m = Map::new();
+    let fields: [(&str, u64); 18] = [
+        ("packets_in", c.packets_in),
+        ("bytes_in", c.bytes_in),
+        ("aggregated_packets", c.aggregated_packets),
+        ("aggregated_bytes", c.aggregated_bytes),
+        ("bundles", c.bundles),
+        ("bundle_wire_bytes", c.bundle_wire_bytes),
+        ("unaggregated_packets", c.unaggregated_packets),
+        ("unaggregated_bytes", c.unaggregated_bytes),
+        ("bypass_packets", c.bypass_packets),
+        ("bypass_bytes", c.bypass_bytes),
+        ("sent_on_timeout", c.sent_on_timeout),
+        ("sent_on_size", c.sent_on_size),
+        ("sent_on_idle", c.sent_on_idle),
+        ("sent_on_flush", c.sent_on_flush),
+        ("bundles_received", c.bundles_received),
+        ("packets_received", c.packets_received),
+        ("dropped_total", c.dropped_total()),
+        ("decode_errors_total", c.decode_errors.iter().sum()),
+    ];
+    for (k, v) in fields {
+        m.insert(k.into(), v.into());
+    }
+    m.insert("aggregation_ratio".into(), c.aggregation_ratio().into());
+    m.insert("average_aggregation".into(), c.average_aggregation().into());
+    let mut d = Map::new();
+    for r in DropReason::ALL {
+        d.insert(r.reason().into(), c.dropped[r.index()].into());
+    }
+    m.insert("dropped".into(), Value::Object(d));
+    let mut d = Map::new();
+    for r in DecodeError::ALL {
+        d.insert(r.reason().into(), c.decode_errors[r.index()].into());
+    }
+    m.insert("decode_errors".into(), Value::Object(d));
+    m
+}
+
+/// Counters and histograms of one [`Stats`].
+pub fn stats_json(s: &Stats) -> Map<String, Value> {
+    let mut m = counters_json(&s.counters);
+    m.insert("bundle_packets".into(), histogram_json(&s.bundle_packets));
+    m.insert("hold_time_us".into(), histogram_json(&s.hold_time_us));
+    m
+}
+
+/// Prometheus text exposition of a stats JSON document (as built by the
+/// event loop): numeric leaves of `total` become `airpack_<name>`, nested maps
+/// get a `reason` label, peers get a `peer` label. Histograms are summarised
+/// as `_sum` and `_count`.
+pub fn prometheus(doc: &Value) -> String {
+    let mut out = String::new();
+    let mut emit = |name: &str, labels: &str, v: &Value| {
+        if let Some(x) = v.as_f64() {
+            out.push_str(&format!("airpack_{name}{labels} {x}\n"));
+        }
+    };
+    fn walk(prefix: &str, labels: &[(String, String)], v: &Value, emit: &mut dyn FnMut(&str, &str, &Value)) {
+        let lab = |extra: Option<(&str, &str)>| {
+            let mut parts: Vec<String> =
+                labels.iter().map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))).collect();
+            if let Some((k, v)) = extra {
+                parts.push(format!("{k}=\"{v}\""));
+            }
+            if parts.is_empty() {
+                String::new()
+            } else {
+                format!("{{{}}}", parts.join(","))
+            }
+        };
+        let Some(obj) = v.as_object() else { return };
+        for (k, val) in obj {
+            let name = if prefix.is_empty() { k.clone() } else { format!("{prefix}_{k}") };
+            match val {
+                Value::Number(_) => emit(&name, &lab(None), val),
+                Value::Object(inner) if inner.contains_key("buckets") => {
+                    emit(&format!("{name}_sum"), &lab(None), &inner["sum"]);
+                    emit(&format!("{name}_count"), &lab(None), &inner["total"]);
+                }
+                Value::Object(inner) if inner.values().all(Value::is_number) && k != "daemon" => {
+                    for (reason, n) in inner {
+                        emit(&name, &lab(Some(("reason", reason))), n);
+                    }
+                }
+                Value::Object(_) => walk(&name, labels, val, emit),
+                _ => {}
+            }
+        }
+    }
+    if let Some(t) = doc.get("total") {
+        walk("", &[], t, &mut emit);
+    }
+    if let Some(q) = doc.get("queued") {
+        walk("queued", &[], q, &mut emit);
+    }
+    if let Some(Value::Array(peers)) = doc.get("peers") {
+        for p in peers {
+            let name = p.get("peer").and_then(Value::as_str).unwrap_or("?").to_owned();
+            walk("peer", &[("peer".into(), name)], p, &mut emit);
+        }
+    }
+    out
+}
+
+/// A human table of a stats JSON document (what `airpack stats` prints).
+pub fn human_stats(doc: &Value) -> String {
+    let mut out = String::new();
+    let get = |v: &Value, k: &str| v.get(k).cloned().unwrap_or(Value::Null);
+    let total = get(doc, "total");
+    let empty = Vec::new();
+    let peers = doc.get("peers").and_then(Value::as_array).unwrap_or(&empty);
+    out.push_str(&format!(
+        "airpack {} | mode {} | uptime {:.1} s | queued {} packets / {} bytes\n\n",
+        doc.get("version").and_then(Value::as_str).unwrap_or("?"),
+        doc.get("mode").and_then(Value::as_str).unwrap_or("?"),
+        doc.get("uptime_s").and_then(Value::as_f64).unwrap_or(0.0),
+        doc.pointer("/queued/packets").and_then(Value::as_u64).unwrap_or(0),
+        doc.pointer("/queued/bytes").and_then(Value::as_u64).unwrap_or(0),
+    ));
+    let rows = [
+        "packets_in",
+        "aggregated_packets",
+        "bundles",
+        "unaggregated_packets",
+        "bypass_packets",
+        "aggregation_ratio",
+        "average_aggregation",
+        "sent_on_timeout",
+        "sent_on_size",
+        "sent_on_idle",
+        "sent_on_flush",
+        "bundles_received",
+        "packets_received",
+        "dropped_total",
+        "decode_errors_total",
+    ];
+    let cols: Vec<(String, &Value)> = std::iter::once(("total".to_owned(), &total))
+        .chain(peers.iter().map(|p| (p.get("peer").and_then(Value::as_str).unwrap_or("?").to_owned(), p)))
+        .collect();
+    let fmt = |v: Option<&Value>| match v {
+        Some(Value::Number(n)) if n.is_f64() => format!("{:.2}", n.as_f64().unwrap_or(0.0)),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => "-".into(),
+    };
+    out.push_str(&format!("{:<22}", ""));
+    for (name, _) in &cols {
+        out.push_str(&format!("{name:>16}"));
+    }
+    out.push('\n');
+    for r in rows {
+        out.push_str(&format!("{r:<22}"));
+        for (_, c) in &cols {
+            out.push_str(&format!("{:>16}", fmt(c.get(r))));
+        }
+        out.push('\n');
+    }
+    let nonzero = |v: Option<&Value>| -> String {
+        let Some(Value::Object(m)) = v else { return String::new() };
+        let parts: Vec<String> = m
+            .iter()
+            .filter(|(_, n)| n.as_u64().unwrap_or(0) > 0)
+            .map(|(k, n)| format!("{k}={n}"))
+            .collect();
+        if parts.is_empty() {
+            "none".into()
+        } else {
+            parts.join(" ")
+        }
+    };
+    out.push_str(&format!("\ndropped:        {}\n", nonzero(total.get("dropped"))));
+    out.push_str(&format!("decode errors:  {}\n", nonzero(total.get("decode_errors"))));
+    if let Some(d) = total.get("daemon") {
+        out.push_str(&format!(
+            "tun:            read={} written={} write_errors: {}\n",
+            fmt(d.get("tun_read")),
+            fmt(d.get("tun_written")),
+            nonzero(d.get("tun_write_errors"))
+        ));
+        out.push_str(&format!(
+            "sent:           bundles={} unchanged={} passthrough={} errors: {}\n",
+            fmt(d.get("bundles_sent")),
+            fmt(d.get("unchanged_sent")),
+            fmt(d.get("passthrough")),
+            nonzero(d.get("send_errors"))
+        ));
+        out.push_str(&format!(
+            "received:       datagrams={} rejected: {}\n",
+            fmt(d.get("rx_datagrams")),
+            nonzero(d.get("rx_rejected"))
+        ));
+    }
+    out
+}
+
+/// A human table of a peers JSON document (what `airpack peers` prints).
+pub fn human_peers(doc: &Value) -> String {
+    let mut out = format!(
+        "{:<28} {:<10} {:<8} {:>8} {:>6} {:>10} {:>10} {:>8}  allowed_ips\n",
+        "peer", "encoding", "bundles?", "hold_us", "max", "packets_in", "bundles", "ratio"
+    );
+    let empty = Vec::new();
+    for p in doc.get("peers").and_then(Value::as_array).unwrap_or(&empty) {
+        let s = |k: &str| p.get(k).map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).unwrap_or_default();
+        let ips: Vec<String> = p
+            .get("allowed_ips")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{:<28} {:<10} {:<8} {:>8} {:>6} {:>10} {:>10} {:>8.2}  {}\n",
+            s("peer"),
+            s("encoding"),
+            s("accepts_bundles"),
+            s("hold_time_us"),
+            s("max_size"),
+            s("packets_in"),
+            s("bundles"),
+            p.get("aggregation_ratio").and_then(Value::as_f64).unwrap_or(1.0),
+            ips.join(",")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Value {
+        let mut c = Counters::default();
+        c.packets_in = 100;
+        c.aggregated_packets = 90;
+        c.bundles = 9;
+        c.unaggregated_packets = 10;
+        c.dropped[DropReason::QueueBytes.index()] = 3;
+        c.decode_errors[DecodeError::Truncated.index()] = 2;
+        let mut total = counters_json(&c);
+        let mut d = DaemonCounters::default();
+        d.rx_spoofed_source = 4;
+        d.send_error(&std::io::Error::from_raw_os_error(libc::ENOBUFS));
+        total.insert("daemon".into(), daemon_json(&d));
+        let mut peer = counters_json(&c);
+        peer.insert("peer".into(), "10.0.0.2".into());
+        json!({"version": "0.1.0", "mode": "hop-by-hop", "uptime_s": 1.5,
+               "queued": {"packets": 1, "bytes": 60}, "total": total, "peers": [peer]})
+    }
+
+    #[test]
+    fn json_has_contract_fields() {
+        let v = sample();
+        let t = &v["total"];
+        for k in ["packets_in", "bytes_in", "aggregated_packets", "aggregated_bytes", "bundles", "bundle_wire_bytes",
+                  "unaggregated_packets", "unaggregated_bytes", "bypass_packets", "bypass_bytes", "sent_on_timeout",
+                  "sent_on_size", "sent_on_idle", "sent_on_flush", "bundles_received", "packets_received"] {
+            assert!(t[k].is_u64(), "total.{k} missing");
+        }
+        // (90 + 10) / (9 + 10)
+        assert!((t["aggregation_ratio"].as_f64().unwrap() - 100.0 / 19.0).abs() < 1e-9);
+        assert_eq!(t["average_aggregation"].as_f64().unwrap(), 10.0);
+        assert_eq!(t["dropped"]["queue_bytes"], 3);
+        assert_eq!(t["decode_errors"]["truncated"], 2);
+        assert_eq!(t["daemon"]["rx_rejected"]["spoofed_source"], 4);
+        assert_eq!(t["daemon"]["send_errors"]["enobufs"], 1);
+        assert_eq!(t["daemon"]["tun_read"], 0);
+        assert_eq!(v["peers"][0]["peer"], "10.0.0.2");
+    }
+
+    #[test]
+    fn prometheus_text() {
+        let text = prometheus(&sample());
+        assert!(text.contains("airpack_packets_in 100\n"), "{text}");
+        assert!(text.contains("airpack_dropped{reason=\"queue_bytes\"} 3\n"), "{text}");
+        assert!(text.contains("airpack_daemon_rx_rejected{reason=\"spoofed_source\"} 4\n"), "{text}");
+        assert!(text.contains("airpack_daemon_send_errors{reason=\"enobufs\"} 1\n"), "{text}");
+        assert!(text.contains("airpack_peer_packets_in{peer=\"10.0.0.2\"} 100\n"), "{text}");
+        assert!(text.contains("airpack_queued_packets 1\n"), "{text}");
+        // Every line is `name{labels} value` or `name value`.
+        for line in text.lines() {
+            let (name, val) = line.rsplit_once(' ').unwrap();
+            assert!(name.starts_with("airpack_"), "{line}");
+            assert!(val.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+
+    #[test]
+    fn human_tables() {
+        let v = sample();
+        let s = human_stats(&v);
+        assert!(s.contains("10.0.0.2"), "{s}");
+        assert!(s.contains("queue_bytes=3"), "{s}");
+        assert!(s.contains("spoofed_source=4"), "{s}");
+        let p = human_peers(&json!({"peers": [{"peer": "10.0.0.2", "encoding": "native", "allowed_ips": ["10.1.0.0/24"]}]}));
+        assert!(p.contains("10.0.0.2") && p.contains("10.1.0.0/24"), "{p}");
+    }
+}

@@ -1,0 +1,118 @@
+//! Small helpers the event loop needs that the `linux` module does not (yet)
+//! offer: reading addresses out of raw IP headers, and setting the TUN's
+//! transmit queue length.
+//!
+//! Owns: nothing stateful. Must not touch: policy. Header readers check the
+//! length before every access (input comes from the network).
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Source and destination of an IPv4/IPv6 packet, if its fixed header is present.
+pub fn addrs(pkt: &[u8]) -> Option<(IpAddr, IpAddr)> {
+    match pkt.first()? >> 4 {
+        4 if pkt.len() >= 20 => {
+            let s: [u8; 4] = pkt[12..16].try_into().ok()?;
+            let d: [u8; 4] = pkt[16..20].try_into().ok()?;
+            Some((IpAddr::V4(Ipv4Addr::from(s)), IpAddr::V4(Ipv4Addr::from(d))))
+        }
+        6 if pkt.len() >= 40 => {
+            let s: [u8; 16] = pkt[8..24].try_into().ok()?;
+            let d: [u8; 16] = pkt[24..40].try_into().ok()?;
+            Some((IpAddr::V6(Ipv6Addr::from(s)), IpAddr::V6(Ipv6Addr::from(d))))
+        }
+        _ => None,
+    }
+}
+
+/// Sets the transmit queue length of interface `name` (SIOCSIFTXQLEN). For a
+/// TUN device this is the number of packets the kernel queues for the daemon.
+pub fn set_txqueuelen(name: &str, len: u32) -> io::Result<()> {
+    #[repr(C)]
+    struct IfReqQlen {
+        name: [u8; 16],
+        qlen: libc::c_int,
+        _pad: [u8; 20],
+    }
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() > 15 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad interface name"));
+    }
+    let mut req = IfReqQlen { name: [0; 16], qlen: len.min(i32::MAX as u32) as libc::c_int, _pad: [0; 20] };
+    req.name[..bytes.len()].copy_from_slice(bytes);
+    // SAFETY: plain socket(2) call; the fd is closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCSIFTXQLEN reads a struct ifreq (name + int) that we own.
+    let r = unsafe { libc::ioctl(fd, libc::SIOCSIFTXQLEN as _, &mut req) };
+    let err = io::Error::last_os_error();
+    // SAFETY: fd was opened above and is not used afterwards.
+    unsafe { libc::close(fd) };
+    if r < 0 {
+        return Err(err);
+    }
+    Ok(())
+}
+
+/// Whether interface `name` is up and running (IFF_UP and IFF_RUNNING), via
+/// SIOCGIFFLAGS; `None` when it does not exist.
+pub fn link_up(name: &str) -> Option<bool> {
+    #[repr(C)]
+    struct IfReqFlags {
+        name: [u8; 16],
+        flags: libc::c_short,
+        _pad: [u8; 22],
+    }
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() > 15 {
+        return None;
+    }
+    let mut req = IfReqFlags { name: [0; 16], flags: 0, _pad: [0; 22] };
+    req.name[..bytes.len()].copy_from_slice(bytes);
+    // SAFETY: plain socket(2) call; the fd is closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: SIOCGIFFLAGS fills the flags of a struct ifreq we own.
+    let r = unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req) };
+    // SAFETY: fd was opened above and is not used afterwards.
+    unsafe { libc::close(fd) };
+    if r < 0 {
+        return None;
+    }
+    let f = req.flags as libc::c_int;
+    Some(f & libc::IFF_UP != 0 && f & libc::IFF_RUNNING != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_from_headers() {
+        let mut v4 = [0u8; 20];
+        v4[0] = 0x45;
+        v4[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        v4[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        assert_eq!(addrs(&v4), Some(("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap())));
+        assert_eq!(addrs(&v4[..19]), None);
+        let mut v6 = [0u8; 40];
+        v6[0] = 0x60;
+        v6[23] = 1;
+        v6[39] = 2;
+        assert_eq!(addrs(&v6), Some(("::1".parse().unwrap(), "::2".parse().unwrap())));
+        assert_eq!(addrs(&v6[..39]), None);
+        assert_eq!(addrs(&[]), None);
+        assert_eq!(addrs(&[0x50; 60]), None);
+    }
+
+    #[test]
+    fn loopback_state() {
+        // `lo` exists in every namespace; it may be down in a fresh one.
+        assert!(link_up("lo").is_some());
+        assert_eq!(link_up("no-such-if0"), None);
+    }
+}
