@@ -1,11 +1,1032 @@
-//! TODO(voice helper): the `airpack voip` traffic tool.
+//! `airpack voip`: real RTP calls between lab nodes, one process per node.
+//!
+//! Owns: the call spec and result formats ([`Spec`], [`NodeResult`],
+//! [`CallResult`]), the per-node sender/receiver ([`run`]) and the merge of
+//! all nodes' results into per-call quality ([`merge`], [`summarize`]).
+//! Must not touch: voice-quality math (it calls `airpack_voice`), namespaces
+//! and the medium (the caller starts one `airpack voip` inside each node).
+//!
+//! Sockets: one UDP socket per call per local endpoint, bound to the
+//! endpoint's `addr:port`; it sends that endpoint's stream to the peer's
+//! `addr:port` and receives the peer's stream. Received datagrams are checked
+//! (RTP parse, payload type, SSRC, payload size, call id in the probe tag);
+//! anything else is counted by reason in [`RxCounters`] and ignored.
+//!
+//! Timing: the sender runs on the calling thread with absolute deadlines on
+//! CLOCK_MONOTONIC (`clock_nanosleep(TIMER_ABSTIME)`, no drift); packet k of
+//! a stream is due at `t0 + offset + k * interval`, with a per-stream random
+//! offset in `[0, interval)` so calls are not phase-aligned. A receive thread
+//! waits in epoll and timestamps each datagram with CLOCK_MONOTONIC right
+//! after `recv`. The sender writes its CLOCK_MONOTONIC time (µs) into the
+//! payload just before `send`; all network namespaces share that clock.
+//!
+//! Voice activity (`vad: true`): per stream, talk spurts and silences with
+//! exponentially distributed lengths (means 1.0 s and 1.5 s), seeded from
+//! (`seed`, call id, direction); the first state is drawn from the stationary
+//! distribution. No packets during silence; the RTP marker bit is set on the
+//! first packet of each spurt. RTP timestamps advance through silences.
+
+use std::collections::{BTreeMap, BinaryHeap};
+use std::cmp::Reverse;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use airpack_voice::codec::{Codec, Profile};
+use airpack_voice::rtp::{self, ProbeTag, RtpHeader};
+use airpack_voice::stats::{self, Quality, ReceiveSummary, StreamStats};
+
+pub use airpack_voice::stats::Criterion;
+
+/// Longest call duration accepted (s).
+pub const MAX_DURATION_S: f64 = 3600.0;
+/// Most calls in one spec.
+pub const MAX_CALLS: usize = 10_000;
+/// How far in the future `start_at_unix_ms` may be.
+pub const MAX_START_WAIT: Duration = Duration::from_secs(600);
 
 /// `airpack voip` arguments.
 #[derive(clap::Args, Debug, Clone)]
-pub struct VoipArgs {}
+pub struct VoipArgs {
+    /// Call spec (JSON, see docs/voice.md).
+    #[arg(long)]
+    pub spec: PathBuf,
+    /// This node's name in the spec.
+    #[arg(long, required_unless_present = "merge")]
+    pub node: Option<String>,
+    /// Where to write this node's result JSON.
+    #[arg(long, required_unless_present = "merge")]
+    pub out: Option<PathBuf>,
+    /// Instead of running: merge these node result files and print per-call
+    /// quality as JSON on stdout.
+    #[arg(long, num_args = 1.., conflicts_with_all = ["node", "out"])]
+    pub merge: Vec<PathBuf>,
+}
 
 /// Entry point of `airpack voip`.
 pub fn main(args: VoipArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("airpack voip: not implemented yet")
+    let text = std::fs::read_to_string(&args.spec)
+        .with_context(|| format!("reading spec {}", args.spec.display()))?;
+    let spec: Spec = serde_json::from_str(&text)
+        .with_context(|| format!("parsing spec {}", args.spec.display()))?;
+    if !args.merge.is_empty() {
+        let mut results = Vec::new();
+        for p in &args.merge {
+            let t = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            results.push(
+                serde_json::from_str::<NodeResult>(&t)
+                    .with_context(|| format!("parsing {}", p.display()))?,
+            );
+        }
+        let calls = merge(&spec, &results);
+        let out = serde_json::json!({ "summary": summarize(&calls), "calls": calls });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    let (Some(node), Some(out)) = (args.node, args.out) else {
+        bail!("--node and --out are required");
+    };
+    let result = run(&spec, &node)?;
+    let tmp = out.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&result)?)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &out).with_context(|| format!("writing {}", out.display()))?;
+    let sent: u64 = result.streams.iter().filter_map(|s| s.sent).sum();
+    let recv: u64 = result.streams.iter().filter_map(|s| s.received.as_ref().map(|r| r.received)).sum();
+    eprintln!(
+        "airpack voip: node {node}: {} streams, sent {sent}, received {recv}, rejected {}",
+        result.streams.len(),
+        result.rx.rejected()
+    );
+    Ok(())
+}
+
+/// The call spec shared by every node of an experiment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Spec {
+    /// Codec: "g729" (alias "g729a"), "g711" ("pcmu"), "g711-noplc", "g723".
+    pub codec: Codec,
+    /// Packet interval (ms), a multiple of the codec frame.
+    #[serde(default = "default_interval")]
+    pub interval_ms: u32,
+    /// On/off voice activity instead of constant bit rate.
+    #[serde(default)]
+    pub vad: bool,
+    /// Seed of the voice-activity and phase randomness.
+    #[serde(default)]
+    pub seed: u64,
+    /// How long every stream sends (s).
+    pub duration_s: f64,
+    /// When sending starts (Unix time, ms); absent: at once.
+    #[serde(default)]
+    pub start_at_unix_ms: Option<u64>,
+    /// Playout buffer (ms) for late loss.
+    #[serde(default = "default_playout")]
+    pub playout_ms: f64,
+    /// Support criterion: "mos" (default) or "seeds".
+    #[serde(default)]
+    pub criterion: Criterion,
+    /// MOS threshold for the "mos" criterion.
+    #[serde(default = "default_min_mos")]
+    pub min_mos: f64,
+    /// Receive time after the last send (ms).
+    #[serde(default = "default_grace")]
+    pub grace_ms: u64,
+    /// Mean talk-spurt length (s) with `vad`.
+    #[serde(default = "default_talk")]
+    pub talk_mean_s: f64,
+    /// Mean silence length (s) with `vad`.
+    #[serde(default = "default_silence")]
+    pub silence_mean_s: f64,
+    /// The calls.
+    pub calls: Vec<CallSpec>,
+}
+
+fn default_interval() -> u32 {
+    20
+}
+fn default_playout() -> f64 {
+    60.0
+}
+fn default_min_mos() -> f64 {
+    stats::DEFAULT_MIN_MOS
+}
+fn default_grace() -> u64 {
+    1000
+}
+fn default_talk() -> f64 {
+    1.0
+}
+fn default_silence() -> f64 {
+    1.5
+}
+
+/// One call: two endpoints, one stream each way.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallSpec {
+    /// Call id (unique in the spec).
+    pub id: u32,
+    /// Endpoint a.
+    pub a: Endpoint,
+    /// Endpoint b.
+    pub b: Endpoint,
+}
+
+/// A call endpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// Node name (matches `--node`).
+    pub node: String,
+    /// Address of the node the endpoint binds and the peer sends to.
+    pub addr: IpAddr,
+    /// UDP port of this endpoint.
+    pub port: u16,
+}
+
+impl Endpoint {
+    fn sockaddr(&self) -> SocketAddr {
+        SocketAddr::new(self.addr, self.port)
+    }
+}
+
+/// Stream direction within a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// From endpoint a to endpoint b.
+    AToB,
+    /// From endpoint b to endpoint a.
+    BToA,
+}
+
+impl Direction {
+    fn index(self) -> u32 {
+        match self {
+            Direction::AToB => 0,
+            Direction::BToA => 1,
+        }
+    }
+}
+
+impl Spec {
+    /// Codec profile at the spec's interval.
+    pub fn profile(&self) -> anyhow::Result<Profile> {
+        Ok(self.codec.profile(self.interval_ms)?)
+    }
+
+    /// Check every field; the error names the problem.
+    pub fn validate(&self) -> anyhow::Result<Profile> {
+        let profile = self.profile()?;
+        if !(self.duration_s > 0.0 && self.duration_s <= MAX_DURATION_S) {
+            bail!("duration_s must be in (0, {MAX_DURATION_S}], got {}", self.duration_s);
+        }
+        if !(self.playout_ms >= 0.0 && self.playout_ms <= 10_000.0) {
+            bail!("playout_ms must be in [0, 10000], got {}", self.playout_ms);
+        }
+        if self.grace_ms > 60_000 {
+            bail!("grace_ms must be at most 60000, got {}", self.grace_ms);
+        }
+        if !(self.min_mos >= 1.0 && self.min_mos <= 4.5) {
+            bail!("min_mos must be in [1, 4.5], got {}", self.min_mos);
+        }
+        for (name, v) in [("talk_mean_s", self.talk_mean_s), ("silence_mean_s", self.silence_mean_s)] {
+            if !(v >= 0.01 && v <= 3600.0) {
+                bail!("{name} must be in [0.01, 3600], got {v}");
+            }
+        }
+        if self.calls.len() > MAX_CALLS {
+            bail!("at most {MAX_CALLS} calls, got {}", self.calls.len());
+        }
+        let mut ids = std::collections::HashSet::new();
+        let mut binds = std::collections::HashSet::new();
+        for c in &self.calls {
+            if !ids.insert(c.id) {
+                bail!("call id {} appears twice", c.id);
+            }
+            for e in [&c.a, &c.b] {
+                if e.node.is_empty() {
+                    bail!("call {}: empty node name", c.id);
+                }
+                if e.port == 0 {
+                    bail!("call {}: port 0 on node {}", c.id, e.node);
+                }
+                if !binds.insert((e.node.clone(), e.addr, e.port)) {
+                    bail!("call {}: {}:{} on node {} is used by another endpoint", c.id, e.addr, e.port, e.node);
+                }
+            }
+        }
+        Ok(profile)
+    }
+}
+
+/// Deterministic SSRC of a stream.
+pub fn ssrc_of(seed: u64, call: u32, dir: Direction) -> u32 {
+    (splitmix(seed ^ splitmix(u64::from(call) << 1 | u64::from(dir.index()))) >> 32) as u32
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// What one node reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeResult {
+    /// Node name.
+    pub node: String,
+    /// One entry per local stream: senders carry `sent`, receivers `received`.
+    pub streams: Vec<StreamReport>,
+    /// Datagrams received and rejected, by reason.
+    #[serde(default)]
+    pub rx: RxCounters,
+}
+
+/// One stream's report from one side.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StreamReport {
+    /// Call id.
+    pub call: u32,
+    /// Direction of the stream.
+    pub direction: Direction,
+    /// Sender side: packets produced (including `send_errors`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<u64>,
+    /// Sender side: packets the local stack refused (counted as lost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_errors: Option<u64>,
+    /// Sender side: largest lateness of a send behind its schedule (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_send_lag_ms: Option<f64>,
+    /// Receiver side: raw receive statistics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received: Option<ReceiveSummary>,
+}
+
+/// Node-level receive counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RxCounters {
+    /// Datagrams read from all sockets.
+    pub datagrams: u64,
+    /// Accepted into a stream's statistics.
+    pub accepted: u64,
+    /// Not RTP, by parse error name.
+    pub not_rtp: BTreeMap<String, u64>,
+    /// RTP with another payload type than the codec's.
+    pub wrong_payload_type: u64,
+    /// RTP with an SSRC not expected on that socket.
+    pub wrong_ssrc: u64,
+    /// Payload size differs from the codec's.
+    pub wrong_payload_size: u64,
+    /// Probe tag carries another call id.
+    pub wrong_call: u64,
+    /// Socket receive errors other than "would block".
+    pub recv_errors: u64,
+}
+
+impl RxCounters {
+    /// Datagrams rejected for any reason.
+    pub fn rejected(&self) -> u64 {
+        self.not_rtp.values().sum::<u64>()
+            + self.wrong_payload_type
+            + self.wrong_ssrc
+            + self.wrong_payload_size
+            + self.wrong_call
+    }
+}
+
+/// Merged quality of one call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallResult {
+    /// Call id.
+    pub call: u32,
+    /// Stream a -> b.
+    pub a_to_b: Quality,
+    /// Stream b -> a.
+    pub b_to_a: Quality,
+    /// Both directions supported.
+    pub supported: bool,
+    /// Problems found while merging (missing reports, invalid spec).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// Combine every node's result into per-call quality. Pure. A missing
+/// sender report counts as nothing sent, a missing receiver report as
+/// nothing received; both make the direction unsupported and add a note.
+pub fn merge(spec: &Spec, results: &[NodeResult]) -> Vec<CallResult> {
+    let profile = match spec.profile() {
+        Ok(p) => Ok(p),
+        Err(e) => Err(format!("invalid spec: {e}")),
+    };
+    let find = |node: &str, call: u32, dir: Direction, sender: bool| {
+        results
+            .iter()
+            .filter(|r| r.node == node)
+            .flat_map(|r| r.streams.iter())
+            .find(|s| s.call == call && s.direction == dir && (s.sent.is_some() == sender) && (s.received.is_some() != sender))
+    };
+    spec.calls
+        .iter()
+        .map(|c| {
+            let mut notes = Vec::new();
+            let mut one = |dir: Direction, src: &Endpoint, dst: &Endpoint| {
+                let sent = match find(&src.node, c.id, dir, true) {
+                    Some(s) => s.sent.unwrap_or(0),
+                    None => {
+                        notes.push(format!("{dir:?}: no sender report from node {}", src.node));
+                        0
+                    }
+                };
+                let rx = match find(&dst.node, c.id, dir, false) {
+                    Some(s) => s.received.clone().unwrap_or_default(),
+                    None => {
+                        notes.push(format!("{dir:?}: no receiver report from node {}", dst.node));
+                        ReceiveSummary { playout_ms: spec.playout_ms, ..Default::default() }
+                    }
+                };
+                match &profile {
+                    Ok(p) => stats::assess(sent, &rx, p, spec.criterion, spec.min_mos),
+                    Err(e) => {
+                        notes.push(e.clone());
+                        let fallback = Codec::G729.profile(20).expect("20 ms G.729 is valid");
+                        let mut q = stats::assess(sent, &rx, &fallback, spec.criterion, spec.min_mos);
+                        q.supported = false;
+                        q
+                    }
+                }
+            };
+            let a_to_b = one(Direction::AToB, &c.a, &c.b);
+            let b_to_a = one(Direction::BToA, &c.b, &c.a);
+            notes.dedup();
+            CallResult { call: c.id, supported: a_to_b.supported && b_to_a.supported, a_to_b, b_to_a, notes }
+        })
+        .collect()
+}
+
+/// Aggregate view of a set of calls (one measured point of an experiment).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Calls in the point.
+    pub calls: usize,
+    /// Calls with both directions supported.
+    pub supported_calls: usize,
+    /// Every call supported.
+    pub all_supported: bool,
+    /// Mean MOS over all directions.
+    pub mos_mean: f64,
+    /// Lowest MOS of any direction.
+    pub mos_min: f64,
+    /// Mean network loss over directions (%).
+    pub loss_pct: f64,
+    /// Mean late loss over directions (%).
+    pub late_pct: f64,
+    /// Mean of the directions' mean one-way delays (ms), over directions that received.
+    pub delay_ms: Option<f64>,
+    /// Highest p95 one-way delay of any direction (ms).
+    pub delay_p95_ms: Option<f64>,
+    /// Mean RFC 3550 jitter over directions (ms).
+    pub jitter_ms: f64,
+}
+
+/// Summarize merged calls. An empty set gives zero calls, all supported.
+pub fn summarize(calls: &[CallResult]) -> Summary {
+    let dirs: Vec<&Quality> = calls.iter().flat_map(|c| [&c.a_to_b, &c.b_to_a]).collect();
+    let n = dirs.len().max(1) as f64;
+    let delays: Vec<f64> = dirs.iter().filter_map(|q| q.delay_ms).collect();
+    Summary {
+        calls: calls.len(),
+        supported_calls: calls.iter().filter(|c| c.supported).count(),
+        all_supported: calls.iter().all(|c| c.supported),
+        mos_mean: if dirs.is_empty() { 0.0 } else { dirs.iter().map(|q| q.mos).sum::<f64>() / n },
+        mos_min: dirs.iter().map(|q| q.mos).fold(f64::INFINITY, f64::min).min(4.5),
+        loss_pct: dirs.iter().map(|q| q.loss_pct).sum::<f64>() / n,
+        late_pct: dirs.iter().map(|q| q.late_pct).sum::<f64>() / n,
+        delay_ms: (!delays.is_empty()).then(|| delays.iter().sum::<f64>() / delays.len() as f64),
+        delay_p95_ms: dirs.iter().filter_map(|q| q.delay_p95_ms).reduce(f64::max),
+        jitter_ms: dirs.iter().map(|q| q.jitter_ms).sum::<f64>() / n,
+    }
+}
+
+// ---------------------------------------------------------------- runtime
+
+/// CLOCK_MONOTONIC in µs.
+pub fn monotonic_us() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always available on Linux");
+    t.tv_sec() as u64 * 1_000_000 + t.tv_nsec() as u64 / 1000
+}
+
+fn sleep_until_monotonic_us(deadline_us: u64) {
+    let ts = nix::sys::time::TimeSpec::new(
+        (deadline_us / 1_000_000) as i64,
+        ((deadline_us % 1_000_000) * 1000) as i64,
+    );
+    loop {
+        match nix::time::clock_nanosleep(
+            nix::time::ClockId::CLOCK_MONOTONIC,
+            nix::time::ClockNanosleepFlags::TIMER_ABSTIME,
+            &ts,
+        ) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return,
+        }
+    }
+}
+
+/// A stream this node receives.
+struct RxStream {
+    call: u32,
+    dir: Direction,
+    ssrc: u32,
+    stats: StreamStats,
+}
+
+/// A stream this node sends.
+struct TxStream {
+    call: u32,
+    dir: Direction,
+    socket: usize,
+    peer: SocketAddr,
+    ssrc: u32,
+    seq: u16,
+    ts0: u32,
+    offset_us: u64,
+    next_k: u64,
+    rng: SmallRng,
+    talking: bool,
+    state_end_us: u64,
+    marker_next: bool,
+    sent: u64,
+    send_errors: u64,
+    max_lag_us: u64,
+}
+
+struct VadModel {
+    on: bool,
+    talk_mean_us: f64,
+    silence_mean_us: f64,
+}
+
+fn exp_sample(rng: &mut SmallRng, mean_us: f64) -> u64 {
+    let u: f64 = rng.gen::<f64>();
+    // 1 - u is in (0, 1]: ln is finite.
+    ((-(1.0 - u).ln() * mean_us) as u64).max(1)
+}
+
+impl TxStream {
+    /// Time (µs after t0) of the next packet to send, advancing the voice
+    /// activity state; `None` when past the duration.
+    fn next_due(&mut self, interval_us: u64, duration_us: u64, vad: &VadModel) -> Option<u64> {
+        loop {
+            let t = self.offset_us + self.next_k * interval_us;
+            if t >= duration_us {
+                return None;
+            }
+            if !vad.on {
+                return Some(t);
+            }
+            while self.state_end_us <= t {
+                self.talking = !self.talking;
+                let mean = if self.talking { vad.talk_mean_us } else { vad.silence_mean_us };
+                self.state_end_us += exp_sample(&mut self.rng, mean);
+                if self.talking {
+                    self.marker_next = true;
+                }
+            }
+            if self.talking {
+                return Some(t);
+            }
+            // Skip to the first grid point at or after the silence's end.
+            let end = self.state_end_us.saturating_sub(self.offset_us);
+            self.next_k = end.div_ceil(interval_us).max(self.next_k + 1);
+        }
+    }
+}
+
+/// Run this node's part of the spec: send and receive until the end of the
+/// duration plus grace, and return its report.
+pub fn run(spec: &Spec, node: &str) -> anyhow::Result<NodeResult> {
+    let profile = spec.validate()?;
+    let params = profile.params();
+
+    // Local endpoints: one socket each.
+    let mut sockets: Vec<UdpSocket> = Vec::new();
+    let mut rx_streams: Vec<RxStream> = Vec::new(); // index = socket index
+    let mut tx_streams: Vec<TxStream> = Vec::new();
+    for c in &spec.calls {
+        for (me, peer, out_dir, in_dir) in [
+            (&c.a, &c.b, Direction::AToB, Direction::BToA),
+            (&c.b, &c.a, Direction::BToA, Direction::AToB),
+        ] {
+            if me.node != node {
+                continue;
+            }
+            let sock = UdpSocket::bind(me.sockaddr())
+                .with_context(|| format!("call {}: binding {}", c.id, me.sockaddr()))?;
+            sock.set_nonblocking(true)?;
+            let idx = sockets.len();
+            sockets.push(sock);
+            rx_streams.push(RxStream {
+                call: c.id,
+                dir: in_dir,
+                ssrc: ssrc_of(spec.seed, c.id, in_dir),
+                stats: StreamStats::new(params.clock_rate, spec.playout_ms),
+            });
+            let mut rng = SmallRng::seed_from_u64(splitmix(
+                spec.seed ^ splitmix(u64::from(c.id) << 1 | u64::from(out_dir.index())),
+            ));
+            let offset_us = rng.gen_range(0..profile.interval_us());
+            let p_talk = spec.talk_mean_s / (spec.talk_mean_s + spec.silence_mean_s);
+            let talking = !spec.vad || rng.gen::<f64>() < p_talk;
+            let first_mean = if talking { spec.talk_mean_s } else { spec.silence_mean_s } * 1e6;
+            let state_end_us = if spec.vad { exp_sample(&mut rng, first_mean) } else { u64::MAX };
+            tx_streams.push(TxStream {
+                call: c.id,
+                dir: out_dir,
+                socket: idx,
+                peer: peer.sockaddr(),
+                ssrc: ssrc_of(spec.seed, c.id, out_dir),
+                seq: rng.gen(),
+                ts0: rng.gen(),
+                offset_us,
+                next_k: 0,
+                rng,
+                talking,
+                state_end_us,
+                marker_next: talking,
+                sent: 0,
+                send_errors: 0,
+                max_lag_us: 0,
+            });
+        }
+    }
+
+    // Start time.
+    let now_mono = monotonic_us();
+    let t0 = match spec.start_at_unix_ms {
+        None => now_mono,
+        Some(at_ms) => {
+            let now_unix_us = SystemTime::now().duration_since(UNIX_EPOCH)?.as_micros() as u64;
+            let at_us = at_ms.saturating_mul(1000);
+            let wait = at_us.saturating_sub(now_unix_us);
+            if wait > MAX_START_WAIT.as_micros() as u64 {
+                bail!("start_at_unix_ms is {} s in the future (max {} s)", wait / 1_000_000, MAX_START_WAIT.as_secs());
+            }
+            now_mono + wait
+        }
+    };
+    let duration_us = (spec.duration_s * 1e6) as u64;
+    let rx_end = t0 + duration_us + spec.grace_ms * 1000;
+    let vad = VadModel {
+        on: spec.vad,
+        talk_mean_us: spec.talk_mean_s * 1e6,
+        silence_mean_us: spec.silence_mean_s * 1e6,
+    };
+
+    let mut counters = RxCounters::default();
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let sockets = &sockets;
+        let rx_streams = &mut rx_streams;
+        let counters = &mut counters;
+        let receiver = scope.spawn(move || receive_loop(sockets, rx_streams, counters, &profile, rx_end));
+        send_loop(sockets, &mut tx_streams, &profile, &vad, t0, duration_us);
+        receiver.join().map_err(|_| anyhow::anyhow!("receive thread panicked"))??;
+        Ok(())
+    })?;
+
+    let mut streams = Vec::with_capacity(tx_streams.len() + rx_streams.len());
+    for t in &tx_streams {
+        streams.push(StreamReport {
+            call: t.call,
+            direction: t.dir,
+            sent: Some(t.sent),
+            send_errors: Some(t.send_errors),
+            max_send_lag_ms: Some(t.max_lag_us as f64 / 1000.0),
+            received: None,
+        });
+    }
+    for r in &rx_streams {
+        streams.push(StreamReport {
+            call: r.call,
+            direction: r.dir,
+            sent: None,
+            send_errors: None,
+            max_send_lag_ms: None,
+            received: Some(r.stats.summary()),
+        });
+    }
+    streams.sort_by_key(|s| (s.call, s.direction));
+    Ok(NodeResult { node: node.to_string(), streams, rx: counters })
+}
+
+fn send_loop(
+    sockets: &[UdpSocket],
+    streams: &mut [TxStream],
+    profile: &Profile,
+    vad: &VadModel,
+    t0: u64,
+    duration_us: u64,
+) {
+    let interval_us = profile.interval_us();
+    let step = profile.timestamp_step();
+    let pt = profile.params().payload_type;
+    let payload_len = rtp::probe_payload_len(profile.payload_bytes());
+    let mut heap = BinaryHeap::with_capacity(streams.len());
+    for (i, s) in streams.iter_mut().enumerate() {
+        if let Some(t) = s.next_due(interval_us, duration_us, vad) {
+            heap.push(Reverse((t, i)));
+        }
+    }
+    let mut payload = [0u8; 2048];
+    let mut buf = [0u8; 2048];
+    while let Some(Reverse((due, i))) = heap.pop() {
+        let deadline = t0 + due;
+        if monotonic_us() < deadline {
+            sleep_until_monotonic_us(deadline);
+        }
+        let s = &mut streams[i];
+        let header = RtpHeader {
+            marker: std::mem::take(&mut s.marker_next),
+            payload_type: pt,
+            sequence: s.seq,
+            timestamp: s.ts0.wrapping_add((s.next_k as u32).wrapping_mul(step)),
+            ssrc: s.ssrc,
+        };
+        let now = monotonic_us();
+        let tag = ProbeTag { send_us: now, call_id: s.call };
+        let p = &mut payload[..payload_len];
+        s.max_lag_us = s.max_lag_us.max(now.saturating_sub(deadline));
+        s.sent += 1;
+        // Sizes are bounded (payload <= 960 bytes < 2048), so building the
+        // packet cannot fail; if it ever did, it counts as a send error.
+        match tag.write_payload(p).and_then(|_| rtp::write(&header, p, &mut buf)) {
+            Some(n) => {
+                if sockets[s.socket].send_to(&buf[..n], s.peer).is_err() {
+                    s.send_errors += 1;
+                }
+            }
+            None => s.send_errors += 1,
+        }
+        s.seq = s.seq.wrapping_add(1);
+        s.next_k += 1;
+        if let Some(t) = s.next_due(interval_us, duration_us, vad) {
+            heap.push(Reverse((t, i)));
+        }
+    }
+}
+
+fn receive_loop(
+    sockets: &[UdpSocket],
+    streams: &mut [RxStream],
+    counters: &mut RxCounters,
+    profile: &Profile,
+    end_us: u64,
+) -> anyhow::Result<()> {
+    use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+    for (i, s) in sockets.iter().enumerate() {
+        epoll.add(s.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))?;
+    }
+    let pt = profile.params().payload_type;
+    let payload_len = rtp::probe_payload_len(profile.payload_bytes());
+    let mut events = vec![EpollEvent::empty(); sockets.len().clamp(1, 256)];
+    let mut buf = [0u8; 2048];
+    loop {
+        let now = monotonic_us();
+        if now >= end_us {
+            return Ok(());
+        }
+        let wait_ms = ((end_us - now).div_ceil(1000)).min(100) as u16;
+        let n = match epoll.wait(&mut events, wait_ms) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        for ev in &events[..n] {
+            let idx = ev.data() as usize;
+            let (Some(sock), Some(stream)) = (sockets.get(idx), streams.get_mut(idx)) else {
+                continue;
+            };
+            // Drain, bounded per wakeup so one busy socket cannot starve others.
+            for _ in 0..256 {
+                let len = match sock.recv_from(&mut buf) {
+                    Ok((len, _from)) => len,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        counters.recv_errors += 1;
+                        break;
+                    }
+                };
+                let recv_us = monotonic_us();
+                counters.datagrams += 1;
+                accept(&buf[..len], recv_us, pt, payload_len, stream, counters);
+            }
+        }
+    }
+}
+
+/// Check one datagram and feed it to its stream; count rejections.
+fn accept(
+    datagram: &[u8],
+    recv_us: u64,
+    pt: u8,
+    payload_len: usize,
+    stream: &mut RxStream,
+    counters: &mut RxCounters,
+) {
+    let pkt = match rtp::parse(datagram) {
+        Ok(p) => p,
+        Err(e) => {
+            match counters.not_rtp.get_mut(e.name()) {
+                Some(n) => *n += 1,
+                None => {
+                    counters.not_rtp.insert(e.name().to_string(), 1);
+                }
+            }
+            return;
+        }
+    };
+    if pkt.header.payload_type != pt {
+        counters.wrong_payload_type += 1;
+        return;
+    }
+    if pkt.header.ssrc != stream.ssrc {
+        counters.wrong_ssrc += 1;
+        return;
+    }
+    if pkt.payload.len() != payload_len {
+        counters.wrong_payload_size += 1;
+        return;
+    }
+    let Some(tag) = ProbeTag::read(pkt.payload) else {
+        counters.wrong_payload_size += 1;
+        return;
+    };
+    if tag.call_id != stream.call {
+        counters.wrong_call += 1;
+        return;
+    }
+    counters.accepted += 1;
+    stream.stats.on_packet(&stats::RxPacket {
+        seq: pkt.header.sequence,
+        rtp_ts: pkt.header.timestamp,
+        marker: pkt.header.marker,
+        send_us: tag.send_us,
+        recv_us,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_json() -> &'static str {
+        r#"{"codec":"g729","interval_ms":20,"vad":true,"seed":1,"duration_s":20.0,
+            "start_at_unix_ms": 1763800000000, "playout_ms": 60, "criterion": "mos",
+            "calls":[{"id":0,"a":{"node":"A","addr":"10.9.0.1","port":16000},
+                           "b":{"node":"D","addr":"10.9.0.4","port":16000}}]}"#
+    }
+
+    #[test]
+    fn contract_spec_parses_with_defaults() {
+        let s: Spec = serde_json::from_str(spec_json()).unwrap();
+        assert_eq!(s.codec, Codec::G729);
+        assert_eq!(s.playout_ms, 60.0);
+        assert_eq!(s.criterion, Criterion::Mos);
+        assert_eq!(s.grace_ms, 1000);
+        assert_eq!(s.calls[0].b.port, 16000);
+        s.validate().unwrap();
+        let seeds: Spec = serde_json::from_str(&spec_json().replace("\"mos\"", "\"seeds\"")).unwrap();
+        assert_eq!(seeds.criterion, Criterion::Seeds);
+    }
+
+    #[test]
+    fn invalid_specs_are_rejected_with_a_reason() {
+        let base: Spec = serde_json::from_str(spec_json()).unwrap();
+        let mut s = base.clone();
+        s.interval_ms = 15;
+        assert!(s.validate().unwrap_err().to_string().contains("10 ms frame"));
+        let mut s = base.clone();
+        s.duration_s = 0.0;
+        assert!(s.validate().unwrap_err().to_string().contains("duration_s"));
+        let mut s = base.clone();
+        s.calls.push(s.calls[0].clone());
+        assert!(s.validate().unwrap_err().to_string().contains("twice"));
+        let mut s = base.clone();
+        let mut c = s.calls[0].clone();
+        c.id = 1;
+        s.calls.push(c);
+        assert!(s.validate().unwrap_err().to_string().contains("used by another"));
+        let mut s = base;
+        s.playout_ms = f64::NAN;
+        assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn node_result_json_matches_the_contract() {
+        let r = NodeResult {
+            node: "A".into(),
+            streams: vec![
+                StreamReport { call: 0, direction: Direction::AToB, sent: Some(5), send_errors: Some(0), max_send_lag_ms: Some(0.1), received: None },
+                StreamReport { call: 0, direction: Direction::BToA, sent: None, send_errors: None, max_send_lag_ms: None, received: Some(ReceiveSummary::default()) },
+            ],
+            rx: RxCounters::default(),
+        };
+        let v: serde_json::Value = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["node"], "A");
+        assert_eq!(v["streams"][0]["direction"], "a_to_b");
+        assert_eq!(v["streams"][0]["sent"], 5);
+        assert!(v["streams"][0].get("received").is_none());
+        assert_eq!(v["streams"][1]["direction"], "b_to_a");
+        assert!(v["streams"][1]["received"].is_object());
+        let back: NodeResult = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+    }
+
+    fn rx(received: u64, delay: f64) -> ReceiveSummary {
+        ReceiveSummary {
+            received,
+            delay_min_ms: Some(delay),
+            delay_mean_ms: Some(delay),
+            delay_p95_ms: Some(delay),
+            delay_max_ms: Some(delay),
+            playout_ms: 60.0,
+            playout_delay_ms: Some(delay + 60.0),
+            ..Default::default()
+        }
+    }
+
+    fn report(node: &str, call: u32, dir: Direction, sent: Option<u64>, received: Option<ReceiveSummary>) -> NodeResult {
+        NodeResult {
+            node: node.into(),
+            streams: vec![StreamReport { call, direction: dir, sent, send_errors: None, max_send_lag_ms: None, received }],
+            rx: RxCounters::default(),
+        }
+    }
+
+    #[test]
+    fn merge_pairs_sender_and_receiver_reports() {
+        let spec: Spec = serde_json::from_str(spec_json()).unwrap();
+        let results = vec![
+            report("A", 0, Direction::AToB, Some(1000), None),
+            report("D", 0, Direction::AToB, None, Some(rx(1000, 5.0))),
+            report("D", 0, Direction::BToA, Some(1000), None),
+            report("A", 0, Direction::BToA, None, Some(rx(900, 5.0))),
+        ];
+        let calls = merge(&spec, &results);
+        assert_eq!(calls.len(), 1);
+        let c = &calls[0];
+        assert_eq!((c.a_to_b.sent, c.a_to_b.received, c.a_to_b.loss_pct), (1000, 1000, 0.0));
+        assert!(c.a_to_b.supported);
+        assert_eq!(c.b_to_a.loss_pct, 10.0);
+        assert!(!c.b_to_a.supported);
+        assert!(!c.supported);
+        assert!(c.notes.is_empty());
+        let s = summarize(&calls);
+        assert_eq!((s.calls, s.supported_calls, s.all_supported), (1, 0, false));
+        assert!((s.loss_pct - 5.0).abs() < 1e-9);
+        assert_eq!(s.delay_ms, Some(5.0));
+    }
+
+    #[test]
+    fn merge_notes_missing_reports() {
+        let spec: Spec = serde_json::from_str(spec_json()).unwrap();
+        let calls = merge(&spec, &[report("A", 0, Direction::AToB, Some(10), None)]);
+        let c = &calls[0];
+        assert!(!c.supported);
+        assert_eq!(c.a_to_b.received, 0);
+        assert!(c.notes.iter().any(|n| n.contains("no receiver report from node D")), "{:?}", c.notes);
+        assert!(c.notes.iter().any(|n| n.contains("no sender report from node D")), "{:?}", c.notes);
+    }
+
+    #[test]
+    fn vad_schedule_has_spurts_of_the_right_mean_and_markers() {
+        let vad = VadModel { on: true, talk_mean_us: 1e6, silence_mean_us: 1.5e6 };
+        let mut s = TxStream {
+            call: 0,
+            dir: Direction::AToB,
+            socket: 0,
+            peer: "127.0.0.1:9".parse().unwrap(),
+            ssrc: 1,
+            seq: 0,
+            ts0: 0,
+            offset_us: 7_000,
+            next_k: 0,
+            rng: SmallRng::seed_from_u64(42),
+            talking: true,
+            state_end_us: 1_000_000,
+            marker_next: true,
+            sent: 0,
+            send_errors: 0,
+            max_lag_us: 0,
+        };
+        let duration = 2_000_000_000u64; // 2000 s of schedule, no sockets
+        let (mut packets, mut spurts, mut last) = (0u64, 0u64, None);
+        while let Some(t) = s.next_due(20_000, duration, &vad) {
+            assert_eq!((t - 7_000) % 20_000, 0, "packets stay on the grid");
+            if let Some(l) = last {
+                assert!(t > l);
+            }
+            last = Some(t);
+            if std::mem::take(&mut s.marker_next) {
+                spurts += 1;
+            }
+            packets += 1;
+            s.next_k += 1;
+        }
+        let activity = packets as f64 / 100_000.0; // grid has 100k slots
+        assert!((activity - 0.4).abs() < 0.05, "activity {activity}");
+        let mean_spurt_s = packets as f64 * 0.02 / spurts as f64;
+        assert!((mean_spurt_s - 1.0).abs() < 0.15, "mean spurt {mean_spurt_s}");
+    }
+
+    #[test]
+    fn cbr_schedule_is_every_interval_with_one_marker() {
+        let vad = VadModel { on: false, talk_mean_us: 1e6, silence_mean_us: 1.5e6 };
+        let mut s = TxStream {
+            call: 0,
+            dir: Direction::AToB,
+            socket: 0,
+            peer: "127.0.0.1:9".parse().unwrap(),
+            ssrc: 1,
+            seq: 0,
+            ts0: 0,
+            offset_us: 3,
+            next_k: 0,
+            rng: SmallRng::seed_from_u64(1),
+            talking: true,
+            state_end_us: u64::MAX,
+            marker_next: true,
+            sent: 0,
+            send_errors: 0,
+            max_lag_us: 0,
+        };
+        let mut n = 0;
+        let mut markers = 0;
+        while let Some(t) = s.next_due(20_000, 1_000_000, &vad) {
+            assert_eq!(t, 3 + 20_000 * n);
+            markers += u32::from(std::mem::take(&mut s.marker_next));
+            n += 1;
+            s.next_k += 1;
+        }
+        assert_eq!((n, markers), (50, 1));
+    }
+
+    #[test]
+    fn ssrcs_differ_per_direction_and_call() {
+        let mut seen = std::collections::HashSet::new();
+        for call in 0..500 {
+            for dir in [Direction::AToB, Direction::BToA] {
+                assert!(seen.insert(ssrc_of(7, call, dir)));
+            }
+        }
+    }
 }

@@ -1,0 +1,179 @@
+//! `airpack voip` end to end on 127.0.0.1: two nodes run in-process on two
+//! threads (exactly what two `airpack voip` processes do), exchange G.729
+//! calls for a few seconds, and their results are merged.
+//!
+//! Owns: loopback checks of the traffic tool. Must not touch: namespaces or
+//! the emulated medium (the lab's own tests cover those).
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use airpack_lab::voip::{self, merge, summarize, NodeResult, Spec};
+
+/// Distinct free UDP ports on 127.0.0.1 (bound together, then released).
+fn free_ports(n: usize) -> Vec<u16> {
+    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+    socks.iter().map(|s| s.local_addr().unwrap().port()).collect()
+}
+
+fn spec(calls: usize, duration_s: f64, vad: bool, start_in_ms: u64) -> Spec {
+    let ports = free_ports(2 * calls);
+    let start = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64 + start_in_ms;
+    let calls: Vec<_> = (0..calls)
+        .map(|i| {
+            serde_json::json!({
+                "id": i as u32 + 10,
+                "a": {"node": "A", "addr": "127.0.0.1", "port": ports[2 * i]},
+                "b": {"node": "B", "addr": "127.0.0.1", "port": ports[2 * i + 1]},
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "codec": "g729", "interval_ms": 20, "vad": vad, "seed": 3, "duration_s": duration_s,
+        "start_at_unix_ms": start, "playout_ms": 60, "criterion": "mos", "grace_ms": 500,
+        "calls": calls,
+    }))
+    .unwrap()
+}
+
+/// Run nodes A and B concurrently, as two processes would.
+fn run_both(spec: &Spec) -> Vec<NodeResult> {
+    std::thread::scope(|s| {
+        let a = s.spawn(|| voip::run(spec, "A"));
+        let b = s.spawn(|| voip::run(spec, "B"));
+        vec![a.join().unwrap().unwrap(), b.join().unwrap().unwrap()]
+    })
+}
+
+#[test]
+fn cbr_g729_calls_all_arrive_with_high_mos() {
+    let spec = spec(3, 2.0, false, 300);
+    let t = Instant::now();
+    let results = run_both(&spec);
+    let took = t.elapsed();
+    // 0.3 s wait + 2 s of calls + 0.5 s grace, bounded.
+    assert!(took >= Duration::from_millis(2700) && took < Duration::from_secs(6), "{took:?}");
+    for r in &results {
+        assert_eq!(r.rx.rejected(), 0, "{:?}", r.rx);
+        assert_eq!(r.streams.len(), 6, "3 sent + 3 received per node");
+    }
+    let calls = merge(&spec, &results);
+    assert_eq!(calls.len(), 3);
+    for c in &calls {
+        for q in [&c.a_to_b, &c.b_to_a] {
+            // 2 s at 20 ms from a phase offset in [0, 20 ms): exactly 100.
+            assert_eq!(q.sent, 100, "call {}: {q:?}", c.call);
+            assert_eq!(q.received, 100, "call {}: {q:?}", c.call);
+            assert_eq!((q.loss_pct, q.late_pct, q.duplicates, q.reordered), (0.0, 0.0, 0, 0));
+            assert!(q.delay_ms.unwrap() < 20.0, "{q:?}");
+            assert!(q.delay_max_ms.unwrap() >= q.delay_ms.unwrap());
+            assert!(q.mos > 4.0, "call {}: {q:?}", c.call);
+        }
+        assert!(c.supported && c.notes.is_empty(), "{c:?}");
+    }
+    let s = summarize(&calls);
+    assert_eq!((s.calls, s.supported_calls, s.all_supported), (3, 3, true));
+}
+
+#[test]
+fn vad_calls_send_talk_spurts_only() {
+    let spec = spec(2, 4.0, true, 300);
+    let results = run_both(&spec);
+    let calls = merge(&spec, &results);
+    let mut total_sent = 0;
+    for c in &calls {
+        for q in [&c.a_to_b, &c.b_to_a] {
+            assert_eq!(q.received, q.sent, "{q:?}");
+            assert!(q.sent <= 200);
+            total_sent += q.sent;
+        }
+    }
+    // 4 directions x 200 grid slots; about 40 % activity expected. Bounds
+    // are wide (few spurts in 4 s) but CBR would give exactly 800.
+    assert!(total_sent > 40 && total_sent < 700, "sent {total_sent}");
+    let spurts: u64 = results
+        .iter()
+        .flat_map(|r| &r.streams)
+        .filter_map(|s| s.received.as_ref())
+        .map(|r| r.talk_spurts)
+        .sum();
+    assert!(spurts >= 4, "every direction that sent has at least one spurt: {spurts}");
+}
+
+#[test]
+fn malformed_and_foreign_datagrams_are_counted_and_ignored() {
+    let spec = spec(1, 1.5, false, 300);
+    let target = std::net::SocketAddr::new(spec.calls[0].b.addr, spec.calls[0].b.port);
+    let results = std::thread::scope(|s| {
+        let a = s.spawn(|| voip::run(&spec, "A"));
+        let b = s.spawn(|| voip::run(&spec, "B"));
+        s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(600));
+            let junk = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let mut good = [0u8; 32];
+            good[0] = 0x80;
+            good[1] = 18;
+            let sends: [&[u8]; 5] = [
+                &[1, 2, 3],             // truncated
+                &[0x40; 32],            // version 1
+                &[0x8f; 32],            // CSRC count past the end
+                &[0x80, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], // PCMU, wrong type
+                &good,                  // right type, foreign SSRC
+            ];
+            for d in sends {
+                junk.send_to(d, target).unwrap();
+            }
+        });
+        vec![a.join().unwrap().unwrap(), b.join().unwrap().unwrap()]
+    });
+    let b = results.iter().find(|r| r.node == "B").unwrap();
+    assert_eq!(b.rx.not_rtp.get("truncated"), Some(&1), "{:?}", b.rx);
+    assert_eq!(b.rx.not_rtp.get("bad_version"), Some(&1), "{:?}", b.rx);
+    assert_eq!(b.rx.not_rtp.get("csrc_past_end"), Some(&1), "{:?}", b.rx);
+    assert_eq!(b.rx.wrong_payload_type, 1, "{:?}", b.rx);
+    assert_eq!(b.rx.wrong_ssrc, 1, "{:?}", b.rx);
+    assert_eq!(b.rx.rejected(), 5);
+    let calls = merge(&spec, &results);
+    let q = &calls[0].a_to_b;
+    assert_eq!((q.sent, q.received), (75, 75), "{q:?}");
+    assert!(calls[0].supported);
+}
+
+#[test]
+fn tshark_decodes_the_rtp_if_installed() {
+    let Ok(out) = std::process::Command::new("tshark").arg("--version").output() else {
+        eprintln!("SKIP tshark_decodes_the_rtp_if_installed: tshark is not installed (bonus check only)");
+        return;
+    };
+    if !out.status.success() {
+        eprintln!("SKIP tshark_decodes_the_rtp_if_installed: tshark --version failed");
+        return;
+    }
+    let spec = spec(1, 1.0, false, 1500);
+    let port = spec.calls[0].b.port;
+    let pcap = std::env::temp_dir().join(format!("airpack-voip-{}.pcap", std::process::id()));
+    let mut cap = std::process::Command::new("tshark")
+        .args(["-i", "lo", "-a", "duration:4", "-f", &format!("udp dst port {port}"), "-w"])
+        .arg(&pcap)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn tshark");
+    let _ = run_both(&spec);
+    let _ = cap.wait();
+    let out = std::process::Command::new("tshark")
+        .args(["-r"])
+        .arg(&pcap)
+        .args(["-d", &format!("udp.port=={port},rtp"), "-T", "fields", "-e", "rtp.p_type", "-e", "rtp.version"])
+        .output()
+        .expect("tshark -r");
+    let _ = std::fs::remove_file(&pcap);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    if lines.is_empty() {
+        eprintln!("SKIP tshark_decodes_the_rtp_if_installed: capture on lo produced nothing (no capture permission?)");
+        return;
+    }
+    assert_eq!(lines.len(), 50, "{text}");
+    assert!(lines.iter().all(|l| l.split_whitespace().collect::<Vec<_>>() == ["18", "2"]), "{text}");
+}
