@@ -128,7 +128,8 @@ impl RunArgs {
 fn init_logging(level: config::LogLevel) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level.as_str()));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
 }
 
 /// Runs the daemon until SIGTERM/SIGINT (exit 0 after flushing), reloading on SIGHUP.

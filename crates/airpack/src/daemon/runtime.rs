@@ -44,8 +44,11 @@ const BATCH: usize = 64;
 pub const BUSY_RECHECK_US: u64 = 150;
 /// Buffers: the largest IP packet.
 const BUF: usize = 65_536;
-/// Upper bound on TUN packets drained at shutdown.
+/// Upper bound on TUN packets drained at shutdown (the queue holds at most
+/// `tun_txqueuelen` once steering is removed).
 const SHUTDOWN_DRAIN_MAX: usize = 1 << 20;
+/// Upper bound on the time spent draining the TUN at shutdown (µs).
+const SHUTDOWN_DRAIN_US: u64 = 500_000;
 
 /// The daemon's sending and receiving sockets.
 struct Sockets {
@@ -127,6 +130,16 @@ impl Sockets {
         }
         n
     }
+}
+
+/// Where a packet read from the TUN goes.
+enum Dest {
+    /// Into the engine, for this peer.
+    Peer(IpAddr),
+    /// Out unchanged (no peer, or the next hop does not run airpack).
+    Unchanged,
+    /// Nowhere: the normal route leads back into the TUN.
+    Loop,
 }
 
 /// One watched radio interface.
@@ -336,18 +349,27 @@ impl Daemon {
         }
     }
 
-    /// The peer a packet for `dst` is queued for, or `None` to send it unchanged.
-    fn peer_for(&mut self, dst: IpAddr) -> Option<IpAddr> {
+    /// Where a packet for `dst` goes: a configured peer's queue, out unchanged,
+    /// or nowhere (its route leads back into the TUN: sending it would loop).
+    fn route_for(&mut self, dst: IpAddr) -> Dest {
+        let tun = self.tun.ifindex();
+        let nh = self.resolver.lookup(dst);
+        if matches!(&nh, Ok(nh) if nh.oif == tun) {
+            return Dest::Loop;
+        }
         match self.plan.config.daemon.mode {
-            Mode::HopByHop => match self.resolver.lookup(dst) {
-                Ok(nh) if !nh.local && self.peers.contains_key(&nh.addr) => Some(nh.addr),
+            Mode::HopByHop => match nh {
+                Ok(nh) if !nh.local && self.peers.contains_key(&nh.addr) => Dest::Peer(nh.addr),
                 Ok(_) => {
                     self.counters.passthrough_not_peer += 1;
-                    None
+                    Dest::Unchanged
                 }
-                Err(_) => None,
+                Err(_) => Dest::Unchanged,
             },
-            Mode::EndToEnd => self.plan.allowed_ips.lookup(dst),
+            Mode::EndToEnd => match self.plan.allowed_ips.lookup(dst) {
+                Some(p) => Dest::Peer(p),
+                None => Dest::Unchanged,
+            },
         }
     }
 
@@ -377,12 +399,22 @@ impl Daemon {
             self.counters.tun_unparsable += 1;
             return true;
         };
-        match self.peer_for(dst) {
-            Some(peer) => {
+        if sys::link_scoped(dst) {
+            // The kernel's own traffic on the TUN (IPv6 router solicitations,
+            // MLD, ...): never steered by us, meaningless elsewhere.
+            self.counters.tun_ignored += 1;
+            return true;
+        }
+        match self.route_for(dst) {
+            Dest::Peer(peer) => {
                 let v = self.engine.handle_packet(now, peer, &self.tun_buf[..n], 0);
                 trace!(%dst, %peer, ?v, len = n, "queued");
             }
-            None => {
+            Dest::Loop => {
+                self.counters.tun_looped += 1;
+                trace!(%dst, "route leads back into the TUN; dropped");
+            }
+            Dest::Unchanged => {
                 self.counters.passthrough += 1;
                 match self.sock.raw.send(&self.tun_buf[..n]) {
                     Ok(()) => self.counters.unchanged_sent += 1,
@@ -630,7 +662,8 @@ impl Daemon {
         }
         let now = monotonic_micros();
         let mut drained = 0;
-        while drained < SHUTDOWN_DRAIN_MAX && self.read_tun_one(now) {
+        let limit = SHUTDOWN_DRAIN_MAX.min(self.plan.config.daemon.tun_txqueuelen as usize * 2 + BATCH);
+        while drained < limit && monotonic_micros() < now + SHUTDOWN_DRAIN_US && self.read_tun_one(now) {
             drained += 1;
         }
         self.engine.flush();

@@ -28,6 +28,10 @@ pub struct DaemonCounters {
     pub tun_read_errors: u64,
     /// TUN packets whose IP header was too short to find a destination.
     pub tun_unparsable: u64,
+    /// TUN packets to link-scoped destinations (the kernel's own IPv6 ND/MLD on the TUN), dropped.
+    pub tun_ignored: u64,
+    /// TUN packets whose normal route leads back into the TUN (would loop), dropped.
+    pub tun_looped: u64,
     /// Inner packets written into the TUN.
     pub tun_written: u64,
     /// TUN writes that failed, by errno (`eagain` = TUN queue full).
@@ -93,6 +97,8 @@ pub fn daemon_json(c: &DaemonCounters) -> Value {
         "tun_read_bytes": c.tun_read_bytes,
         "tun_read_errors": c.tun_read_errors,
         "tun_unparsable": c.tun_unparsable,
+        "tun_ignored": c.tun_ignored,
+        "tun_looped": c.tun_looped,
         "tun_written": c.tun_written,
         "tun_write_errors": by_errno(&c.tun_write_errors),
         "passthrough": c.passthrough,

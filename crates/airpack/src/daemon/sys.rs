@@ -25,6 +25,21 @@ pub fn addrs(pkt: &[u8]) -> Option<(IpAddr, IpAddr)> {
     }
 }
 
+/// Link-scoped destinations: IPv4 169.254/16 and 224.0.0.0/24, IPv6 fe80::/10
+/// and multicast of scope interface/link (ff01::/16, ff02::/16).
+pub fn link_scoped(dst: IpAddr) -> bool {
+    match dst {
+        IpAddr::V4(a) => {
+            let o = a.octets();
+            a.is_link_local() || (o[0] == 224 && o[1] == 0 && o[2] == 0) || a.is_broadcast()
+        }
+        IpAddr::V6(a) => {
+            let s = a.segments();
+            (s[0] & 0xffc0) == 0xfe80 || (s[0] & 0xff0f) == 0xff01 || (s[0] & 0xff0f) == 0xff02
+        }
+    }
+}
+
 /// Sets the transmit queue length of interface `name` (SIOCSIFTXQLEN). For a
 /// TUN device this is the number of packets the kernel queues for the daemon.
 pub fn set_txqueuelen(name: &str, len: u32) -> io::Result<()> {
@@ -107,6 +122,16 @@ mod tests {
         assert_eq!(addrs(&v6[..39]), None);
         assert_eq!(addrs(&[]), None);
         assert_eq!(addrs(&[0x50; 60]), None);
+    }
+
+    #[test]
+    fn link_scope() {
+        for a in ["fe80::1", "ff02::16", "ff02::2", "ff01::1", "169.254.1.1", "224.0.0.22", "255.255.255.255"] {
+            assert!(link_scoped(a.parse().unwrap()), "{a}");
+        }
+        for a in ["10.0.0.1", "fd00::1", "2001:db8::1", "ff05::2", "239.1.1.1", "224.0.1.1"] {
+            assert!(!link_scoped(a.parse().unwrap()), "{a}");
+        }
     }
 
     #[test]
