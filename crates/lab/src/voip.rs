@@ -429,6 +429,8 @@ pub struct Summary {
     pub late_pct: f64,
     /// Mean of the directions' mean one-way delays (ms), over directions that received.
     pub delay_ms: Option<f64>,
+    /// Median over directions of their median one-way delays (ms).
+    pub delay_p50_ms: Option<f64>,
     /// Highest p95 one-way delay of any direction (ms).
     pub delay_p95_ms: Option<f64>,
     /// Mean RFC 3550 jitter over directions (ms).
@@ -449,9 +451,19 @@ pub fn summarize(calls: &[CallResult]) -> Summary {
         loss_pct: dirs.iter().map(|q| q.loss_pct).sum::<f64>() / n,
         late_pct: dirs.iter().map(|q| q.late_pct).sum::<f64>() / n,
         delay_ms: (!delays.is_empty()).then(|| delays.iter().sum::<f64>() / delays.len() as f64),
+        delay_p50_ms: median(dirs.iter().filter_map(|q| q.delay_p50_ms).collect()),
         delay_p95_ms: dirs.iter().filter_map(|q| q.delay_p95_ms).reduce(f64::max),
         jitter_ms: dirs.iter().map(|q| q.jitter_ms).sum::<f64>() / n,
     }
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
 }
 
 // ---------------------------------------------------------------- runtime
@@ -896,6 +908,7 @@ mod tests {
             received,
             delay_min_ms: Some(delay),
             delay_mean_ms: Some(delay),
+            delay_p50_ms: Some(delay),
             delay_p95_ms: Some(delay),
             delay_max_ms: Some(delay),
             playout_ms: 60.0,
@@ -934,6 +947,9 @@ mod tests {
         assert_eq!((s.calls, s.supported_calls, s.all_supported), (1, 0, false));
         assert!((s.loss_pct - 5.0).abs() < 1e-9);
         assert_eq!(s.delay_ms, Some(5.0));
+        assert_eq!(s.delay_p50_ms, Some(5.0));
+        assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), Some(2.5));
+        assert_eq!(median(vec![]), None);
     }
 
     #[test]

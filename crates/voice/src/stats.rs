@@ -283,6 +283,7 @@ impl StreamStats {
             talk_spurts: self.spurts,
             delay_min_ms: any.then(|| ms(self.delay_min_us as f64)),
             delay_mean_ms: any.then(|| ms(self.delay_sum_us as f64 / self.received as f64)),
+            delay_p50_ms: self.hist.quantile(0.5).map(|v| ms(v.min(self.delay_max_us as f64))),
             delay_p95_ms: self.hist.quantile(0.95).map(|v| ms(v.min(self.delay_max_us as f64))),
             delay_max_ms: any.then(|| ms(self.delay_max_us as f64)),
             jitter_ms: self.jitter.jitter_ms(),
@@ -314,6 +315,9 @@ pub struct ReceiveSummary {
     pub delay_min_ms: Option<f64>,
     /// One-way network delay: mean (ms).
     pub delay_mean_ms: Option<f64>,
+    /// One-way network delay: median (ms, histogram resolution 1/64).
+    #[serde(default)]
+    pub delay_p50_ms: Option<f64>,
     /// One-way network delay: 95th percentile (ms, histogram resolution 1/64).
     pub delay_p95_ms: Option<f64>,
     /// One-way network delay: maximum (ms).
@@ -360,6 +364,9 @@ pub struct Quality {
     pub reordered: u64,
     /// Mean one-way network delay (ms).
     pub delay_ms: Option<f64>,
+    /// Median one-way network delay (ms).
+    #[serde(default)]
+    pub delay_p50_ms: Option<f64>,
     /// 95th percentile one-way network delay (ms).
     pub delay_p95_ms: Option<f64>,
     /// Maximum one-way network delay (ms).
@@ -426,6 +433,7 @@ pub fn assess(
         duplicates: rx.duplicates,
         reordered: rx.reordered,
         delay_ms: rx.delay_mean_ms,
+        delay_p50_ms: rx.delay_p50_ms,
         delay_p95_ms: rx.delay_p95_ms,
         delay_max_ms: rx.delay_max_ms,
         jitter_ms: rx.jitter_ms,
@@ -559,6 +567,8 @@ mod tests {
         assert_eq!(sum.delay_max_ms, Some(100.0));
         assert_eq!(sum.delay_min_ms, Some(1.0));
         assert!((sum.delay_mean_ms.unwrap() - 50.5).abs() < 1e-9);
+        let p50 = sum.delay_p50_ms.unwrap();
+        assert!((p50 - 50.0).abs() <= 50.0 / 64.0, "{p50}");
         let p95 = sum.delay_p95_ms.unwrap();
         assert!((p95 - 95.0).abs() <= 95.0 / 64.0, "{p95}");
         // jitter: delay grows 1 ms per 20 ms packet: |D| = 8 units each
