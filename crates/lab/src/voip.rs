@@ -16,8 +16,10 @@
 //! CLOCK_MONOTONIC (`clock_nanosleep(TIMER_ABSTIME)`, no drift); packet k of
 //! a stream is due at `t0 + offset + k * interval`, with a per-stream random
 //! offset in `[0, interval)` so calls are not phase-aligned. A receive thread
-//! waits in epoll and timestamps each datagram with CLOCK_MONOTONIC right
-//! after `recv`. The sender writes its CLOCK_MONOTONIC time (µs) into the
+//! waits in epoll; each datagram is timed by the kernel's receive timestamp
+//! (SO_TIMESTAMPNS, CLOCK_REALTIME converted to CLOCK_MONOTONIC with an
+//! offset taken at start), or by CLOCK_MONOTONIC read right after `recv`
+//! when the kernel gives none or an implausible one (counted). The sender writes its CLOCK_MONOTONIC time (µs) into the
 //! payload just before `send`; all network namespaces share that clock.
 //!
 //! Voice activity (`vad: true`): per stream, talk spurts and silences with
@@ -328,12 +330,23 @@ pub struct RxCounters {
     pub wrong_call: u64,
     /// Socket receive errors other than "would block".
     pub recv_errors: u64,
+    /// Datagrams longer than the receive buffer (dropped).
+    #[serde(default)]
+    pub truncated: u64,
+    /// Datagrams timed by the kernel's receive timestamp (SO_TIMESTAMPNS).
+    #[serde(default)]
+    pub kernel_timestamps: u64,
+    /// Datagrams timed by our clock read after `recv` (no or implausible
+    /// kernel timestamp).
+    #[serde(default)]
+    pub user_timestamps: u64,
 }
 
 impl RxCounters {
     /// Datagrams rejected for any reason.
     pub fn rejected(&self) -> u64 {
         self.not_rtp.values().sum::<u64>()
+            + self.truncated
             + self.wrong_payload_type
             + self.wrong_ssrc
             + self.wrong_payload_size
@@ -734,6 +747,21 @@ fn send_loop(
     }
 }
 
+/// Offset CLOCK_REALTIME - CLOCK_MONOTONIC in ns, to convert the kernel's
+/// receive timestamps (SO_TIMESTAMPNS is CLOCK_REALTIME) to CLOCK_MONOTONIC.
+fn realtime_minus_monotonic_ns() -> i128 {
+    use nix::time::{clock_gettime, ClockId};
+    let ns = |t: nix::sys::time::TimeSpec| i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec());
+    let (Ok(m0), Ok(rt), Ok(m1)) = (
+        clock_gettime(ClockId::CLOCK_MONOTONIC),
+        clock_gettime(ClockId::CLOCK_REALTIME),
+        clock_gettime(ClockId::CLOCK_MONOTONIC),
+    ) else {
+        return 0;
+    };
+    ns(rt) - (ns(m0) + ns(m1)) / 2
+}
+
 fn receive_loop(
     sockets: &[UdpSocket],
     streams: &mut [RxStream],
@@ -742,14 +770,20 @@ fn receive_loop(
     end_us: u64,
 ) -> anyhow::Result<()> {
     use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+    use nix::sys::socket::{recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags};
+    use std::os::fd::AsRawFd;
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
     for (i, s) in sockets.iter().enumerate() {
+        // Kernel receive timestamps: arrival time without our wake-up latency.
+        let _ = setsockopt(s, sockopt::ReceiveTimestampns, &true);
         epoll.add(s.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))?;
     }
+    let offset_ns = realtime_minus_monotonic_ns();
     let pt = profile.params().payload_type;
     let payload_len = rtp::probe_payload_len(profile.payload_bytes());
     let mut events = vec![EpollEvent::empty(); sockets.len().clamp(1, 256)];
     let mut buf = [0u8; 2048];
+    let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
     loop {
         let now = monotonic_us();
         if now >= end_us {
@@ -768,18 +802,49 @@ fn receive_loop(
             };
             // Drain, bounded per wakeup so one busy socket cannot starve others.
             for _ in 0..256 {
-                let len = match sock.recv_from(&mut buf) {
-                    Ok((len, _from)) => len,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+                let (len, truncated, kernel_ns) = match recvmsg::<()>(
+                    sock.as_raw_fd(),
+                    &mut iov,
+                    Some(&mut cmsg),
+                    MsgFlags::MSG_DONTWAIT,
+                ) {
+                    Ok(m) => {
+                        let mut ts = None;
+                        if let Ok(it) = m.cmsgs() {
+                            for c in it {
+                                if let ControlMessageOwned::ScmTimestampns(t) = c {
+                                    ts = Some(i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec()));
+                                }
+                            }
+                        }
+                        (m.bytes, m.flags.contains(MsgFlags::MSG_TRUNC), ts)
+                    }
+                    Err(nix::errno::Errno::EAGAIN) => break,
+                    Err(nix::errno::Errno::EINTR) => continue,
                     Err(_) => {
                         counters.recv_errors += 1;
                         break;
                     }
                 };
-                let recv_us = monotonic_us();
+                let user_us = monotonic_us();
                 counters.datagrams += 1;
-                accept(&buf[..len], recv_us, pt, payload_len, stream, counters);
+                if truncated {
+                    counters.truncated += 1;
+                    continue;
+                }
+                let recv_us = match kernel_ns.map(|k| (k - offset_ns) / 1000) {
+                    // Plausible: not after our own clock read, not a second before it.
+                    Some(k) if k <= i128::from(user_us) && k + 1_000_000 >= i128::from(user_us) => {
+                        counters.kernel_timestamps += 1;
+                        k as u64
+                    }
+                    _ => {
+                        counters.user_timestamps += 1;
+                        user_us
+                    }
+                };
+                accept(&buf[..len.min(buf.len())], recv_us, pt, payload_len, stream, counters);
             }
         }
     }

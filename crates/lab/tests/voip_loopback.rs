@@ -56,6 +56,9 @@ fn cbr_g729_calls_all_arrive_with_high_mos() {
     for r in &results {
         assert_eq!(r.rx.rejected(), 0, "{:?}", r.rx);
         assert_eq!(r.streams.len(), 6, "3 sent + 3 received per node");
+        // Every datagram is timed, by the kernel when it gives a timestamp.
+        assert_eq!(r.rx.kernel_timestamps + r.rx.user_timestamps, r.rx.datagrams);
+        eprintln!("node {}: {:?}", r.node, r.rx);
     }
     let calls = merge(&spec, &results);
     assert_eq!(calls.len(), 3);
