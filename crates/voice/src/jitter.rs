@@ -17,13 +17,14 @@
 pub struct JitterEstimator {
     clock_rate: u32,
     last: Option<(u64, u32)>,
+    last_send: Option<(u64, u64)>,
     jitter: f64,
 }
 
 impl JitterEstimator {
     /// New estimator for an RTP clock rate in Hz (8000 for the voice codecs).
     pub fn new(clock_rate: u32) -> Self {
-        Self { clock_rate: clock_rate.max(1), last: None, jitter: 0.0 }
+        Self { clock_rate: clock_rate.max(1), last: None, last_send: None, jitter: 0.0 }
     }
 
     /// Account for one packet: its RTP timestamp and its arrival time (µs).
@@ -36,6 +37,19 @@ impl JitterEstimator {
             self.jitter += (d - self.jitter) / 16.0;
         }
         self.last = Some((arrival_us, rtp_timestamp));
+    }
+
+    /// Account for one packet by its send time instead of its RTP timestamp
+    /// (both µs, same clock): the same estimator with S = actual send time,
+    /// so a sender that sends late does not show up as network jitter.
+    /// Use one kind of update per estimator.
+    pub fn update_send_time(&mut self, send_us: u64, arrival_us: u64) {
+        if let Some((last_arrival, last_send)) = self.last_send {
+            let d_us = (arrival_us as f64 - last_arrival as f64) - (send_us as f64 - last_send as f64);
+            let d = d_us.abs() * f64::from(self.clock_rate) / 1e6;
+            self.jitter += (d - self.jitter) / 16.0;
+        }
+        self.last_send = Some((arrival_us, send_us));
     }
 
     /// Current estimate in RTP timestamp units (what an RTCP report carries).
@@ -91,6 +105,26 @@ mod tests {
         j.update(ts0.wrapping_add(320 + 8000), 2_048_000);
         assert!((j.jitter_timestamp_units() - 4.0).abs() < 1e-9);
         assert!((j.jitter_ms() - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn send_time_variant_ignores_sender_lateness() {
+        // The sender sends packet 2 5 ms late; the network delay is constant.
+        let mut by_ts = JitterEstimator::new(8000);
+        let mut by_send = JitterEstimator::new(8000);
+        let sends = [0u64, 20_000, 45_000, 60_000];
+        for (k, &s) in sends.iter().enumerate() {
+            by_ts.update(160 * k as u32, s + 3_000);
+            by_send.update_send_time(s, s + 3_000);
+        }
+        assert_eq!(by_send.jitter_timestamp_units(), 0.0);
+        assert!(by_ts.jitter_timestamp_units() > 4.0);
+        // Same hand-computed sequence as above through the send-time path.
+        let mut j = JitterEstimator::new(8000);
+        for (k, a) in [0u64, 20, 45, 60, 80].iter().enumerate() {
+            j.update_send_time(20_000 * k as u64, a * 1000);
+        }
+        assert!((j.jitter_timestamp_units() - 4.541015625).abs() < 1e-9);
     }
 
     #[test]

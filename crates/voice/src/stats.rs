@@ -11,6 +11,11 @@
 //! buckets of u32, about 9 KB, relative resolution 1/64 above 128 µs).
 //! Nothing is allocated per packet.
 //!
+//! Jitter: the RFC 3550 estimator (J += (|D| - J)/16) with S = the probe's
+//! send time rather than the RTP timestamp, so only the network's delay
+//! variation counts (with a perfectly punctual sender the two are equal).
+//! The RTP-timestamp variant is reported too, as `jitter_rtp_ms`.
+//!
 //! Playout rule (fixed playout buffer, reset per talk spurt): the first
 //! packet of the stream, and every in-order packet with the RTP marker bit
 //! (the first packet of a talk spurt), set the playout delay of the spurt to
@@ -148,6 +153,7 @@ pub struct StreamStats {
     highest: Option<i64>,
     window: [u64; WORDS],
     jitter: JitterEstimator,
+    jitter_rtp: JitterEstimator,
     delay_sum_us: u128,
     delay_min_us: u64,
     delay_max_us: u64,
@@ -173,6 +179,7 @@ impl StreamStats {
             highest: None,
             window: [0; WORDS],
             jitter: JitterEstimator::new(clock_rate),
+            jitter_rtp: JitterEstimator::new(clock_rate),
             delay_sum_us: 0,
             delay_min_us: u64::MAX,
             delay_max_us: 0,
@@ -257,7 +264,8 @@ impl StreamStats {
 
     fn count_fresh(&mut self, p: &RxPacket, delay_us: u64) {
         self.received += 1;
-        self.jitter.update(p.rtp_ts, p.recv_us);
+        self.jitter.update_send_time(p.send_us, p.recv_us);
+        self.jitter_rtp.update(p.rtp_ts, p.recv_us);
         self.delay_sum_us += u128::from(delay_us);
         self.delay_min_us = self.delay_min_us.min(delay_us);
         self.delay_max_us = self.delay_max_us.max(delay_us);
@@ -287,6 +295,7 @@ impl StreamStats {
             delay_p95_ms: self.hist.quantile(0.95).map(|v| ms(v.min(self.delay_max_us as f64))),
             delay_max_ms: any.then(|| ms(self.delay_max_us as f64)),
             jitter_ms: self.jitter.jitter_ms(),
+            jitter_rtp_ms: self.jitter_rtp.jitter_ms(),
             playout_ms: ms(self.playout_us as f64),
             playout_delay_ms: (self.on_time > 0)
                 .then(|| ms(self.playout_sum_us as f64 / self.on_time as f64)),
@@ -322,8 +331,13 @@ pub struct ReceiveSummary {
     pub delay_p95_ms: Option<f64>,
     /// One-way network delay: maximum (ms).
     pub delay_max_ms: Option<f64>,
-    /// RFC 3550 interarrival jitter at the end of the call (ms).
+    /// Interarrival jitter at the end of the call (ms): the RFC 3550
+    /// estimator over the probe's send times, i.e. network jitter only.
     pub jitter_ms: f64,
+    /// The RFC 3550 estimator over RTP timestamps, as a phone would report
+    /// it (includes the sender's own scheduling lateness).
+    #[serde(default)]
+    pub jitter_rtp_ms: f64,
     /// Playout buffer used (ms).
     pub playout_ms: f64,
     /// Mean playout delay (network delay of the spurt's first packet +
@@ -371,7 +385,7 @@ pub struct Quality {
     pub delay_p95_ms: Option<f64>,
     /// Maximum one-way network delay (ms).
     pub delay_max_ms: Option<f64>,
-    /// RFC 3550 jitter (ms).
+    /// Network interarrival jitter (ms, RFC 3550 estimator over send times).
     pub jitter_ms: f64,
     /// Mouth-to-ear delay used by the E-model (ms).
     pub mouth_to_ear_ms: f64,
@@ -554,6 +568,23 @@ mod tests {
         old.marker = true;
         s.on_packet(&old);
         assert_eq!(s.summary().talk_spurts, 2);
+    }
+
+    #[test]
+    fn sender_lateness_is_not_network_jitter() {
+        let mut s = StreamStats::new(8000, 60.0);
+        for k in 0..50u16 {
+            let mut p = pkt(k, 4);
+            if k % 5 == 0 {
+                // sent 3 ms behind schedule; same 4 ms network delay
+                p.send_us += 3_000;
+                p.recv_us += 3_000;
+            }
+            assert_eq!(s.on_packet(&p), Verdict::OnTime);
+        }
+        let sum = s.summary();
+        assert_eq!(sum.jitter_ms, 0.0);
+        assert!(sum.jitter_rtp_ms > 0.3, "{}", sum.jitter_rtp_ms);
     }
 
     #[test]
