@@ -1,1 +1,652 @@
-//! TODO(lab helper): module doc.
+//! Capacity experiments: run N calls over an emulated mesh for each setup
+//! and search the largest N whose calls are all supported.
+//!
+//! Owns: one measurement point ([`run_point`]: build the mesh, start the
+//! `airpack run` daemons with generated configs, start `airpack voip` in every
+//! call endpoint with a common start time, collect and merge the voice
+//! results, the daemons' `airpack stats --json` and the frame counters of the
+//! air, tear everything down), and the search over the number of calls
+//! ([`capacity_search`]: doubling, then bisection, then a confirming run).
+//!
+//! Must not touch: voice-quality math (`airpack_lab::voip::merge` and
+//! `airpack-voice` decide "supported"), aggregation (the daemon), the medium
+//! model ([`crate::topology`]).
+
+use crate::medium::Phy;
+use crate::topology::{Mesh, MediumOpts, Topology, RADIO};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How the nodes aggregate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum Setup {
+    /// No daemon: plain forwarding.
+    Off,
+    /// Every node aggregates to its next hop (peers = its neighbours), fixed hold time.
+    HopByHop,
+    /// Call endpoints aggregate to the far endpoint; relays only forward.
+    EndToEnd,
+    /// Hop-by-hop with `link_mode = "hold-while-busy"`.
+    HoldWhileBusy,
+}
+
+impl Setup {
+    /// Parse a setup name.
+    pub fn parse(s: &str) -> Result<Setup> {
+        Ok(match s.trim() {
+            "off" => Setup::Off,
+            "hop-by-hop" | "hbh" => Setup::HopByHop,
+            "end-to-end" | "e2e" => Setup::EndToEnd,
+            "hold-while-busy" | "hwb" => Setup::HoldWhileBusy,
+            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy)"),
+        })
+    }
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Setup::Off => "off",
+            Setup::HopByHop => "hop-by-hop",
+            Setup::EndToEnd => "end-to-end",
+            Setup::HoldWhileBusy => "hold-while-busy",
+        }
+    }
+}
+
+/// Everything an experiment needs.
+#[derive(Debug, Clone)]
+pub struct ExperimentConfig {
+    /// The `airpack` binary (run inside namespaces).
+    pub bin: PathBuf,
+    /// Topology.
+    pub topo: Topology,
+    /// Medium.
+    pub medium: MediumOpts,
+    /// `g729` or `g711`.
+    pub codec: String,
+    /// Packet interval in ms.
+    pub interval_ms: u32,
+    /// On/off voice activity.
+    pub vad: bool,
+    /// Seconds of calls per point.
+    pub duration_s: f64,
+    /// Playout buffer (ms).
+    pub playout_ms: u32,
+    /// `mos` or `seeds`.
+    pub criterion: String,
+    /// Aggregation hold time (µs).
+    pub hold_time_us: u32,
+    /// Upper bound of the call search.
+    pub max_calls: u32,
+    /// Seed of the voice-activity model.
+    pub seed: u64,
+    /// Scratch directory (specs, results, configs, logs).
+    pub work_dir: PathBuf,
+}
+
+/// One measured point.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    /// Setup name.
+    pub setup: Setup,
+    /// Number of simultaneous calls.
+    pub calls: u32,
+    /// All calls supported (both directions).
+    pub supported: bool,
+    /// Calls supported.
+    pub supported_calls: u32,
+    /// Mean MOS over call directions.
+    pub mos: f64,
+    /// Lowest MOS of any call direction.
+    pub mos_min: f64,
+    /// Mean loss over call directions (%).
+    pub loss: f64,
+    /// Worst loss of any call direction (%).
+    pub loss_max: f64,
+    /// Mean late loss behind the playout buffer (%).
+    pub late: f64,
+    /// Mean one-way network delay (ms), mean over call directions.
+    pub delay_ms: f64,
+    /// Median over call directions of their mean delay (ms).
+    pub delay_median_ms: f64,
+    /// Worst p95 delay of any call direction (ms).
+    pub delay_p95_ms: f64,
+    /// Mean RFC 3550 jitter (ms).
+    pub jitter_ms: f64,
+    /// Network-wide aggregation ratio: (aggregated + unaggregated packets) /
+    /// (bundles + unaggregated packets) over all daemons; 1 when off.
+    pub aggregation_ratio: f64,
+    /// Frames sent on the emulated air (all nodes).
+    pub frames_on_air: u64,
+    /// Frames dropped by the nodes' MAC queues.
+    pub mac_queue_drops: u64,
+    /// Per-call results as merged by `airpack_lab::voip::merge`.
+    pub call_results: Value,
+    /// Per-node daemon totals (`airpack stats --json` `total`).
+    pub daemon_totals: BTreeMap<String, Value>,
+    /// Seconds the point took, wall clock.
+    pub wall_s: f64,
+}
+
+/// Capacity of one setup plus its points.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetupResult {
+    /// Setup.
+    pub setup: Setup,
+    /// Largest number of calls all supported (0 if even one call failed).
+    pub capacity: u32,
+    /// True when the search hit `max_calls` without failing.
+    pub capacity_at_least: bool,
+    /// Error that stopped this setup, if any.
+    pub error: Option<String>,
+    /// Every point measured, in order.
+    pub points: Vec<Point>,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// The call endpoints of call `k`: (a node, b node).
+fn call_pair(topo: &Topology, k: u32) -> (&str, &str) {
+    let p = &topo.calls[k as usize % topo.calls.len()];
+    (&p[0], &p[1])
+}
+
+/// Nodes that terminate at least one of `n` calls.
+fn endpoints(topo: &Topology, n: u32) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for k in 0..n {
+        let (a, b) = call_pair(topo, k);
+        for x in [a, b] {
+            if !v.iter().any(|y| y == x) {
+                v.push(x.to_string());
+            }
+        }
+    }
+    v
+}
+
+/// The `airpack voip` spec (CONTRACT in the voice brief) for `n` calls.
+pub fn voip_spec(cfg: &ExperimentConfig, mesh_addr: &dyn Fn(&str) -> String, n: u32, start_at_unix_ms: u64) -> Value {
+    let calls: Vec<Value> = (0..n)
+        .map(|k| {
+            let (a, b) = call_pair(&cfg.topo, k);
+            let port = 16000 + 2 * k;
+            json!({"id": k,
+                   "a": {"node": a, "addr": mesh_addr(a), "port": port},
+                   "b": {"node": b, "addr": mesh_addr(b), "port": port}})
+        })
+        .collect();
+    json!({
+        "codec": cfg.codec, "interval_ms": cfg.interval_ms, "vad": cfg.vad, "seed": cfg.seed,
+        "duration_s": cfg.duration_s, "start_at_unix_ms": start_at_unix_ms,
+        "playout_ms": cfg.playout_ms, "criterion": cfg.criterion, "calls": calls
+    })
+}
+
+/// The daemon config (daemon contract TOML) of `node` for `setup`, or None
+/// if the node runs no daemon in that setup.
+pub fn daemon_config(cfg: &ExperimentConfig, setup: Setup, node: &str, n: u32, socket: &Path) -> Option<String> {
+    let topo = &cfg.topo;
+    let idx = |x: &str| topo.nodes.iter().position(|y| y == x).expect("known node");
+    let addr = |x: &str| Topology::addr_of(idx(x)).to_string();
+    let (mode, link_mode, peers): (&str, &str, Vec<(String, Option<String>)>) = match setup {
+        Setup::Off => return None,
+        Setup::HopByHop | Setup::HoldWhileBusy => (
+            "hop-by-hop",
+            if setup == Setup::HoldWhileBusy { "hold-while-busy" } else { "fixed" },
+            topo.neighbours(node).iter().map(|nb| (addr(nb), None)).collect(),
+        ),
+        Setup::EndToEnd => {
+            let mut far: Vec<String> = Vec::new();
+            for k in 0..n {
+                let (a, b) = call_pair(topo, k);
+                let other = if a == node { b } else if b == node { a } else { continue };
+                if !far.iter().any(|f| f == other) {
+                    far.push(other.to_string());
+                }
+            }
+            if far.is_empty() {
+                return None;
+            }
+            ("end-to-end", "fixed", far.iter().map(|f| (addr(f), Some(format!("{}/32", addr(f))))).collect())
+        }
+    };
+    let mut s = format!(
+        "# generated by airpack lab for node {node}, setup {}\n[daemon]\nmode = \"{mode}\"\ntun = \"airpack0\"\ncontrol_socket = \"{}\"\nlog = \"warn\"\ninterfaces = [\"{RADIO}\"]\n\n[aggregation]\nencoding = \"native\"\nhold_time_us = {}\nlink_mode = \"{link_mode}\"\n\n[[class]]\nclass = \"bundle\"\nprotocol = \"udp\"\nports = \"16000-32000\"\n",
+        setup.name(),
+        socket.display(),
+        cfg.hold_time_us
+    );
+    for (a, allowed) in peers {
+        s.push_str(&format!("\n[[peer]]\naddress = \"{a}\"\n"));
+        if let Some(al) = allowed {
+            s.push_str(&format!("allowed_ips = [\"{al}\"]\n"));
+        }
+    }
+    Some(s)
+}
+
+/// A child process killed (TERM, then KILL) on drop.
+struct Proc {
+    child: Child,
+    what: String,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn stop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(2) {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+    fn log_tail(&self) -> String {
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(8)..].join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn spawn_in(mesh: &Mesh, node: &str, bin: &Path, args: &[&str], log: &Path, what: &str) -> Result<Proc> {
+    let n = mesh.node(node).context("unknown node")?;
+    let f = std::fs::File::create(log)?;
+    let child = n
+        .ns
+        .command(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(f.try_clone()?)
+        .stderr(f)
+        .spawn()
+        .with_context(|| format!("spawn {what}"))?;
+    Ok(Proc { child, what: what.to_string(), log: log.to_path_buf() })
+}
+
+fn daemon_stats(mesh: &Mesh, node: &str, bin: &Path, socket: &Path) -> Result<Value> {
+    let n = mesh.node(node).context("unknown node")?;
+    let out = n
+        .ns
+        .exec(&bin.to_string_lossy(), &["stats", "--socket", &socket.to_string_lossy(), "--json"])?;
+    serde_json::from_str(&out).context("airpack stats --json output")
+}
+
+/// Every JSON object under `v` that has all `keys` (the per-direction results).
+fn objects_with<'a>(v: &'a Value, keys: &[&str], out: &mut Vec<&'a serde_json::Map<String, Value>>) {
+    match v {
+        Value::Object(m) => {
+            if keys.iter().all(|k| m.contains_key(*k)) {
+                out.push(m);
+            } else {
+                for x in m.values() {
+                    objects_with(x, keys, out);
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| objects_with(x, keys, out)),
+        _ => {}
+    }
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let m = s.len() / 2;
+    if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        (s[m - 1] + s[m]) / 2.0
+    }
+}
+
+/// Measure one point: `n` calls under `setup`.
+pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> {
+    let t0 = Instant::now();
+    let mesh = Mesh::build(&cfg.topo, &cfg.medium).context("build the emulated mesh")?;
+    let dir = cfg.work_dir.join(format!("{}-{n}", setup.name()));
+    std::fs::create_dir_all(&dir)?;
+    // daemons
+    let mut daemons: Vec<(String, PathBuf, Proc)> = Vec::new();
+    for node in &cfg.topo.nodes {
+        let sock = dir.join(format!("{node}.sock"));
+        let Some(conf) = daemon_config(cfg, setup, node, n, &sock) else { continue };
+        let path = dir.join(format!("{node}.toml"));
+        std::fs::write(&path, conf)?;
+        let log = dir.join(format!("{node}.daemon.log"));
+        let p = spawn_in(&mesh, node, &cfg.bin, &["run", "--config", &path.to_string_lossy()], &log, &format!("daemon on {node}"))?;
+        daemons.push((node.clone(), sock, p));
+    }
+    // wait until every daemon answers on its control socket
+    for (node, sock, p) in daemons.iter_mut() {
+        let t = Instant::now();
+        loop {
+            if let Ok(Some(st)) = p.child.try_wait() {
+                bail!("{} exited ({st}) at start:\n{}", p.what, p.log_tail());
+            }
+            if daemon_stats(&mesh, node, &cfg.bin, sock).is_ok() {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(10) {
+                bail!("{} did not answer `airpack stats` within 10 s:\n{}", p.what, p.log_tail());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let air0 = mesh.frames_on_air()?;
+    let drops0 = mesh.queue_drops()?;
+    // calls
+    let start_at = unix_ms() + 1500;
+    let addr_of = |x: &str| mesh.node(x).map(|m| m.addr.to_string()).unwrap_or_default();
+    let spec = voip_spec(cfg, &addr_of, n, start_at);
+    let spec_path = dir.join("calls.json");
+    std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)?;
+    let mut voips = Vec::new();
+    for node in endpoints(&cfg.topo, n) {
+        let out = dir.join(format!("{node}.result.json"));
+        let _ = std::fs::remove_file(&out);
+        let log = dir.join(format!("{node}.voip.log"));
+        let p = spawn_in(
+            &mesh,
+            &node,
+            &cfg.bin,
+            &["voip", "--spec", &spec_path.to_string_lossy(), "--node", &node, "--out", &out.to_string_lossy()],
+            &log,
+            &format!("voip on {node}"),
+        )?;
+        voips.push((node, out, p));
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(1.5 + cfg.duration_s + 15.0);
+    for (_, _, p) in voips.iter_mut() {
+        loop {
+            match p.child.try_wait()? {
+                Some(st) if st.success() => break,
+                Some(st) => bail!("{} failed ({st}):\n{}", p.what, p.log_tail()),
+                None if Instant::now() > deadline => bail!("{} did not finish in time:\n{}", p.what, p.log_tail()),
+                None => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+    // collect
+    let air1 = mesh.frames_on_air()?;
+    let drops1 = mesh.queue_drops()?;
+    let frames_on_air: u64 = air1.iter().map(|(k, v)| v - air0.get(k).copied().unwrap_or(0)).sum();
+    let mac_queue_drops: u64 = drops1.iter().map(|(k, v)| v - drops0.get(k).copied().unwrap_or(0)).sum();
+    let mut daemon_totals = BTreeMap::new();
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (node, sock, p) in daemons.iter_mut() {
+        if let Ok(Some(st)) = p.child.try_wait() {
+            bail!("{} died during the run ({st}):\n{}", p.what, p.log_tail());
+        }
+        let st = daemon_stats(&mesh, node, &cfg.bin, sock).with_context(|| format!("stats of {}", p.what))?;
+        let total = st.get("total").cloned().unwrap_or(Value::Null);
+        let g = |k: &str| total.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+        num += g("aggregated_packets") + g("unaggregated_packets");
+        den += g("bundles") + g("unaggregated_packets");
+        daemon_totals.insert(node.clone(), total);
+    }
+    for (_, _, p) in daemons.iter_mut() {
+        p.stop();
+    }
+    let aggregation_ratio = if den > 0.0 { num / den } else { 1.0 };
+    let mut results = Vec::new();
+    for (node, out, _) in &voips {
+        let text = std::fs::read_to_string(out).with_context(|| format!("result of voip on {node}"))?;
+        results.push(serde_json::from_str::<crate::voip::NodeResult>(&text).with_context(|| format!("parse {}", out.display()))?);
+    }
+    let spec_t: crate::voip::Spec = serde_json::from_value(spec).context("voip spec type")?;
+    let merged = crate::voip::merge(&spec_t, &results);
+    let call_results = serde_json::to_value(&merged)?;
+    let point = summarize(setup, n, call_results, aggregation_ratio, frames_on_air, mac_queue_drops, daemon_totals, t0);
+    drop(voips);
+    drop(mesh);
+    Ok(point)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summarize(
+    setup: Setup,
+    n: u32,
+    call_results: Value,
+    aggregation_ratio: f64,
+    frames_on_air: u64,
+    mac_queue_drops: u64,
+    daemon_totals: BTreeMap<String, Value>,
+    t0: Instant,
+) -> Point {
+    let mut dirs = Vec::new();
+    objects_with(&call_results, &["mos", "loss_pct", "delay_ms"], &mut dirs);
+    // directions without a value (e.g. no delay when nothing arrived) are skipped
+    let col = |k: &str| dirs.iter().filter_map(|m| m.get(k).and_then(Value::as_f64)).collect::<Vec<f64>>();
+    let calls = call_results.as_array().cloned().unwrap_or_default();
+    let supported_calls = calls.iter().filter(|c| c.get("supported").and_then(Value::as_bool) == Some(true)).count() as u32;
+    let all = supported_calls == n && calls.len() == n as usize && n > 0;
+    Point {
+        setup,
+        calls: n,
+        supported: all,
+        supported_calls,
+        mos: mean(&col("mos")),
+        mos_min: col("mos").into_iter().fold(f64::INFINITY, f64::min).min(5.0),
+        loss: mean(&col("loss_pct")),
+        loss_max: col("loss_pct").into_iter().fold(0.0, f64::max),
+        late: mean(&col("late_pct")),
+        delay_ms: mean(&col("delay_ms")),
+        delay_median_ms: median(&col("delay_ms")),
+        delay_p95_ms: col("delay_p95_ms").into_iter().fold(0.0, f64::max),
+        jitter_ms: mean(&col("jitter_ms")),
+        aggregation_ratio,
+        frames_on_air,
+        mac_queue_drops,
+        call_results,
+        daemon_totals,
+        wall_s: t0.elapsed().as_secs_f64(),
+    }
+}
+
+/// One line of progress for a point.
+pub fn point_line(p: &Point) -> String {
+    format!(
+        "[{:>15}] {:>3} calls: {} ({}/{} ok)  MOS {:.2} (min {:.2})  loss {:.2} % (max {:.2})  delay {:.1} ms  jitter {:.1} ms  agg {:.2}  frames {}  ({:.0} s)",
+        p.setup.name(),
+        p.calls,
+        if p.supported { "supported  " } else { "UNSUPPORTED" },
+        p.supported_calls,
+        p.calls,
+        p.mos,
+        p.mos_min,
+        p.loss,
+        p.loss_max,
+        p.delay_ms,
+        p.jitter_ms,
+        p.aggregation_ratio,
+        p.frames_on_air,
+        p.wall_s
+    )
+}
+
+/// Search the capacity of `setup`: 1 call, then doubling until a point fails
+/// (or `max_calls`), bisection between the last success and the first
+/// failure, and a confirming re-run of the capacity (walking down if the
+/// confirmation fails). Progress goes to stderr.
+pub fn capacity_search(cfg: &ExperimentConfig, setup: Setup, mut on_point: impl FnMut(&Point)) -> SetupResult {
+    let mut res = SetupResult { setup, capacity: 0, capacity_at_least: false, error: None, points: Vec::new() };
+    let mut measure = |n: u32, res: &mut SetupResult| -> Option<bool> {
+        match run_point(cfg, setup, n) {
+            Ok(p) => {
+                eprintln!("{}", point_line(&p));
+                on_point(&p);
+                let ok = p.supported;
+                res.points.push(p);
+                Some(ok)
+            }
+            Err(e) => {
+                eprintln!("[{:>15}] {n:>3} calls: ERROR {e:#}", setup.name());
+                res.error = Some(format!("{n} calls: {e:#}"));
+                None
+            }
+        }
+    };
+    let max = cfg.max_calls.max(1);
+    let mut good = 0u32;
+    let mut bad: Option<u32> = None;
+    let mut n = 1u32;
+    loop {
+        match measure(n, &mut res) {
+            None => return res,
+            Some(true) => good = n,
+            Some(false) => {
+                bad = Some(n);
+                break;
+            }
+        }
+        if n >= max {
+            break;
+        }
+        n = (n * 2).min(max);
+    }
+    if let Some(mut hi) = bad {
+        while hi - good > 1 {
+            let mid = good + (hi - good) / 2;
+            match measure(mid, &mut res) {
+                None => return res,
+                Some(true) => good = mid,
+                Some(false) => hi = mid,
+            }
+        }
+    }
+    // confirm (the load is random with VAD): walk down on failure, at most 3 steps
+    let mut tries = 0;
+    while good > 1 && tries < 3 {
+        match measure(good, &mut res) {
+            None => return res,
+            Some(true) => break,
+            Some(false) => good -= 1,
+        }
+        tries += 1;
+    }
+    res.capacity = good;
+    res.capacity_at_least = bad.is_none() && good >= max;
+    res
+}
+
+/// Describe a PHY for reports.
+pub fn phy_label(p: &Phy) -> String {
+    format!("{} ({} Mbit/s)", p.name, p.rate_mbps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::medium::preset;
+
+    fn cfg() -> ExperimentConfig {
+        ExperimentConfig {
+            bin: "/bin/true".into(),
+            topo: Topology::preset("seed001").unwrap(),
+            medium: MediumOpts { phy: preset("b2").unwrap(), queue_limit: 50, loss_pct: 0.0 },
+            codec: "g729".into(),
+            interval_ms: 20,
+            vad: true,
+            duration_s: 5.0,
+            playout_ms: 60,
+            criterion: "mos".into(),
+            hold_time_us: 5000,
+            max_calls: 8,
+            seed: 1,
+            work_dir: "/tmp".into(),
+        }
+    }
+
+    #[test]
+    fn configs_per_setup() {
+        let c = cfg();
+        let s = Path::new("/tmp/x.sock");
+        assert!(daemon_config(&c, Setup::Off, "C", 2, s).is_none());
+        let hbh = daemon_config(&c, Setup::HopByHop, "C", 2, s).unwrap();
+        assert_eq!(hbh.matches("[[peer]]").count(), 3, "{hbh}");
+        assert!(hbh.contains("link_mode = \"fixed\""));
+        let hwb = daemon_config(&c, Setup::HoldWhileBusy, "A", 2, s).unwrap();
+        assert!(hwb.contains("hold-while-busy") && hwb.contains("10.201.0.3"), "{hwb}");
+        // end-to-end: relay C runs nothing; D talks to A and B; A only to D
+        assert!(daemon_config(&c, Setup::EndToEnd, "C", 2, s).is_none());
+        let d = daemon_config(&c, Setup::EndToEnd, "D", 2, s).unwrap();
+        assert!(d.contains("allowed_ips = [\"10.201.0.1/32\"]") && d.contains("10.201.0.2/32"), "{d}");
+        let a = daemon_config(&c, Setup::EndToEnd, "A", 1, s).unwrap();
+        assert_eq!(a.matches("[[peer]]").count(), 1);
+        // one call: B is no endpoint
+        assert!(daemon_config(&c, Setup::EndToEnd, "B", 1, s).is_none());
+        for t in [hbh, hwb, d, a] {
+            toml::from_str::<toml::Value>(&t).unwrap();
+        }
+    }
+
+    #[test]
+    fn spec_alternates_call_pairs() {
+        let c = cfg();
+        let spec = voip_spec(&c, &|n: &str| format!("addr-{n}"), 3, 42);
+        let calls = spec["calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 3);
+        assert_eq!(calls[0]["a"]["node"], "A");
+        assert_eq!(calls[1]["a"]["node"], "B");
+        assert_eq!(calls[2]["a"]["node"], "A");
+        assert_eq!(calls[2]["b"]["addr"], "addr-D");
+        assert_eq!(calls[1]["b"]["port"], 16002);
+        assert_eq!(spec["start_at_unix_ms"], 42);
+        assert_eq!(endpoints(&c.topo, 1), ["A", "D"]);
+        assert_eq!(endpoints(&c.topo, 2), ["A", "D", "B"]);
+    }
+
+    #[test]
+    fn summary_reads_direction_objects() {
+        let calls = json!([
+            {"call": 0, "supported": true,
+             "a_to_b": {"mos": 4.0, "loss_pct": 1.0, "delay_ms": 10.0, "delay_p95_ms": 20.0, "jitter_ms": 1.0, "late_pct": 0.0},
+             "b_to_a": {"mos": 3.0, "loss_pct": 3.0, "delay_ms": 30.0, "delay_p95_ms": 50.0, "jitter_ms": 3.0, "late_pct": 2.0}},
+            {"call": 1, "supported": false,
+             "a_to_b": {"mos": 2.0, "loss_pct": 5.0, "delay_ms": 20.0, "delay_p95_ms": 40.0, "jitter_ms": 2.0, "late_pct": 1.0},
+             "b_to_a": {"mos": 3.0, "loss_pct": 3.0, "delay_ms": 40.0, "delay_p95_ms": 45.0, "jitter_ms": 2.0, "late_pct": 1.0}}
+        ]);
+        let p = summarize(Setup::Off, 2, calls, 1.0, 10, 0, BTreeMap::new(), Instant::now());
+        assert!(!p.supported);
+        assert_eq!(p.supported_calls, 1);
+        assert_eq!(p.mos, 3.0);
+        assert_eq!(p.mos_min, 2.0);
+        assert_eq!(p.loss_max, 5.0);
+        assert_eq!(p.delay_ms, 25.0);
+        assert_eq!(p.delay_median_ms, 25.0);
+        assert_eq!(p.delay_p95_ms, 50.0);
+        assert_eq!(p.jitter_ms, 2.0);
+    }
+}

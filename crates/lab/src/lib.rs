@@ -3,7 +3,8 @@
 //! Owns: the emulated 802.11 medium and topologies built from network
 //! namespaces ([`medium`], [`topology`], [`netns`]), the VoIP traffic tool
 //! ([`voip`]: real RTP calls, one process per node), and the capacity
-//! experiments and their reports ([`experiment`], [`report`]).
+//! experiments and their reports ([`experiment`], [`report`]), and the
+//! `airpack lab` command line (this file).
 //!
 //! Must not touch: aggregation logic (it runs the real `airpack` daemon) or
 //! voice-quality math (that is `airpack-voice`).
@@ -15,12 +16,253 @@ pub mod report;
 pub mod topology;
 pub mod voip;
 
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use experiment::{ExperimentConfig, Setup, SetupResult};
+use std::path::PathBuf;
+use topology::{MediumOpts, Topology};
+
 /// `airpack lab` arguments.
 #[derive(clap::Args, Debug, Clone)]
-pub struct LabArgs {}
+pub struct LabArgs {
+    #[command(subcommand)]
+    cmd: LabCmd,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+enum LabCmd {
+    /// Measure VoIP call capacity per aggregation setup on an emulated mesh
+    /// (default: seed 001's 2 Mbit/s testbed, G.729 with voice activity).
+    Run(RunArgs),
+    /// Measure one point: N calls under one setup (prints the merged results).
+    Point(PointArgs),
+    /// Print the 802.11 airtime presets and single-hop capacities.
+    Presets,
+    /// Delete namespaces left by crashed lab runs (`--all`: every lab namespace).
+    Clean {
+        /// Also delete namespaces of running lab processes.
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+/// Options shared by `run` and `point`.
+#[derive(Parser, Debug, Clone)]
+struct Common {
+    /// Topology preset: seed001, seed000, string:N (1..5 hops).
+    #[arg(long, default_value = "seed001", conflicts_with = "topology")]
+    preset: String,
+    /// Topology file (TOML; see docs/lab.md).
+    #[arg(long)]
+    topology: Option<PathBuf>,
+    /// PHY preset (b1, b2, b5.5, b11, b11s, a6, a12, a24, a54); default: the topology's, else b2.
+    #[arg(long)]
+    phy: Option<String>,
+    /// Codec: g729 or g711.
+    #[arg(long, default_value = "g729")]
+    codec: String,
+    /// Packet interval (ms).
+    #[arg(long, default_value_t = 20)]
+    interval_ms: u32,
+    /// Voice activity (on/off talk spurts) or constant bit rate.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    vad: String,
+    /// Seconds of calls per point.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Support criterion: mos (MOS >= 3.6 both ways) or seeds (loss < 4 %, delay + jitter < 150 ms).
+    #[arg(long, default_value = "mos", value_parser = ["mos", "seeds"])]
+    criterion: String,
+    /// Playout buffer (ms) for late loss.
+    #[arg(long, default_value_t = 60)]
+    playout_ms: u32,
+    /// Per-node MAC queue limit (packets).
+    #[arg(long, default_value_t = 50)]
+    queue_limit: u32,
+    /// Random frame loss on the air (%).
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Aggregation hold time (µs).
+    #[arg(long, default_value_t = 5000)]
+    hold_us: u32,
+    /// Seed of the voice-activity model.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The airpack binary to run in the namespaces (default: this executable).
+    #[arg(long, env = "AIRPACK_BIN")]
+    bin: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct RunArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Setups to measure, comma separated.
+    #[arg(long, default_value = "off,hop-by-hop,end-to-end,hold-while-busy")]
+    setups: String,
+    /// Upper bound of the call search.
+    #[arg(long)]
+    max_calls: Option<u32>,
+    /// Results directory (default: lab-results/<topology>-<unix time>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Short run: 4 s per point and at most 16 calls (a smoke test, not a measurement).
+    #[arg(long)]
+    quick: bool,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct PointArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Setup.
+    #[arg(long, default_value = "off")]
+    setup: String,
+    /// Number of calls.
+    #[arg(long, default_value_t = 1)]
+    calls: u32,
+    /// Scratch directory (default: /tmp/airpack-lab-<pid>).
+    #[arg(long)]
+    work: Option<PathBuf>,
+}
+
+fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) -> Result<ExperimentConfig> {
+    let topo = match &c.topology {
+        Some(f) => Topology::from_toml(&std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?)?,
+        None => Topology::preset(&c.preset)?,
+    };
+    let phy_name = c.phy.clone().or_else(|| topo.phy.clone()).unwrap_or_else(|| "b2".into());
+    let phy = medium::preset(&phy_name).with_context(|| format!("unknown PHY preset {phy_name:?} (see `airpack lab presets`)"))?;
+    if !(0.0..=100.0).contains(&c.loss) {
+        bail!("--loss must be a percentage");
+    }
+    if !matches!(c.codec.as_str(), "g729" | "g711") {
+        bail!("--codec must be g729 or g711");
+    }
+    let bin = match &c.bin {
+        Some(b) => b.clone(),
+        None => std::env::current_exe().context("locate the airpack executable")?,
+    };
+    Ok(ExperimentConfig {
+        bin,
+        topo,
+        medium: MediumOpts { phy, queue_limit: c.queue_limit, loss_pct: c.loss },
+        codec: c.codec.clone(),
+        interval_ms: c.interval_ms,
+        vad: c.vad == "on",
+        duration_s: duration,
+        playout_ms: c.playout_ms,
+        criterion: c.criterion.clone(),
+        hold_time_us: c.hold_us,
+        max_calls,
+        seed: c.seed,
+        work_dir,
+    })
+}
+
+fn prepare() -> Result<()> {
+    if let Err(why) = netns::check_privileges() {
+        bail!("airpack lab needs root and ip/tc/nft/sysctl: {why}");
+    }
+    let gone = netns::clean(false)?;
+    if !gone.is_empty() {
+        eprintln!("lab: removed {} namespaces left by earlier runs", gone.len());
+    }
+    Ok(())
+}
 
 /// Entry point of `airpack lab`.
-pub fn main(args: LabArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("airpack lab: not implemented yet")
+pub fn main(args: LabArgs) -> Result<()> {
+    match args.cmd {
+        LabCmd::Presets => {
+            print!("{}", medium::preset_table_text());
+            println!("stab overhead: bytes added per frame to an HTB at the PHY rate on an Ethernet device (14 B header already counted) so it charges T(L).");
+            Ok(())
+        }
+        LabCmd::Clean { all } => {
+            let gone = netns::clean(all)?;
+            for g in &gone {
+                println!("deleted {g}");
+            }
+            println!("{} namespaces deleted", gone.len());
+            Ok(())
+        }
+        LabCmd::Point(p) => {
+            prepare()?;
+            let setup = Setup::parse(&p.setup)?;
+            let work = p.work.clone().unwrap_or_else(|| PathBuf::from(format!("/tmp/airpack-lab-{}", std::process::id())));
+            let cfg = build_config(&p.common, p.common.duration.unwrap_or(10.0), p.calls, work)?;
+            let point = experiment::run_point(&cfg, setup, p.calls)?;
+            eprintln!("{}", experiment::point_line(&point));
+            println!("{}", serde_json::to_string_pretty(&point)?);
+            Ok(())
+        }
+        LabCmd::Run(r) => run(r),
+    }
+}
+
+fn run(r: RunArgs) -> Result<()> {
+    prepare()?;
+    let setups: Vec<Setup> = r.setups.split(',').filter(|s| !s.trim().is_empty()).map(Setup::parse).collect::<Result<_>>()?;
+    if setups.is_empty() {
+        bail!("--setups is empty");
+    }
+    let duration = r.common.duration.unwrap_or(if r.quick { 4.0 } else { 8.0 });
+    let max_calls = r.max_calls.unwrap_or(if r.quick { 16 } else { 64 });
+    let topo_name = match &r.common.topology {
+        Some(f) => f.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "topology".into()),
+        None => r.common.preset.replace(':', ""),
+    };
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let out = r.out.clone().unwrap_or_else(|| PathBuf::from(format!("lab-results/{topo_name}-{secs}")));
+    let work = out.join("work");
+    let cfg = build_config(&r.common, duration, max_calls, std::fs::canonicalize(".")?.join(&work))?;
+    let info = report::RunInfo {
+        command: std::env::args().map(|a| if a.contains(' ') { format!("'{a}'") } else { a }).collect::<Vec<_>>().join(" "),
+        topology: cfg.topo.name.clone(),
+        phy: experiment::phy_label(&cfg.medium.phy),
+        codec: cfg.codec.clone(),
+        vad: cfg.vad,
+        duration_s: cfg.duration_s,
+        criterion: cfg.criterion.clone(),
+        queue_limit: cfg.medium.queue_limit,
+        loss_pct: cfg.medium.loss_pct,
+        hold_time_us: cfg.hold_time_us,
+        max_calls,
+    };
+    eprintln!(
+        "lab: {} on {} ({}), {}{}, {} s per point, setups {}; results in {}",
+        cfg.topo.name,
+        cfg.medium.phy.name,
+        info.phy,
+        cfg.codec,
+        if cfg.vad { " + VAD" } else { " CBR" },
+        duration,
+        setups.iter().map(|s| s.name()).collect::<Vec<_>>().join(","),
+        out.display()
+    );
+    let started = std::time::Instant::now();
+    let mut results: Vec<SetupResult> = Vec::new();
+    for s in setups {
+        let res = experiment::capacity_search(&cfg, s, |_| {});
+        eprintln!(
+            "lab: {} capacity {}{} calls ({:.0} s elapsed)",
+            s.name(),
+            if res.capacity_at_least { ">= " } else { "" },
+            res.capacity,
+            started.elapsed().as_secs_f64()
+        );
+        results.push(res);
+        report::write(&out, &info, &results)?; // keep partial results
+    }
+    let files = report::write(&out, &info, &results)?;
+    println!("\nCapacity ({} on {}, {}{}):\n", cfg.topo.name, info.phy, cfg.codec, if cfg.vad { " + VAD" } else { " CBR" });
+    print!("{}", report::capacity_table(&results));
+    println!("\nAdded one-way delay at one call:\n");
+    print!("{}", report::one_call_delays(&results));
+    println!("\nReport: {} ({:.0} s)", files[0].display(), started.elapsed().as_secs_f64());
+    if results.iter().any(|r| r.error.is_some()) {
+        bail!("some setups stopped on errors (see the report)");
+    }
+    Ok(())
 }

@@ -304,12 +304,15 @@ impl Mesh {
         let phy = opts.phy;
         let rate = format!("{}bit", phy.rate_bps());
         let overhead = phy.stab_overhead_bytes().to_string();
-        let burst = format!("{}b", 1514 + phy.stab_overhead_bytes());
+        // Burst of one small frame: after an idle period one frame passes at
+        // once, every further frame waits for its airtime.
+        let burst = format!("{}b", 74 + phy.stab_overhead_bytes());
         let n = topo.nodes.len();
         hub.tc(&["qdisc", "add", "dev", "air", "root", "handle", "1:", "stab", "overhead", &overhead, "htb", "default", "ffff"])?;
         hub.tc(&["class", "add", "dev", "air", "parent", "1:", "classid", "1:1", "htb", "rate", &rate, "ceil", &rate, "burst", &burst, "cburst", &burst])?;
         let share = format!("{}bit", (phy.rate_bps() / n as u64).max(8000));
-        let quantum = burst.trim_end_matches('b').to_string();
+        // DRR quantum of one full frame: backlogged nodes take turns frame by frame
+        let quantum = (1514 + phy.stab_overhead_bytes()).to_string();
         let limit = opts.queue_limit.max(1).to_string();
         let mut nodes = Vec::with_capacity(n);
         let mut hub = hub;
@@ -354,8 +357,9 @@ impl Mesh {
                 "net.ipv4.conf.all.send_redirects=0",
                 "net.ipv4.conf.default.send_redirects=0",
                 "net.ipv4.conf.all.accept_redirects=0",
-                "net.ipv6.conf.all.disable_ipv6=1",
-                "net.ipv6.conf.default.disable_ipv6=1",
+                // no IPv6 chatter (RS, MLD, DAD) on the air; IPv6 stays on
+                // elsewhere (the daemon's TUN)
+                "net.ipv6.conf.radio0.disable_ipv6=1",
             ])?;
             ns.ip(&["addr", "add", &format!("{}/32", node.addr), "dev", RADIO])?;
             // neighbour filter + optional random loss, before the link comes up
