@@ -237,7 +237,7 @@ impl Spec {
             bail!("min_mos must be in [1, 4.5], got {}", self.min_mos);
         }
         for (name, v) in [("talk_mean_s", self.talk_mean_s), ("silence_mean_s", self.silence_mean_s)] {
-            if !(v >= 0.01 && v <= 3600.0) {
+            if !(0.01..=3600.0).contains(&v) {
                 bail!("{name} must be in [0.01, 3600], got {v}");
             }
         }
