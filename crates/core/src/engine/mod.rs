@@ -194,6 +194,9 @@ struct Entry {
     cost: u32,
     dscp: u8,
     opportunistic: bool,
+    /// The peer's current encoding can carry the packet (checked at arrival
+    /// from the parsed headers, and again if the encoding changes).
+    carry: bool,
 }
 
 /// One bypass packet (bytes in the bypass [`ByteFifo`]).
@@ -224,6 +227,9 @@ struct Slot {
     queued_bytes: usize,
     /// Sum of `Entry::cost` over `q`.
     cost_sum: usize,
+    /// Format header plus what the first packet costs beyond `Entry::cost`
+    /// (kept up to date by `Engine::refresh` whenever the front changes).
+    fixed_cost: usize,
     opportunistic: usize,
     /// Packets at the front of `q` that `flush`/`remove_peer` made ready.
     flush_pending: usize,
@@ -249,6 +255,7 @@ impl Slot {
             bytes: ByteFifo::default(),
             queued_bytes: 0,
             cost_sum: 0,
+            fixed_cost: 0,
             opportunistic: 0,
             flush_pending: 0,
             dl_gen: 0,
@@ -262,12 +269,16 @@ impl Slot {
     /// Payload + outer overhead of a bundle holding the whole queue.
     #[inline]
     fn wire_estimate(&self) -> usize {
+        self.cfg.outer_overhead + self.fixed_cost + self.cost_sum
+    }
+
+    fn update_fixed_cost(&mut self) {
         let enc = self.cfg.encoding;
         let first_extra = match self.q.front() {
             Some(e) => cost(enc, e.len as usize, true).saturating_sub(e.cost as usize),
             None => 0,
         };
-        self.cfg.outer_overhead + header_len(enc) + self.cost_sum + first_extra
+        self.fixed_cost = header_len(enc) + first_extra;
     }
 
     /// Minimum size, maximum size or packet count reached.
@@ -314,7 +325,12 @@ struct PeerHasher(u64);
 impl Hasher for PeerHasher {
     #[inline]
     fn finish(&self) -> u64 {
-        self.0
+        // splitmix64 finaliser: the multiply-rotate state has weak low bits,
+        // and the table indexes buckets with the low bits.
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
@@ -549,13 +565,14 @@ impl Engine {
         }
         let s = &self.slots[i];
         let mut class = self.config.classifier.classify(&info, mark, s.cfg.max_size);
-        if class != TrafficClass::Bypass && s.cfg.accepts_bundles && !s.cfg.encoding.can_carry(packet) {
+        let carry = s.cfg.encoding.can_carry_info(&info);
+        if class != TrafficClass::Bypass && s.cfg.accepts_bundles && !carry {
             class = TrafficClass::Bypass;
         }
         let verdict = if class == TrafficClass::Bypass {
             self.enqueue_bypass(i, packet, info.dscp)
         } else {
-            self.enqueue(i, packet, info.dscp, class == TrafficClass::Opportunistic)
+            self.enqueue(i, packet, info.dscp, class == TrafficClass::Opportunistic, carry)
         };
         if max_changed && !matches!(verdict, Verdict::Queued(TrafficClass::Bundle | TrafficClass::Opportunistic)) {
             // The new maximum may have made this peer's queue full.
@@ -793,7 +810,7 @@ impl Engine {
         Verdict::Queued(TrafficClass::Bypass)
     }
 
-    fn enqueue(&mut self, i: usize, packet: &[u8], dscp: u8, opportunistic: bool) -> Verdict {
+    fn enqueue(&mut self, i: usize, packet: &[u8], dscp: u8, opportunistic: bool, carry: bool) -> Verdict {
         let len = packet.len();
         let s = &self.slots[i];
         if len > s.cfg.queue_limit_bytes {
@@ -817,7 +834,7 @@ impl Engine {
         }
         let c = cost(s.cfg.encoding, len, false);
         s.bytes.push(packet);
-        s.q.push_back(Entry { arrival: self.now, len: len as u32, cost: c as u32, dscp, opportunistic });
+        s.q.push_back(Entry { arrival: self.now, len: len as u32, cost: c as u32, dscp, opportunistic, carry });
         s.queued_bytes += len;
         s.cost_sum += c;
         s.opportunistic += opportunistic as usize;
@@ -849,9 +866,13 @@ impl Engine {
         let s = &mut self.slots[i];
         if s.cfg.encoding != cfg.encoding {
             let mut sum = 0;
+            let mut off = 0;
             for e in s.q.iter_mut() {
-                e.cost = cost(cfg.encoding, e.len as usize, false) as u32;
+                let l = e.len as usize;
+                e.cost = cost(cfg.encoding, l, false) as u32;
+                e.carry = cfg.encoding.can_carry(s.bytes.get(off, l));
                 sum += e.cost as usize;
+                off += l;
             }
             s.cost_sum = sum;
         }
@@ -871,6 +892,7 @@ impl Engine {
     fn refresh(&mut self, i: usize, front_changed: bool) {
         if front_changed {
             let s = &mut self.slots[i];
+            s.update_fixed_cost();
             s.dl_gen = s.dl_gen.wrapping_add(1);
             if let Some(d) = s.deadline() {
                 self.deadlines.push(Reverse((d, i as u32, s.dl_gen)));
@@ -1046,61 +1068,80 @@ impl Engine {
         let s = &mut self.slots[j];
         let key = s.key;
         let enc = s.cfg.encoding;
-        let mut n = 0;
-        let mut len = 0;
-        if s.cfg.accepts_bundles && !s.draining && s.q.len() > 1 {
-            let limit = s.cfg.max_size.saturating_sub(s.cfg.outer_overhead).min(buf.len()).min(MAX_BUNDLE);
-            let maxp = s.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE);
-            if let Some(mut w) = BundleWriter::new(enc, &mut buf[..limit]) {
-                let mut off = 0;
-                for e in s.q.iter().take(maxp) {
-                    let l = e.len as usize;
-                    if w.push(s.bytes.get(off, l)).is_err() {
-                        break;
-                    }
-                    off += l;
+        let limit = s.cfg.max_size.saturating_sub(s.cfg.outer_overhead).min(buf.len()).min(MAX_BUNDLE);
+        let maxp = s.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE);
+        // A bundle only when at least the first two packets go into it (same
+        // cost function as the writer's); otherwise the first leaves alone.
+        let bundle = s.cfg.accepts_bundles
+            && !s.draining
+            && maxp >= 2
+            && s.q.len() >= 2
+            && s.q[0].carry
+            && s.q[1].carry
+            && header_len(enc) + cost(enc, s.q[0].len as usize, true) + s.q[1].cost as usize <= limit;
+        let mut n = 0usize;
+        let mut dscp = 0;
+        let mut inner_bytes = 0usize;
+        let mut removed_cost = 0usize;
+        let mut removed_opp = 0usize;
+        let (len, kind) = if bundle {
+            let Some(mut w) = BundleWriter::new(enc, &mut buf[..limit]) else {
+                unreachable!("limit holds the header and two packets")
+            };
+            // One pass: write each packet (checked at arrival, so the writer
+            // need not re-parse it) and take it off the queue.
+            while n < maxp {
+                let Some(&e) = s.q.front() else { break };
+                let l = e.len as usize;
+                if !e.carry || w.push_checked(s.bytes.get(0, l)).is_err() {
+                    break;
                 }
-                n = w.count();
-                len = w.finish();
-            }
-        }
-        let kind = if n >= 2 {
-            TransmitKind::Bundle { packets: n as u16, encoding: enc }
-        } else {
-            n = 1;
-            let e = s.q[0];
-            len = e.len as usize;
-            if len > buf.len() {
                 s.q.pop_front();
-                s.bytes.pop(len);
-                s.queued_bytes -= len;
-                s.cost_sum -= e.cost as usize;
-                s.opportunistic -= e.opportunistic as usize;
+                s.bytes.pop(l);
+                n += 1;
+                inner_bytes += l;
+                removed_cost += e.cost as usize;
+                removed_opp += e.opportunistic as usize;
+                dscp = dscp.max(e.dscp);
+                let hold = now.saturating_sub(e.arrival);
+                let b = s.stats.hold_time_us.bucket(hold);
+                s.stats.hold_time_us.record_in(b, hold);
+                self.total.hold_time_us.record_in(b, hold);
+            }
+            debug_assert!(n >= 2, "the first two packets were checked to fit");
+            (w.finish(), TransmitKind::Bundle { packets: n as u16, encoding: enc })
+        } else {
+            let e = s.q.pop_front().expect("serve is only called on a non-empty queue");
+            let l = e.len as usize;
+            n = 1;
+            inner_bytes = l;
+            removed_cost = e.cost as usize;
+            removed_opp = e.opportunistic as usize;
+            let fits = l <= buf.len();
+            if fits {
+                buf[..l].copy_from_slice(s.bytes.get(0, l));
+                dscp = e.dscp;
+                let hold = now.saturating_sub(e.arrival);
+                let b = s.stats.hold_time_us.bucket(hold);
+                s.stats.hold_time_us.record_in(b, hold);
+                self.total.hold_time_us.record_in(b, hold);
+            }
+            s.bytes.pop(l);
+            if !fits {
+                s.queued_bytes -= l;
+                s.cost_sum -= removed_cost;
+                s.opportunistic -= removed_opp;
                 s.flush_pending = s.flush_pending.saturating_sub(1);
                 self.queued_packets -= 1;
-                self.queued_bytes -= len;
+                self.queued_bytes -= l;
                 count(&mut self.total, Some(&mut s.stats), |c| c.dropped[DropReason::TooLarge.index()] += 1);
                 return None;
             }
-            buf[..len].copy_from_slice(s.bytes.get(0, len));
-            TransmitKind::Single
+            (l, TransmitKind::Single)
         };
-        let mut dscp = 0;
-        let mut inner_bytes = 0usize;
-        for _ in 0..n {
-            let e = s.q.pop_front().expect("n <= queue length");
-            let l = e.len as usize;
-            s.bytes.pop(l);
-            s.cost_sum -= e.cost as usize;
-            s.opportunistic -= e.opportunistic as usize;
-            inner_bytes += l;
-            dscp = dscp.max(e.dscp);
-            let hold = now.saturating_sub(e.arrival);
-            let b = s.stats.hold_time_us.bucket(hold);
-            s.stats.hold_time_us.record_in(b, hold);
-            self.total.hold_time_us.record_in(b, hold);
-        }
         s.queued_bytes -= inner_bytes;
+        s.cost_sum -= removed_cost;
+        s.opportunistic -= removed_opp;
         s.flush_pending = s.flush_pending.saturating_sub(n);
         self.queued_packets -= n;
         self.queued_bytes -= inner_bytes;
