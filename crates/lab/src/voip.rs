@@ -43,7 +43,7 @@ use airpack_voice::codec::{Codec, Profile};
 use airpack_voice::rtp::{self, ProbeTag, RtpHeader};
 use airpack_voice::stats::{self, Quality, ReceiveSummary, StreamStats};
 
-pub use airpack_voice::stats::Criterion;
+pub use airpack_voice::stats::{BurstModel, Criterion};
 
 /// Longest call duration accepted (s).
 pub const MAX_DURATION_S: f64 = 3600.0;
@@ -133,6 +133,10 @@ pub struct Spec {
     /// Support criterion: "mos" (default) or "seeds".
     #[serde(default)]
     pub criterion: Criterion,
+    /// BurstR in the E-model: "random" (default, BurstR = 1) or "measured"
+    /// (from the loss pattern).
+    #[serde(default)]
+    pub burst: BurstModel,
     /// MOS threshold for the "mos" criterion.
     #[serde(default = "default_min_mos")]
     pub min_mos: f64,
@@ -404,12 +408,13 @@ pub fn merge(spec: &Spec, results: &[NodeResult]) -> Vec<CallResult> {
                         ReceiveSummary { playout_ms: spec.playout_ms, ..Default::default() }
                     }
                 };
+                let opts = stats::AssessOptions { criterion: spec.criterion, min_mos: spec.min_mos, burst: spec.burst };
                 match &profile {
-                    Ok(p) => stats::assess(sent, &rx, p, spec.criterion, spec.min_mos),
+                    Ok(p) => stats::assess_with(sent, &rx, p, &opts),
                     Err(e) => {
                         notes.push(e.clone());
                         let fallback = Codec::G729.profile(20).expect("20 ms G.729 is valid");
-                        let mut q = stats::assess(sent, &rx, &fallback, spec.criterion, spec.min_mos);
+                        let mut q = stats::assess_with(sent, &rx, &fallback, &opts);
                         q.supported = false;
                         q
                     }
@@ -1015,6 +1020,25 @@ mod tests {
         assert_eq!(s.delay_p50_ms, Some(5.0));
         assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), Some(2.5));
         assert_eq!(median(vec![]), None);
+    }
+
+    #[test]
+    fn merge_uses_measured_burst_ratio_only_when_asked() {
+        let mut spec: Spec = serde_json::from_str(spec_json()).unwrap();
+        assert_eq!(spec.burst, BurstModel::Random);
+        let mut lossy = rx(980, 5.0);
+        lossy.burst_r = 4.0;
+        let results = vec![
+            report("A", 0, Direction::AToB, Some(1000), None),
+            report("D", 0, Direction::AToB, None, Some(lossy)),
+        ];
+        let random = merge(&spec, &results);
+        spec = serde_json::from_str(&spec_json().replace("\"criterion\"", "\"burst\": \"measured\", \"criterion\"")).unwrap();
+        assert_eq!(spec.burst, BurstModel::Measured);
+        let measured = merge(&spec, &results);
+        assert_eq!(random[0].a_to_b.burst_r, 1.0);
+        assert_eq!(measured[0].a_to_b.burst_r, 4.0);
+        assert!(measured[0].a_to_b.mos < random[0].a_to_b.mos);
     }
 
     #[test]

@@ -140,6 +140,65 @@ impl DelayHistogram {
     }
 }
 
+/// Two-state (received / lost) Markov loss model fed in sequence order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LossMarkov {
+    prev_lost: Option<bool>,
+    /// Transitions out of "received", and how many went to "lost".
+    from_received: u64,
+    received_to_lost: u64,
+    /// Transitions out of "lost", and how many went to "received".
+    from_lost: u64,
+    lost_to_received: u64,
+}
+
+/// Largest BurstR reported (a loss that never recovers).
+pub const MAX_BURST_R: f64 = 100.0;
+
+impl LossMarkov {
+    /// Next packet's state.
+    pub fn push(&mut self, lost: bool) {
+        if let Some(prev) = self.prev_lost {
+            if prev {
+                self.from_lost += 1;
+                self.lost_to_received += u64::from(!lost);
+            } else {
+                self.from_received += 1;
+                self.received_to_lost += u64::from(lost);
+            }
+        }
+        self.prev_lost = Some(lost);
+    }
+
+    /// `n` packets in the same state.
+    pub fn push_run(&mut self, lost: bool, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.push(lost);
+        if lost {
+            self.from_lost += n - 1;
+        } else {
+            self.from_received += n - 1;
+        }
+    }
+
+    /// BurstR = 1 / (p + q) with p = P(lost | received before) and
+    /// q = P(received | lost before) (ITU-T G.107 annex, G.113); 1 for
+    /// random loss, > 1 for bursty loss. 1 when there is no loss.
+    pub fn burst_r(&self) -> f64 {
+        if self.received_to_lost == 0 && self.from_lost == 0 {
+            return 1.0;
+        }
+        let p = if self.from_received == 0 { 1.0 } else { self.received_to_lost as f64 / self.from_received as f64 };
+        let q = if self.from_lost == 0 { 1.0 } else { self.lost_to_received as f64 / self.from_lost as f64 };
+        if p + q <= 0.0 {
+            return MAX_BURST_R;
+        }
+        (1.0 / (p + q)).min(MAX_BURST_R)
+    }
+}
+
 /// Receive-side accumulator for one RTP stream.
 #[derive(Clone, Debug)]
 pub struct StreamStats {
@@ -151,7 +210,10 @@ pub struct StreamStats {
     late: u64,
     negative_delay: u64,
     highest: Option<i64>,
+    base: i64,
     window: [u64; WORDS],
+    late_window: [u64; WORDS],
+    markov: LossMarkov,
     jitter: JitterEstimator,
     jitter_rtp: JitterEstimator,
     delay_sum_us: u128,
@@ -177,7 +239,10 @@ impl StreamStats {
             late: 0,
             negative_delay: 0,
             highest: None,
+            base: 0,
             window: [0; WORDS],
+            late_window: [0; WORDS],
+            markov: LossMarkov::default(),
             jitter: JitterEstimator::new(clock_rate),
             jitter_rtp: JitterEstimator::new(clock_rate),
             delay_sum_us: 0,
@@ -214,15 +279,32 @@ impl StreamStats {
             }
         };
         let first = self.highest.is_none();
+        if first {
+            self.base = ext;
+        }
         if newer {
             let h = self.highest.unwrap_or(ext - 1);
             let advance = ext - h;
             if advance as usize >= DUP_WINDOW {
+                // Everything in the window leaves it, then a run of packets
+                // never seen.
+                let mut m = std::mem::take(&mut self.markov);
+                self.retire_window(h, &mut m);
+                self.markov = m;
+                let never_seen = (ext - DUP_WINDOW as i64) - h;
+                self.markov.push_run(true, never_seen.max(0) as u64);
                 self.window = [0; WORDS];
+                self.late_window = [0; WORDS];
             } else {
                 for e in h + 1..=ext {
                     let (w, b) = Self::bit(e);
+                    let leaving = e - DUP_WINDOW as i64;
+                    if leaving >= self.base {
+                        let lost = self.window[w] & b == 0 || self.late_window[w] & b != 0;
+                        self.markov.push(lost);
+                    }
                     self.window[w] &= !b;
+                    self.late_window[w] &= !b;
                 }
             }
             self.highest = Some(ext);
@@ -254,12 +336,35 @@ impl StreamStats {
         }
         if delay_us > self.playout_delay_us {
             self.late += 1;
+            self.late_window[w] |= b;
             Verdict::Late
         } else {
             self.on_time += 1;
             self.playout_sum_us += u128::from(self.playout_delay_us);
             Verdict::OnTime
         }
+    }
+
+    /// Feed the loss state of every sequence number still in the window
+    /// (oldest first, up to `highest`) to a loss model.
+    fn retire_window(&self, highest: i64, m: &mut LossMarkov) {
+        let from = (highest - DUP_WINDOW as i64 + 1).max(self.base);
+        for x in from..=highest {
+            let (w, b) = Self::bit(x);
+            m.push(self.window[w] & b == 0 || self.late_window[w] & b != 0);
+        }
+    }
+
+    /// Loss burstiness so far: G.107 BurstR from a two-state Markov model
+    /// of the effective loss (lost or late) in sequence order, over the
+    /// sequence numbers from the first to the highest received.
+    pub fn burst_ratio(&self) -> f64 {
+        let Some(h) = self.highest else {
+            return 1.0;
+        };
+        let mut m = self.markov.clone();
+        self.retire_window(h, &mut m);
+        m.burst_r()
     }
 
     fn count_fresh(&mut self, p: &RxPacket, delay_us: u64) {
@@ -296,6 +401,7 @@ impl StreamStats {
             delay_max_ms: any.then(|| ms(self.delay_max_us as f64)),
             jitter_ms: self.jitter.jitter_ms(),
             jitter_rtp_ms: self.jitter_rtp.jitter_ms(),
+            burst_r: self.burst_ratio(),
             playout_ms: ms(self.playout_us as f64),
             playout_delay_ms: (self.on_time > 0)
                 .then(|| ms(self.playout_sum_us as f64 / self.on_time as f64)),
@@ -338,11 +444,30 @@ pub struct ReceiveSummary {
     /// it (includes the sender's own scheduling lateness).
     #[serde(default)]
     pub jitter_rtp_ms: f64,
+    /// Measured burst ratio of the effective loss (1 = random, see
+    /// [`LossMarkov::burst_r`]); used by the E-model with [`BurstModel::Measured`].
+    #[serde(default = "one")]
+    pub burst_r: f64,
     /// Playout buffer used (ms).
     pub playout_ms: f64,
     /// Mean playout delay (network delay of the spurt's first packet +
     /// buffer) over on-time packets (ms); `None` if none was on time.
     pub playout_delay_ms: Option<f64>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Which BurstR the E-model uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BurstModel {
+    /// BurstR = 1: loss treated as random (the usual VoIP-study setting).
+    #[default]
+    Random,
+    /// BurstR measured from the loss pattern (G.107's bursty-loss form).
+    Measured,
 }
 
 /// When a call direction counts as supported.
@@ -389,6 +514,9 @@ pub struct Quality {
     pub jitter_ms: f64,
     /// Mouth-to-ear delay used by the E-model (ms).
     pub mouth_to_ear_ms: f64,
+    /// BurstR used by the E-model.
+    #[serde(default = "one")]
+    pub burst_r: f64,
     /// E-model rating.
     pub r: f64,
     /// MOS from R.
@@ -401,7 +529,7 @@ pub struct Quality {
 ///
 /// Rules: `received` is capped at `sent`; a direction with `sent == 0` is not
 /// supported (nothing shows its quality). The E-model uses Ppl = effective
-/// loss, BurstR = 1, d = mean playout delay + codec delay (if no packet was
+/// loss, BurstR = 1 (random loss; see [`assess_with`]), d = mean playout delay + codec delay (if no packet was
 /// on time, d = buffer + codec delay; the loss then dominates).
 pub fn assess(
     sent: u64,
@@ -410,6 +538,29 @@ pub fn assess(
     criterion: Criterion,
     min_mos: f64,
 ) -> Quality {
+    assess_with(sent, rx, profile, &AssessOptions { criterion, min_mos, burst: BurstModel::Random })
+}
+
+/// Options of [`assess_with`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AssessOptions {
+    /// Support criterion.
+    pub criterion: Criterion,
+    /// MOS threshold for [`Criterion::Mos`].
+    pub min_mos: f64,
+    /// BurstR used by the E-model.
+    pub burst: BurstModel,
+}
+
+/// [`assess`] with the BurstR model chosen: `Measured` uses the receiver's
+/// `burst_r` (clamped to [1, 100]) in Ie,eff.
+pub fn assess_with(sent: u64, rx: &ReceiveSummary, profile: &Profile, opt: &AssessOptions) -> Quality {
+    let (criterion, min_mos) = (opt.criterion, opt.min_mos);
+    let burst_r = match opt.burst {
+        BurstModel::Random => 1.0,
+        BurstModel::Measured if rx.burst_r.is_finite() => rx.burst_r.clamp(1.0, MAX_BURST_R),
+        BurstModel::Measured => 1.0,
+    };
     let received = rx.received.min(sent);
     let lost = sent - received;
     let late = rx.late.min(received);
@@ -426,7 +577,7 @@ pub fn assess(
             ie: params.ie,
             bpl: params.bpl,
             loss_pct: effective_loss_pct,
-            burst_r: 1.0,
+            burst_r,
         },
     );
     let mos = emodel::mos_from_r(r);
@@ -452,6 +603,7 @@ pub fn assess(
         delay_max_ms: rx.delay_max_ms,
         jitter_ms: rx.jitter_ms,
         mouth_to_ear_ms,
+        burst_r,
         r,
         mos,
         supported,
@@ -585,6 +737,76 @@ mod tests {
         let sum = s.summary();
         assert_eq!(sum.jitter_ms, 0.0);
         assert!(sum.jitter_rtp_ms > 0.3, "{}", sum.jitter_rtp_ms);
+    }
+
+    #[test]
+    fn burst_ratio_of_random_and_bursty_loss() {
+        // No loss: 1.
+        let mut s = StreamStats::new(8000, 60.0);
+        for k in 0..3000u16 {
+            s.on_packet(&pkt(k, 5));
+        }
+        assert_eq!(s.summary().burst_r, 1.0);
+
+        // Isolated losses every 10th packet: p = 1/9, q = 1 -> BurstR = 0.9
+        // (spread more evenly than random); clamped to 1 when used.
+        let mut s = StreamStats::new(8000, 60.0);
+        for k in 0..3000u16 {
+            if k % 10 != 5 {
+                s.on_packet(&pkt(k, 5));
+            }
+        }
+        let b = s.summary().burst_r;
+        assert!((b - 0.9).abs() < 0.01, "{b}");
+
+        // Same 10 % loss in bursts of 5: p = 1/45, q = 1/5 -> BurstR = 4.5.
+        let mut s = StreamStats::new(8000, 60.0);
+        for k in 0..3000u16 {
+            if k % 50 >= 5 {
+                s.on_packet(&pkt(k, 5));
+            }
+        }
+        let sum = s.summary();
+        assert!((sum.burst_r - 4.5).abs() < 0.05, "{}", sum.burst_r);
+        let random = assess(3000, &sum, &g729(), Criterion::Mos, DEFAULT_MIN_MOS);
+        let opts = AssessOptions { criterion: Criterion::Mos, min_mos: DEFAULT_MIN_MOS, burst: BurstModel::Measured };
+        let bursty = assess_with(3000, &sum, &g729(), &opts);
+        assert!((random.loss_pct - bursty.loss_pct).abs() < 1e-12);
+        assert_eq!(random.burst_r, 1.0);
+        assert!((bursty.burst_r - 4.5).abs() < 0.05);
+        assert!(bursty.r < random.r - 5.0, "bursty {} random {}", bursty.r, random.r);
+
+        // Independent 5 % loss (deterministic LCG): BurstR close to 1.
+        let mut s = StreamStats::new(8000, 60.0);
+        let mut x: u64 = 12345;
+        for k in 0..60000u32 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            if (x >> 33) % 100 >= 5 {
+                s.on_packet(&pkt(k as u16, 5));
+            }
+        }
+        let b = s.summary().burst_r;
+        assert!((b - 1.0).abs() < 0.1, "{b}");
+    }
+
+    #[test]
+    fn burst_ratio_counts_late_packets_and_long_gaps() {
+        // Late packets are effective loss: 5-packet bursts of lateness.
+        let mut s = StreamStats::new(8000, 60.0);
+        for k in 0..3000u16 {
+            let d = if k % 50 >= 45 { 500 } else { 5 };
+            s.on_packet(&pkt(k, d));
+        }
+        let b = s.summary().burst_r;
+        // The stream ends inside a late burst: q = 59/299, p = 60/2700.
+        assert!((b - 1.0 / (59.0 / 299.0 + 60.0 / 2700.0)).abs() < 1e-9, "{b}");
+        // A gap longer than the duplicate window is one long loss run.
+        let mut s = StreamStats::new(8000, 60.0);
+        for k in (0..1000u16).chain(4000..5000) {
+            s.on_packet(&pkt(k, 5));
+        }
+        // p = 1/1999, q = 1/3000 -> BurstR ~ 1200, capped at 100.
+        assert_eq!(s.summary().burst_r, MAX_BURST_R);
     }
 
     #[test]
