@@ -287,6 +287,10 @@ fn splitmix(mut z: u64) -> u64 {
 pub struct NodeResult {
     /// Node name.
     pub node: String,
+    /// How late this node started after `start_at_unix_ms` (ms; 0 when on
+    /// time). A late node's streams are shifted by that much.
+    #[serde(default)]
+    pub start_late_ms: f64,
     /// One entry per local stream: senders carry `sent`, receivers `received`.
     pub streams: Vec<StreamReport>,
     /// Datagrams received and rejected, by reason.
@@ -638,8 +642,13 @@ pub fn run(spec: &Spec, node: &str) -> anyhow::Result<NodeResult> {
         }
     }
 
-    // Start time.
+    if sockets.is_empty() {
+        bail!("node {node:?} is not an endpoint of any call in the spec");
+    }
+
+    // Start time: the common start if it is ahead, else now (recorded).
     let now_mono = monotonic_us();
+    let mut start_late_ms = 0.0;
     let t0 = match spec.start_at_unix_ms {
         None => now_mono,
         Some(at_ms) => {
@@ -648,6 +657,11 @@ pub fn run(spec: &Spec, node: &str) -> anyhow::Result<NodeResult> {
             let wait = at_us.saturating_sub(now_unix_us);
             if wait > MAX_START_WAIT.as_micros() as u64 {
                 bail!("start_at_unix_ms is {} s in the future (max {} s)", wait / 1_000_000, MAX_START_WAIT.as_secs());
+            }
+            let late_us = now_unix_us.saturating_sub(at_us);
+            if late_us > 0 {
+                start_late_ms = late_us as f64 / 1000.0;
+                eprintln!("airpack voip: node {node}: started {start_late_ms:.1} ms after start_at_unix_ms");
             }
             now_mono + wait
         }
@@ -693,7 +707,7 @@ pub fn run(spec: &Spec, node: &str) -> anyhow::Result<NodeResult> {
         });
     }
     streams.sort_by_key(|s| (s.call, s.direction));
-    Ok(NodeResult { node: node.to_string(), streams, rx: counters })
+    Ok(NodeResult { node: node.to_string(), start_late_ms, streams, rx: counters })
 }
 
 fn send_loop(
@@ -956,6 +970,7 @@ mod tests {
     fn node_result_json_matches_the_contract() {
         let r = NodeResult {
             node: "A".into(),
+            start_late_ms: 0.0,
             streams: vec![
                 StreamReport { call: 0, direction: Direction::AToB, sent: Some(5), send_errors: Some(0), max_send_lag_ms: Some(0.1), received: None },
                 StreamReport { call: 0, direction: Direction::BToA, sent: None, send_errors: None, max_send_lag_ms: None, received: Some(ReceiveSummary::default()) },
@@ -990,6 +1005,7 @@ mod tests {
     fn report(node: &str, call: u32, dir: Direction, sent: Option<u64>, received: Option<ReceiveSummary>) -> NodeResult {
         NodeResult {
             node: node.into(),
+            start_late_ms: 0.0,
             streams: vec![StreamReport { call, direction: dir, sent, send_errors: None, max_send_lag_ms: None, received }],
             rx: RxCounters::default(),
         }

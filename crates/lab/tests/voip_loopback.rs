@@ -143,6 +143,18 @@ fn malformed_and_foreign_datagrams_are_counted_and_ignored() {
 }
 
 #[test]
+fn unknown_node_and_late_start_are_reported() {
+    let mut spec = spec(1, 0.2, false, 0);
+    let err = voip::run(&spec, "Z").unwrap_err();
+    assert!(err.to_string().contains("not an endpoint"), "{err}");
+    // start_at 400 ms in the past: runs at once and says how late it was.
+    spec.start_at_unix_ms = Some(spec.start_at_unix_ms.unwrap() - 400);
+    spec.grace_ms = 0;
+    let r = voip::run(&spec, "A").unwrap();
+    assert!(r.start_late_ms >= 400.0 && r.start_late_ms < 5000.0, "{}", r.start_late_ms);
+}
+
+#[test]
 fn tshark_decodes_the_rtp_if_installed() {
     let Ok(out) = std::process::Command::new("tshark").arg("--version").output() else {
         eprintln!("SKIP tshark_decodes_the_rtp_if_installed: tshark is not installed (bonus check only)");
