@@ -667,3 +667,23 @@ fn ipv6_and_every_encoding_round_trip() {
         assert_eq!(e.receive(p, enc, &out[0].1).unwrap().len(), pkts.len());
     }
 }
+
+#[test]
+fn hold_time_histogram_buckets_each_packet() {
+    let mut e = Engine::new(config());
+    let p = peer(1);
+    for t in [0u64, 4_000, 4_990, 5_000] {
+        e.handle_packet(t, p, &udp4(60, 0, t as u32), 0);
+    }
+    let out = drain(&mut e, 5_000);
+    assert_eq!(out[0].0.kind, TransmitKind::Bundle { packets: 4, encoding: Encoding::Native });
+    // holds 5000, 1000, 10, 0 -> buckets <=5000, <=1000, <=10, <=0
+    for h in [&e.stats().hold_time_us, &e.peer_stats(p).unwrap().hold_time_us] {
+        let nonzero: Vec<(u64, u64)> =
+            h.counts.iter().enumerate().filter(|(_, &c)| c > 0).map(|(i, &c)| (h.bounds[i], c)).collect();
+        assert_eq!(nonzero, vec![(0, 1), (10, 1), (1_000, 1), (5_000, 1)]);
+        assert_eq!((h.total, h.sum), (4, 6_010));
+    }
+    let b = &e.stats().bundle_packets;
+    assert_eq!((b.total, b.sum, b.counts[3]), (1, 4, 1));
+}

@@ -292,8 +292,64 @@ impl Slot {
         est >= self.cfg.min_size || est >= self.cfg.max_size
     }
 
+    /// Why this queue may send now, apart from its hold time (the deadline heap's job).
+    #[inline]
+    fn ready_reason(&self, link_busy: bool, mode: LinkMode) -> Option<Reason> {
+        if self.q.is_empty() {
+            return None;
+        }
+        if self.draining || self.flush_pending > 0 {
+            return Some(Reason::Flush);
+        }
+        if !self.cfg.accepts_bundles {
+            return Some(Reason::NotAccepted);
+        }
+        if self.size_ready() {
+            return Some(Reason::Size);
+        }
+        if !link_busy && (mode == LinkMode::HoldWhileBusy || self.opportunistic > 0) {
+            return Some(Reason::Idle);
+        }
+        None
+    }
+
     fn deadline(&self) -> Option<Micros> {
         self.q.front().map(|e| e.arrival.saturating_add(self.cfg.hold_time))
+    }
+}
+
+/// Hold times of consecutive packets of one bundle, recorded per run of equal
+/// histogram bucket (values must be non-increasing, or they are looked up again).
+struct HoldRun {
+    bucket: usize,
+    count: u64,
+    sum: u64,
+}
+
+impl HoldRun {
+    #[inline]
+    fn new(h: &Histogram, first: u64) -> Self {
+        HoldRun { bucket: h.bucket(first), count: 0, sum: 0 }
+    }
+    #[inline]
+    fn add(&mut self, peer: &mut Histogram, total: &mut Histogram, hold: u64) {
+        let in_bucket = hold <= peer.bounds.get(self.bucket).copied().unwrap_or(u64::MAX)
+            && (self.bucket == 0 || hold > peer.bounds[self.bucket - 1]);
+        if !in_bucket {
+            self.finish(peer, total);
+            self.bucket = peer.bucket(hold);
+        }
+        self.count += 1;
+        self.sum = self.sum.saturating_add(hold);
+    }
+    #[inline]
+    fn finish(&mut self, peer: &mut Histogram, total: &mut Histogram) {
+        if self.count > 0 {
+            peer.record_many(self.bucket, self.count, self.sum);
+            total.record_many(self.bucket, self.count, self.sum);
+            self.count = 0;
+            self.sum = 0;
+        }
     }
 }
 
@@ -636,6 +692,15 @@ impl Engine {
     /// A packet longer than `buf` is dropped ([`DropReason::TooLarge`]).
     pub fn poll_transmit(&mut self, now: Micros, buf: &mut [u8]) -> Option<Transmit> {
         self.advance(now);
+        // Fast path: nothing ready and (the top of the deadline heap being
+        // valid, see `settle`) nothing due.
+        if self.ready.is_empty() && self.bypass.is_empty() {
+            match self.deadlines.peek() {
+                None => return None,
+                Some(Reverse((t, _, _))) if *t > self.now => return None,
+                _ => {}
+            }
+        }
         let t = if self.bypass_turn {
             match self.next_bypass(buf) {
                 Some(t) => Some(t),
@@ -820,12 +885,13 @@ impl Engine {
             return self.drop_new(Some(i), DropReason::QueuePackets);
         }
         let mut front_changed = s.q.is_empty();
-        while self.slots[i].q.len() >= self.slots[i].cfg.queue_limit_packets {
-            self.drop_front(i, DropReason::QueuePackets);
-            front_changed = true;
-        }
-        while self.slots[i].queued_bytes + len > self.slots[i].cfg.queue_limit_bytes {
-            self.drop_front(i, DropReason::QueueBytes);
+        if s.q.len() >= s.cfg.queue_limit_packets || s.queued_bytes + len > s.cfg.queue_limit_bytes {
+            while self.slots[i].q.len() >= self.slots[i].cfg.queue_limit_packets {
+                self.drop_front(i, DropReason::QueuePackets);
+            }
+            while self.slots[i].queued_bytes + len > self.slots[i].cfg.queue_limit_bytes {
+                self.drop_front(i, DropReason::QueueBytes);
+            }
             front_changed = true;
         }
         let s = &mut self.slots[i];
@@ -889,9 +955,10 @@ impl Engine {
     /// Re-establishes slot `i`'s heap and wake-list membership after any change
     /// to its queue, configuration or the link state. `front_changed`: the
     /// oldest packet (hence the deadline) may have changed.
+    #[inline]
     fn refresh(&mut self, i: usize, front_changed: bool) {
+        let s = &mut self.slots[i];
         if front_changed {
-            let s = &mut self.slots[i];
             s.update_fixed_cost();
             s.dl_gen = s.dl_gen.wrapping_add(1);
             if let Some(d) = s.deadline() {
@@ -902,9 +969,8 @@ impl Engine {
                 }
             }
         }
-        let ready = self.ready_reason(i).is_some();
         let s = &mut self.slots[i];
-        if ready {
+        if s.ready_reason(self.link_busy, self.config.link_mode).is_some() {
             s.rd_gen = s.rd_gen.wrapping_add(1);
             let key = s.wire_estimate();
             self.ready.push((key, Reverse(i as u32), s.rd_gen));
@@ -945,23 +1011,7 @@ impl Engine {
     /// Why slot `i` may send now, apart from its hold time (the deadline heap's job).
     #[inline]
     fn ready_reason(&self, i: usize) -> Option<Reason> {
-        let s = &self.slots[i];
-        if s.q.is_empty() {
-            return None;
-        }
-        if s.draining || s.flush_pending > 0 {
-            return Some(Reason::Flush);
-        }
-        if !s.cfg.accepts_bundles {
-            return Some(Reason::NotAccepted);
-        }
-        if s.size_ready() {
-            return Some(Reason::Size);
-        }
-        if !self.link_busy && (self.config.link_mode == LinkMode::HoldWhileBusy || s.opportunistic > 0) {
-            return Some(Reason::Idle);
-        }
-        None
+        self.slots[i].ready_reason(self.link_busy, self.config.link_mode)
     }
 
     /// Drops pop-stale entries from the top of the deadline heap so that
@@ -1089,7 +1139,11 @@ impl Engine {
                 unreachable!("limit holds the header and two packets")
             };
             // One pass: write each packet (checked at arrival, so the writer
-            // need not re-parse it) and take it off the queue.
+            // need not re-parse it) and take it off the queue. Arrival times
+            // are non-decreasing along the queue, so hold times are
+            // non-increasing and their histogram bucket only moves down:
+            // record runs of equal buckets at once.
+            let mut run = HoldRun::new(&s.stats.hold_time_us, now.saturating_sub(s.q[0].arrival));
             while n < maxp {
                 let Some(&e) = s.q.front() else { break };
                 let l = e.len as usize;
@@ -1103,11 +1157,9 @@ impl Engine {
                 removed_cost += e.cost as usize;
                 removed_opp += e.opportunistic as usize;
                 dscp = dscp.max(e.dscp);
-                let hold = now.saturating_sub(e.arrival);
-                let b = s.stats.hold_time_us.bucket(hold);
-                s.stats.hold_time_us.record_in(b, hold);
-                self.total.hold_time_us.record_in(b, hold);
+                run.add(&mut s.stats.hold_time_us, &mut self.total.hold_time_us, now.saturating_sub(e.arrival));
             }
+            run.finish(&mut s.stats.hold_time_us, &mut self.total.hold_time_us);
             debug_assert!(n >= 2, "the first two packets were checked to fit");
             (w.finish(), TransmitKind::Bundle { packets: n as u16, encoding: enc })
         } else {

@@ -100,6 +100,15 @@ impl Histogram {
         self.sum = self.sum.saturating_add(value);
         self.total += 1;
     }
+    /// Records `count` values whose sum is `sum`, all in bucket `i` (as
+    /// returned by [`Histogram::bucket`]); out of range counts as overflow.
+    #[inline]
+    pub fn record_many(&mut self, i: usize, count: u64, sum: u64) {
+        let last = self.counts.len() - 1;
+        self.counts[i.min(last)] += count;
+        self.sum = self.sum.saturating_add(sum);
+        self.total += count;
+    }
     /// Clears all counts, keeping the allocation.
     pub fn clear(&mut self) {
         self.counts.iter_mut().for_each(|c| *c = 0);
