@@ -503,7 +503,12 @@ pub fn point_line(p: &Point) -> String {
 pub fn capacity_search(cfg: &ExperimentConfig, setup: Setup, mut on_point: impl FnMut(&Point)) -> SetupResult {
     let mut res = SetupResult { setup, capacity: 0, capacity_at_least: false, error: None, points: Vec::new() };
     let mut measure = |n: u32, res: &mut SetupResult| -> Option<bool> {
-        match run_point(cfg, setup, n) {
+        // a repeated call count gets another voice-activity seed (a confirming
+        // run with the same seed would replay the same load)
+        let repeats = res.points.iter().filter(|p| p.calls == n).count() as u64;
+        let mut c = cfg.clone();
+        c.seed = cfg.seed.wrapping_add(repeats * 7919);
+        match run_point(&c, setup, n) {
             Ok(p) => {
                 eprintln!("{}", point_line(&p));
                 on_point(&p);
