@@ -314,6 +314,10 @@ pub struct StreamReport {
     /// Sender side: largest lateness of a send behind its schedule (ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_send_lag_ms: Option<f64>,
+    /// Sender side: packets sent more than 1 ms behind schedule (the tool
+    /// itself could not keep up; they show in `jitter_rtp_ms`, not in delay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sends_late_1ms: Option<u64>,
     /// Receiver side: raw receive statistics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub received: Option<ReceiveSummary>,
@@ -540,6 +544,7 @@ struct TxStream {
     sent: u64,
     send_errors: u64,
     max_lag_us: u64,
+    late_sends: u64,
 }
 
 struct VadModel {
@@ -638,6 +643,7 @@ pub fn run(spec: &Spec, node: &str) -> anyhow::Result<NodeResult> {
                 sent: 0,
                 send_errors: 0,
                 max_lag_us: 0,
+                late_sends: 0,
             });
         }
     }
@@ -693,6 +699,7 @@ pub fn run(spec: &Spec, node: &str) -> anyhow::Result<NodeResult> {
             sent: Some(t.sent),
             send_errors: Some(t.send_errors),
             max_send_lag_ms: Some(t.max_lag_us as f64 / 1000.0),
+            sends_late_1ms: Some(t.late_sends),
             received: None,
         });
     }
@@ -703,6 +710,7 @@ pub fn run(spec: &Spec, node: &str) -> anyhow::Result<NodeResult> {
             sent: None,
             send_errors: None,
             max_send_lag_ms: None,
+            sends_late_1ms: None,
             received: Some(r.stats.summary()),
         });
     }
@@ -746,7 +754,9 @@ fn send_loop(
         let now = monotonic_us();
         let tag = ProbeTag { send_us: now, call_id: s.call };
         let p = &mut payload[..payload_len];
-        s.max_lag_us = s.max_lag_us.max(now.saturating_sub(deadline));
+        let lag = now.saturating_sub(deadline);
+        s.max_lag_us = s.max_lag_us.max(lag);
+        s.late_sends += u64::from(lag > 1000);
         s.sent += 1;
         // Sizes are bounded (payload <= 960 bytes < 2048), so building the
         // packet cannot fail; if it ever did, it counts as a send error.
@@ -972,8 +982,8 @@ mod tests {
             node: "A".into(),
             start_late_ms: 0.0,
             streams: vec![
-                StreamReport { call: 0, direction: Direction::AToB, sent: Some(5), send_errors: Some(0), max_send_lag_ms: Some(0.1), received: None },
-                StreamReport { call: 0, direction: Direction::BToA, sent: None, send_errors: None, max_send_lag_ms: None, received: Some(ReceiveSummary::default()) },
+                StreamReport { call: 0, direction: Direction::AToB, sent: Some(5), send_errors: Some(0), max_send_lag_ms: Some(0.1), sends_late_1ms: Some(0), received: None },
+                StreamReport { call: 0, direction: Direction::BToA, sent: None, send_errors: None, max_send_lag_ms: None, sends_late_1ms: None, received: Some(ReceiveSummary::default()) },
             ],
             rx: RxCounters::default(),
         };
@@ -1006,7 +1016,7 @@ mod tests {
         NodeResult {
             node: node.into(),
             start_late_ms: 0.0,
-            streams: vec![StreamReport { call, direction: dir, sent, send_errors: None, max_send_lag_ms: None, received }],
+            streams: vec![StreamReport { call, direction: dir, sent, send_errors: None, max_send_lag_ms: None, sends_late_1ms: None, received }],
             rx: RxCounters::default(),
         }
     }
@@ -1088,6 +1098,7 @@ mod tests {
             sent: 0,
             send_errors: 0,
             max_lag_us: 0,
+            late_sends: 0,
         };
         let duration = 2_000_000_000u64; // 2000 s of schedule, no sockets
         let (mut packets, mut spurts, mut last) = (0u64, 0u64, None);
@@ -1129,6 +1140,7 @@ mod tests {
             sent: 0,
             send_errors: 0,
             max_lag_us: 0,
+            late_sends: 0,
         };
         let mut n = 0;
         let mut markers = 0;
