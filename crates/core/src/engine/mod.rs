@@ -1134,10 +1134,9 @@ impl Engine {
         let mut inner_bytes = 0usize;
         let mut removed_cost = 0usize;
         let mut removed_opp = 0usize;
-        let (len, kind) = if bundle {
-            let Some(mut w) = BundleWriter::new(enc, &mut buf[..limit]) else {
-                unreachable!("limit holds the header and two packets")
-            };
+        // (`limit` holds the header and two packets, so the writer exists.)
+        let writer = if bundle { BundleWriter::new(enc, &mut buf[..limit]) } else { None };
+        let (len, kind) = if let Some(mut w) = writer {
             // One pass: write each packet (checked at arrival, so the writer
             // need not re-parse it) and take it off the queue. Arrival times
             // are non-decreasing along the queue, so hold times are
