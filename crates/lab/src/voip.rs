@@ -616,7 +616,8 @@ pub fn run(spec: &Spec, node: &str) -> anyhow::Result<NodeResult> {
                 call: c.id,
                 dir: in_dir,
                 ssrc: ssrc_of(spec.seed, c.id, in_dir),
-                stats: StreamStats::new(params.clock_rate, spec.playout_ms),
+                stats: StreamStats::new(params.clock_rate, spec.playout_ms)
+                    .with_timestamp_step(profile.timestamp_step()),
             });
             let mut rng = SmallRng::seed_from_u64(splitmix(
                 spec.seed ^ splitmix(u64::from(c.id) << 1 | u64::from(out_dir.index())),

@@ -17,8 +17,9 @@
 //! The RTP-timestamp variant is reported too, as `jitter_rtp_ms`.
 //!
 //! Playout rule (fixed playout buffer, reset per talk spurt): the first
-//! packet of the stream, and every in-order packet with the RTP marker bit
-//! (the first packet of a talk spurt), set the playout delay of the spurt to
+//! packet of the stream, and every in-order packet that starts a talk spurt
+//! (RTP marker bit, or, with [`StreamStats::with_timestamp_step`], an RTP
+//! timestamp jump larger than the sequence jump implies), set the playout delay of the spurt to
 //! `its one-way delay + playout buffer`. A packet whose one-way delay exceeds
 //! the playout delay in force is *late* (lost for the listener). With CBR
 //! (one spurt) this is the classic fixed deadline "first packet's delay +
@@ -210,6 +211,8 @@ pub struct StreamStats {
     late: u64,
     negative_delay: u64,
     highest: Option<i64>,
+    highest_ts: u32,
+    ts_step: u32,
     base: i64,
     window: [u64; WORDS],
     late_window: [u64; WORDS],
@@ -239,6 +242,8 @@ impl StreamStats {
             late: 0,
             negative_delay: 0,
             highest: None,
+            highest_ts: 0,
+            ts_step: 0,
             base: 0,
             window: [0; WORDS],
             late_window: [0; WORDS],
@@ -254,6 +259,14 @@ impl StreamStats {
             on_time: 0,
             spurts: 0,
         }
+    }
+
+    /// Also detect a talk-spurt start whose marker packet was lost: an
+    /// in-order packet whose RTP timestamp advanced more than `step` per
+    /// sequence number (a silence). `step` = RTP timestamp units per packet.
+    pub fn with_timestamp_step(mut self, step: u32) -> Self {
+        self.ts_step = step;
+        self
     }
 
     fn bit(ext: i64) -> (usize, u64) {
@@ -282,8 +295,14 @@ impl StreamStats {
         if first {
             self.base = ext;
         }
+        let mut silence_gap = false;
         if newer {
             let h = self.highest.unwrap_or(ext - 1);
+            if !first && self.ts_step > 0 {
+                let ts_adv = i64::from(p.rtp_ts.wrapping_sub(self.highest_ts) as i32);
+                silence_gap = ts_adv > (ext - h) * i64::from(self.ts_step);
+            }
+            self.highest_ts = p.rtp_ts;
             let advance = ext - h;
             if advance as usize >= DUP_WINDOW {
                 // Everything in the window leaves it, then a run of packets
@@ -330,7 +349,7 @@ impl StreamStats {
         }
         self.count_fresh(p, delay_us);
 
-        if first || (p.marker && newer) {
+        if first || (newer && (p.marker || silence_gap)) {
             self.playout_delay_us = delay_us.saturating_add(self.playout_us);
             self.spurts += 1;
         }
@@ -714,6 +733,23 @@ mod tests {
         assert_eq!(sum.talk_spurts, 2);
         // on-time playout delays: 70, 160, 160
         assert!((sum.playout_delay_ms.unwrap() - 130.0).abs() < 1e-9);
+        // A lost marker packet: a timestamp jump still starts a spurt when
+        // the step is known.
+        let mut t = StreamStats::new(8000, 60.0).with_timestamp_step(160);
+        let mut u = StreamStats::new(8000, 60.0);
+        for st in [&mut t, &mut u] {
+            assert_eq!(st.on_packet(&pkt(0, 10)), Verdict::OnTime);
+            assert_eq!(st.on_packet(&pkt(2, 10)), Verdict::OnTime); // one lost, no silence
+        }
+        assert_eq!(t.summary().talk_spurts, 1);
+        // packet 3 sent after 1 s of silence: seq +1, timestamp +8160
+        let mut q = pkt(3, 100);
+        q.rtp_ts += 8000;
+        q.send_us += 1_000_000;
+        q.recv_us += 1_000_000;
+        assert_eq!(t.on_packet(&q), Verdict::OnTime);
+        assert_eq!(u.on_packet(&q), Verdict::Late);
+        assert_eq!((t.summary().talk_spurts, u.summary().talk_spurts), (2, 1));
         // A reordered old packet with a marker does not reset it.
         let mut old = pkt(0, 1);
         old.seq = old.seq.wrapping_sub(5);
