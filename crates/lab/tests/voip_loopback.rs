@@ -143,6 +143,43 @@ fn malformed_and_foreign_datagrams_are_counted_and_ignored() {
 }
 
 #[test]
+fn other_codecs_and_intervals() {
+    // (codec, interval, expected packets per direction in 1 s, payload bytes on the wire)
+    let cases = [("g723", 30u32, 33..=34u64, 24usize), ("g729", 10, 100..=100, 12), ("g711", 30, 33..=34, 240)];
+    let specs: Vec<Spec> = cases
+        .iter()
+        .map(|(codec, interval, _, _)| {
+            let mut s = spec(1, 1.0, false, 300);
+            s.codec = serde_json::from_value(serde_json::json!(codec)).unwrap();
+            s.interval_ms = *interval;
+            s
+        })
+        .collect();
+    let all: Vec<Vec<NodeResult>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = specs.iter().map(|s| sc.spawn(move || run_both(s))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for ((spec, results), (codec, _, expect, _)) in specs.iter().zip(&all).zip(&cases) {
+        for r in results {
+            assert_eq!(r.rx.rejected(), 0, "{codec}: {:?}", r.rx);
+        }
+        let c = &merge(spec, results)[0];
+        for q in [&c.a_to_b, &c.b_to_a] {
+            assert!(expect.contains(&q.sent), "{codec}: {q:?}");
+            assert_eq!(q.received, q.sent, "{codec}: {q:?}");
+        }
+        assert!(c.supported, "{codec}: {c:?}");
+    }
+    // Payload sizes: checked by the receiver (wrong_payload_size would be
+    // non-zero otherwise); the profile agrees with the table.
+    for (codec, interval, _, bytes) in cases {
+        let c: airpack_voice::codec::Codec = serde_json::from_value(serde_json::json!(codec)).unwrap();
+        let p = c.profile(interval).unwrap();
+        assert_eq!(airpack_voice::rtp::probe_payload_len(p.payload_bytes()), bytes, "{codec}");
+    }
+}
+
+#[test]
 fn unknown_node_and_late_start_are_reported() {
     let mut spec = spec(1, 0.2, false, 0);
     let err = voip::run(&spec, "Z").unwrap_err();
