@@ -1,0 +1,270 @@
+//! Daemon benchmarks (issue 3, point 13), ignored by default. Run with:
+//!
+//! ```sh
+//! cargo test --release -p airpack --test daemon_bench -- --ignored --nocapture --test-threads=1
+//! ```
+//!
+//! - `bench_throughput`: 60-byte UDP packets from namespace A through both
+//!   daemons to namespace B as fast as the machine allows (closed loop: the
+//!   sender keeps at most a window of packets in flight), aggregated packets/s
+//!   received end to end, and CPU time per packet of each daemon.
+//! - `bench_delay`: one 50 packets/s flow; one-way delay without airpack, with
+//!   a fixed 5 ms hold time, and with hold-while-busy; the added delay's median
+//!   and p99. Both clocks are the same CLOCK_MONOTONIC (one machine).
+
+mod common;
+use common::*;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const A: &str = "10.101.0.1";
+const B: &str = "10.101.0.2";
+
+fn setup(tag: &str) -> (Net, String, String) {
+    let mut net = Net::new(tag);
+    let a = net.ns("a");
+    let b = net.ns("b");
+    net.link(&a, "va", &format!("{A}/24"), &b, "vb", &format!("{B}/24"));
+    (net, a, b)
+}
+
+fn cfg(peer: &str, hold: u64, link_mode: &str) -> String {
+    format!(
+        "[aggregation]\nhold_time_us = {hold}\nlink_mode = \"{link_mode}\"\nqueue_limit_packets = 4096\nqueue_limit_bytes = 262144\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n"
+    )
+}
+
+/// utime + stime of a process, in seconds.
+fn cpu_seconds(pid: i32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields after the command: state is index 0, utime is field 14 overall = index 11 here.
+    let ut: f64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0.0);
+    let st: f64 = f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ut + st) / hz
+}
+
+fn rcvbuf(fd: i32, bytes: i32) {
+    // SAFETY: valid int option.
+    unsafe {
+        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&bytes as *const i32).cast(), 4);
+    }
+}
+
+struct Throughput {
+    received: u64,
+    sent: u64,
+    secs: f64,
+}
+
+/// Closed-loop blast of 60-byte packets (16 flows) for `secs`; returns counts.
+fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
+    let received = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (r2, s2) = (received.clone(), stop.clone());
+    let receiver = in_ns(b, move || {
+        let s = UdpSocket::bind(format!("{B}:20000")).unwrap();
+        rcvbuf(s.as_raw_fd(), 64 << 20);
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        tx.send(()).unwrap();
+        const N: usize = 64;
+        let mut bufs = vec![[0u8; 64]; N];
+        let mut iov: Vec<libc::iovec> =
+            bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: 64 }).collect();
+        // SAFETY: zeroed mmsghdr is valid; pointers set below stay valid during the calls.
+        let mut msgs: Vec<libc::mmsghdr> = (0..N).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+            m.msg_hdr.msg_iov = v;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        while !s2.load(Ordering::Relaxed) {
+            // SAFETY: msgs/iovecs point into live buffers.
+            let n = unsafe { libc::recvmmsg(s.as_raw_fd(), msgs.as_mut_ptr(), N as u32, 0, std::ptr::null_mut()) };
+            if n > 0 {
+                r2.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
+    });
+    rx.recv().unwrap();
+    let r3 = received.clone();
+    let sender = in_ns(a, move || {
+        let socks: Vec<UdpSocket> = (0..16)
+            .map(|i| {
+                let s = UdpSocket::bind(format!("{A}:{}", 17000 + i)).unwrap();
+                s.connect(SocketAddr::new(B.parse().unwrap(), 20000)).unwrap();
+                s
+            })
+            .collect();
+        const N: usize = 32;
+        let mut buf = [0x5au8; 32]; // 20 + 8 + 32 = 60-byte IP packets
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: 32 };
+        // SAFETY: zeroed mmsghdr is valid; every message points at the same iovec.
+        let mut msgs: Vec<libc::mmsghdr> = (0..N).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for m in msgs.iter_mut() {
+            m.msg_hdr.msg_iov = &mut iov;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        let start = Instant::now();
+        let mut sent = 0u64;
+        let mut i = 0;
+        while start.elapsed().as_secs_f64() < secs {
+            if sent.saturating_sub(r3.load(Ordering::Relaxed)) > window {
+                std::thread::yield_now();
+                continue;
+            }
+            let s = &socks[i % socks.len()];
+            i += 1;
+            // SAFETY: msgs point at a live buffer.
+            let n = unsafe { libc::sendmmsg(s.as_raw_fd(), msgs.as_mut_ptr(), N as u32, 0) };
+            if n > 0 {
+                sent += n as u64;
+            }
+        }
+        sent
+    });
+    let t0 = Instant::now();
+    let sent = sender.join().unwrap();
+    let secs_sent = t0.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    receiver.join().unwrap();
+    Throughput { received: received.load(Ordering::Relaxed), sent, secs: secs_sent }
+}
+
+#[test]
+#[ignore]
+fn bench_throughput() {
+    if !can_run("bench_throughput") {
+        return;
+    }
+    let secs = 5.0;
+    {
+        let (_net, a, b) = setup("tpk");
+        let t = blast(&a, &b, secs, 4096);
+        println!(
+            "BENCH baseline (no airpack): {:.0} packets/s received ({} sent, {} received in {:.1} s)",
+            t.received as f64 / t.secs,
+            t.sent,
+            t.received,
+            t.secs
+        );
+    }
+    let (net, a, b) = setup("tpd");
+    let da = net.daemon(&a, &cfg(B, 5000, "fixed"), &["--log", "warn"]);
+    let db = net.daemon(&b, &cfg(A, 5000, "fixed"), &["--log", "warn"]);
+    let (ca, cb) = (cpu_seconds(da.pid()), cpu_seconds(db.pid()));
+    let t = blast(&a, &b, secs, 4096);
+    let (ca, cb) = (cpu_seconds(da.pid()) - ca, cpu_seconds(db.pid()) - cb);
+    let sa = da.stats();
+    let sb = db.stats();
+    let rate = t.received as f64 / t.secs;
+    println!(
+        "BENCH airpack: {rate:.0} packets/s received end to end ({} sent, {} received in {:.1} s, loss {:.3}%)",
+        t.sent,
+        t.received,
+        t.secs,
+        100.0 * (t.sent - t.received.min(t.sent)) as f64 / t.sent.max(1) as f64
+    );
+    println!(
+        "BENCH airpack: A aggregation ratio {:.1}, {} bundles; A dropped {}, B tun write errors {}",
+        sa["total"]["aggregation_ratio"].as_f64().unwrap(),
+        sa["total"]["bundles"],
+        sa["total"]["dropped"],
+        sb["total"]["daemon"]["tun_write_errors"]
+    );
+    println!(
+        "BENCH airpack: CPU per packet: sender daemon {:.2} µs, receiver daemon {:.2} µs ({:.2} s and {:.2} s CPU)",
+        ca * 1e6 / t.received.max(1) as f64,
+        cb * 1e6 / t.received.max(1) as f64,
+        ca,
+        cb
+    );
+}
+
+/// One 50 packets/s flow for `n` packets; returns one-way delays in µs.
+fn delays(a: &str, b: &str, n: u32) -> Vec<f64> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let receiver = in_ns(b, move || {
+        let s = UdpSocket::bind(format!("{B}:20000")).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        tx.send(()).unwrap();
+        let mut out = Vec::new();
+        let mut buf = [0u8; 64];
+        while out.len() < n as usize {
+            match s.recv(&mut buf) {
+                Ok(k) if k >= 8 => {
+                    let now = airpack::linux::monotonic_micros() as f64;
+                    let sent = u64::from_be_bytes(buf[..8].try_into().unwrap()) as f64;
+                    out.push(now - sent);
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        out
+    });
+    rx.recv().unwrap();
+    in_ns(a, move || {
+        let s = UdpSocket::bind(format!("{A}:17000")).unwrap();
+        s.connect(format!("{B}:20000")).unwrap();
+        let start = Instant::now();
+        for i in 0..n {
+            let due = Duration::from_micros(20_000 * i as u64);
+            if let Some(w) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(w);
+            }
+            let mut buf = [0u8; 32];
+            buf[..8].copy_from_slice(&airpack::linux::monotonic_micros().to_be_bytes());
+            s.send(&buf).unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+    receiver.join().unwrap()
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+#[test]
+#[ignore]
+fn bench_delay() {
+    if !can_run("bench_delay") {
+        return;
+    }
+    let n = 500; // 10 s at 50 packets/s
+    let (net, a, b) = setup("dly");
+    let mut base = delays(&a, &b, n);
+    assert_eq!(base.len(), n as usize);
+    let (b50, b99) = (pct(&mut base, 0.5), pct(&mut base, 0.99));
+    println!("BENCH delay baseline (no airpack): median {b50:.1} µs, p99 {b99:.1} µs");
+    for (mode, hold) in [("fixed", 5000u64), ("hold-while-busy", 5000)] {
+        let mut da = net.daemon(&a, &cfg(B, hold, mode), &["--log", "warn"]);
+        let mut db = net.daemon(&b, &cfg(A, hold, mode), &["--log", "warn"]);
+        let mut d = delays(&a, &b, n);
+        assert_eq!(d.len(), n as usize, "{mode}: lost packets");
+        let (m50, m99) = (pct(&mut d, 0.5), pct(&mut d, 0.99));
+        print!(
+            "BENCH delay {mode} hold {hold} µs: median {m50:.1} µs, p99 {m99:.1} µs; added median {:.1} µs, added p99 {:.1} µs",
+            m50 - b50,
+            m99 - b50
+        );
+        if mode == "fixed" {
+            println!("; p99 overshoot of the hold time {:.1} µs", m99 - b50 - hold as f64);
+        } else {
+            println!();
+        }
+        assert_eq!(da.stop(), 0);
+        assert_eq!(db.stop(), 0);
+    }
+}
