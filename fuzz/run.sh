@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for N seconds each (default 60) and fails on the first
+# crash. Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`).
+# Usage: fuzz/run.sh [seconds] [target...]
+set -euo pipefail
+cd "$(dirname "$0")"
+secs="${1:-60}"
+shift || true
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  targets=(ip_inspect decode_native decode_kau decode_simplemux)
+fi
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+  echo "fuzz/run.sh: cargo-fuzz (nightly) not installed: cargo install cargo-fuzz" >&2
+  exit 2
+fi
+for t in "${targets[@]}"; do
+  mkdir -p "corpus/$t"
+  # Seed the bundle corpora with the golden vectors' payloads.
+  case "$t" in
+    decode_native|decode_kau|decode_simplemux)
+      enc="${t#decode_}"
+      python3 - "$enc" "corpus/$t" <<'PY' || true
+import sys, glob, os
+enc, out = sys.argv[1], sys.argv[2]
+for f in glob.glob(os.path.join("..", "crates", "core", "tests", "vectors", "*.hex")):
+    text = open(f).read()
+    if "encoding: %s" % enc not in text:
+        continue
+    payload, on = bytearray(), False
+    for line in text.splitlines():
+        line = line.split("#")[0].strip()
+        if not line:
+            continue
+        if line.endswith(":") or ": " in line:
+            on = line == "payload:"
+            continue
+        if on:
+            payload += bytes(int(t, 16) for t in line.split())
+    open(os.path.join(out, os.path.basename(f) + ".bin"), "wb").write(payload)
+PY
+      ;;
+  esac
+  echo "== fuzzing $t for ${secs}s"
+  # -rss_limit_mb bounds memory; libFuzzer exits non-zero on a crash, leak or timeout.
+  cargo +nightly fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10
+done
+echo "fuzz/run.sh: all targets ran ${secs}s without a crash"
