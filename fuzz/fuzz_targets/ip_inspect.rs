@@ -25,11 +25,23 @@ fuzz_target!(|data: &[u8]| {
             };
             let mut h = [0u8; 20];
             let ident = u16::from_be_bytes([data[4], data[5]]);
-            ip::emit_ipv4_header(&mut h, s, d, data[9], info.dscp, data[8], ident, data.len() - 20);
+            ip::emit_ipv4_header(
+                &mut h,
+                s,
+                d,
+                data[9],
+                info.dscp,
+                data[8],
+                ident,
+                data.len() - 20,
+            );
             assert_eq!(&h[..], &data[..20]);
         }
     } else {
         assert_eq!(info.version, 6);
-        assert_eq!(usize::from(u16::from_be_bytes([data[4], data[5]])) + 40, data.len());
+        assert_eq!(
+            usize::from(u16::from_be_bytes([data[4], data[5]])) + 40,
+            data.len()
+        );
     }
 });

@@ -30,7 +30,10 @@ fn parse_hex_line(line: &str, out: &mut Vec<u8>) {
 
 fn load(path: &PathBuf) -> Vector {
     let text = std::fs::read_to_string(path).unwrap();
-    let mut v = Vector { name: path.file_name().unwrap().to_string_lossy().into(), ..Default::default() };
+    let mut v = Vector {
+        name: path.file_name().unwrap().to_string_lossy().into(),
+        ..Default::default()
+    };
     #[derive(PartialEq)]
     enum Sec {
         None,
@@ -101,19 +104,30 @@ fn every_encoding_has_positive_and_negative_vectors() {
     let vs = vectors();
     for enc in Encoding::ALL {
         assert!(
-            vs.iter().any(|v| v.encoding == Some(enc) && v.error.is_none() && !v.decode_only),
+            vs.iter()
+                .any(|v| v.encoding == Some(enc) && v.error.is_none() && !v.decode_only),
             "no encode vector for {enc}"
         );
-        assert!(vs.iter().any(|v| v.encoding == Some(enc) && v.error.is_some()), "no error vector for {enc}");
+        assert!(
+            vs.iter()
+                .any(|v| v.encoding == Some(enc) && v.error.is_some()),
+            "no error vector for {enc}"
+        );
     }
 }
 
 #[test]
 fn golden_vectors() {
     let vs = vectors();
-    assert!(vs.len() >= 9, "expected the vector files, found {}", vs.len());
+    assert!(
+        vs.len() >= 9,
+        "expected the vector files, found {}",
+        vs.len()
+    );
     for v in &vs {
-        let enc = v.encoding.unwrap_or_else(|| panic!("{}: no encoding", v.name));
+        let enc = v
+            .encoding
+            .unwrap_or_else(|| panic!("{}: no encoding", v.name));
         assert!(!v.payload.is_empty(), "{}: empty payload", v.name);
         match &v.error {
             Some(reason) => {
@@ -123,12 +137,20 @@ fn golden_vectors() {
             None => {
                 assert!(!v.packets.is_empty(), "{}", v.name);
                 for p in &v.packets {
-                    ip::inspect(p).unwrap_or_else(|e| panic!("{}: inner packet invalid: {e}", v.name));
+                    ip::inspect(p)
+                        .unwrap_or_else(|e| panic!("{}: inner packet invalid: {e}", v.name));
                 }
                 if !v.decode_only {
-                    assert_eq!(encode(enc, &v.packets), v.payload, "{}: encode differs", v.name);
+                    assert_eq!(
+                        encode(enc, &v.packets),
+                        v.payload,
+                        "{}: encode differs",
+                        v.name
+                    );
                 }
-                let b = enc.decode(&v.payload).unwrap_or_else(|e| panic!("{}: {e}", v.name));
+                let b = enc
+                    .decode(&v.payload)
+                    .unwrap_or_else(|e| panic!("{}: {e}", v.name));
                 assert_eq!(b.len(), v.packets.len(), "{}", v.name);
                 let got: Vec<&[u8]> = b.iter().collect();
                 let want: Vec<&[u8]> = v.packets.iter().map(|p| &p[..]).collect();
@@ -140,7 +162,10 @@ fn golden_vectors() {
 
 #[test]
 fn kau_full_meta_packet() {
-    let v = vectors().into_iter().find(|v| v.name == "kau_meta_packet.hex").unwrap();
+    let v = vectors()
+        .into_iter()
+        .find(|v| v.name == "kau_meta_packet.hex")
+        .unwrap();
     let outer = v.outer.clone().unwrap();
     let mut hdr = [0u8; 20];
     ip::emit_ipv4_header(
@@ -164,7 +189,11 @@ fn kau_full_meta_packet() {
     // The meta packet itself is not carryable inside another bundle.
     for enc in Encoding::ALL {
         assert!(!enc.can_carry(&full), "{enc} would nest a meta packet");
-        assert_eq!(enc.decode(&full).map(|b| b.len()).err(), Some(expected_for_full(enc)), "{enc}");
+        assert_eq!(
+            enc.decode(&full).map(|b| b.len()).err(),
+            Some(expected_for_full(enc)),
+            "{enc}"
+        );
     }
 }
 

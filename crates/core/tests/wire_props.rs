@@ -5,7 +5,9 @@
 //!
 //! Owns these checks only.
 
-use airpack_core::wire::{ip, BundleWriter, EncodeError, Encoding, MAX_BUNDLE, MAX_PACKETS_PER_BUNDLE};
+use airpack_core::wire::{
+    ip, BundleWriter, EncodeError, Encoding, MAX_BUNDLE, MAX_PACKETS_PER_BUNDLE,
+};
 use proptest::prelude::*;
 
 /// RFC 1071, written again here so the generator does not trust the crate.
@@ -24,7 +26,16 @@ fn csum(h: &[u8]) -> u16 {
 const PROTOS: [u8; 8] = [17, 6, 1, 58, 59, 132, 136, 47];
 
 fn ipv4() -> impl Strategy<Value = Vec<u8>> {
-    (20usize..=1500, 0usize..=10, any::<[u8; 8]>(), any::<u16>(), any::<u8>(), 0usize..PROTOS.len(), any::<u16>(), any::<u64>())
+    (
+        20usize..=1500,
+        0usize..=10,
+        any::<[u8; 8]>(),
+        any::<u16>(),
+        any::<u8>(),
+        0usize..PROTOS.len(),
+        any::<u16>(),
+        any::<u64>(),
+    )
         .prop_map(|(len, opt_words, addrs, ident, tos, pi, frag, seed)| {
             let ihl = (5 + opt_words).min(len / 4);
             let mut p = vec![0u8; len];
@@ -53,8 +64,14 @@ fn ipv4() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn ipv6() -> impl Strategy<Value = Vec<u8>> {
-    (40usize..=1500, any::<[u8; 32]>(), any::<u8>(), 0usize..PROTOS.len(), any::<u64>()).prop_map(
-        |(len, addrs, tc, pi, seed)| {
+    (
+        40usize..=1500,
+        any::<[u8; 32]>(),
+        any::<u8>(),
+        0usize..PROTOS.len(),
+        any::<u64>(),
+    )
+        .prop_map(|(len, addrs, tc, pi, seed)| {
             let mut p = vec![0u8; len];
             let mut x = seed | 1;
             for b in p.iter_mut() {
@@ -69,8 +86,7 @@ fn ipv6() -> impl Strategy<Value = Vec<u8>> {
             p[6] = PROTOS[pi];
             p[8..40].copy_from_slice(&addrs);
             p
-        },
-    )
+        })
 }
 
 fn packet() -> impl Strategy<Value = Vec<u8>> {
@@ -78,7 +94,11 @@ fn packet() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn encoding() -> impl Strategy<Value = Encoding> {
-    prop_oneof![Just(Encoding::Native), Just(Encoding::Kau), Just(Encoding::Simplemux)]
+    prop_oneof![
+        Just(Encoding::Native),
+        Just(Encoding::Kau),
+        Just(Encoding::Simplemux)
+    ]
 }
 
 /// Packs `packets` into consecutive bundles of at most `max` bytes; returns
@@ -106,14 +126,21 @@ fn pack(enc: Encoding, packets: &[&Vec<u8>], max: usize) -> Vec<(Vec<u8>, Vec<Ve
                     break;
                 }
                 Err(EncodeError::Unsupported) => {
-                    assert_eq!(w.count(), MAX_PACKETS_PER_BUNDLE, "{enc} refused a carryable packet");
+                    assert_eq!(
+                        w.count(),
+                        MAX_PACKETS_PER_BUNDLE,
+                        "{enc} refused a carryable packet"
+                    );
                     break;
                 }
             }
         }
         let n = w.finish();
         assert!(n <= max, "bundle of {n} exceeds {max}");
-        assert!(guard.iter().all(|&b| b == 0xa5), "writer wrote past its buffer");
+        assert!(
+            guard.iter().all(|&b| b == 0xa5),
+            "writer wrote past its buffer"
+        );
         if inside.is_empty() {
             // A packet larger than an empty bundle can hold: it would leave alone.
             assert!(enc.can_carry(packets[i]));

@@ -146,7 +146,11 @@ pub fn inspect_inner(packet: &[u8]) -> Result<PacketInfo, DecodeError> {
 fn ports(protocol: u8, l4: &[u8]) -> (Option<u16>, Option<u16>, Option<u8>) {
     match protocol {
         proto::TCP | proto::UDP | proto::SCTP | proto::UDPLITE if l4.len() >= 4 => {
-            let flags = if protocol == proto::TCP && l4.len() >= 20 { Some(l4[13]) } else { None };
+            let flags = if protocol == proto::TCP && l4.len() >= 20 {
+                Some(l4[13])
+            } else {
+                None
+            };
             (Some(be16(l4, 0)), Some(be16(l4, 2)), flags)
         }
         _ => (None, None, None),
@@ -178,8 +182,11 @@ fn inspect_v4(p: &[u8]) -> Result<PacketInfo, DecodeError> {
     let offset = frag & 0x1fff;
     let more = frag & 0x2000 != 0;
     let protocol = p[9];
-    let (src_port, dst_port, tcp_flags) =
-        if offset == 0 { ports(protocol, &p[ihl..]) } else { (None, None, None) };
+    let (src_port, dst_port, tcp_flags) = if offset == 0 {
+        ports(protocol, &p[ihl..])
+    } else {
+        (None, None, None)
+    };
     Ok(PacketInfo {
         version: 4,
         protocol,
@@ -258,8 +265,11 @@ fn inspect_v6(p: &[u8]) -> Result<PacketInfo, DecodeError> {
             break;
         }
     }
-    let (src_port, dst_port, tcp_flags) =
-        if first_fragment { ports(next, &p[off..]) } else { (None, None, None) };
+    let (src_port, dst_port, tcp_flags) = if first_fragment {
+        ports(next, &p[off..])
+    } else {
+        (None, None, None)
+    };
     let mut s = [0u8; 16];
     let mut d = [0u8; 16];
     s.copy_from_slice(&p[8..24]);
@@ -338,7 +348,10 @@ pub fn try_emit_ipv4_header(
     ident: u16,
     payload_len: usize,
 ) -> bool {
-    let Some(total) = payload_len.checked_add(IPV4_HEADER_LEN).filter(|t| *t <= MAX_PACKET) else {
+    let Some(total) = payload_len
+        .checked_add(IPV4_HEADER_LEN)
+        .filter(|t| *t <= MAX_PACKET)
+    else {
         return false;
     };
     let total = total as u16;
@@ -443,7 +456,16 @@ mod tests {
         let a = Ipv4Addr::LOCALHOST;
         assert!(try_emit_ipv4_header(&mut h, a, a, 253, 0, 1, 0, 65_515));
         assert!(!try_emit_ipv4_header(&mut h, a, a, 253, 0, 1, 0, 65_516));
-        assert!(!try_emit_ipv4_header(&mut h, a, a, 253, 0, 1, 0, usize::MAX));
+        assert!(!try_emit_ipv4_header(
+            &mut h,
+            a,
+            a,
+            253,
+            0,
+            1,
+            0,
+            usize::MAX
+        ));
     }
 
     #[test]
@@ -538,7 +560,9 @@ mod tests {
     #[test]
     fn inspect_v4_options() {
         // IHL 6 with a 4-byte NOP option, checksum over all 24 bytes.
-        let mut p = vec![0x46, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, 1, 1, 1, 1];
+        let mut p = vec![
+            0x46, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, 1, 1, 1, 1,
+        ];
         p.extend_from_slice(&[0, 7, 0, 9]);
         let c = checksum(&p[..24]);
         p[10..12].copy_from_slice(&c.to_be_bytes());
@@ -604,7 +628,10 @@ mod tests {
         // A bare 40-byte header with payload length 0 is fine.
         assert!(inspect(&v6(59, &[])).is_ok());
         // Extension header running past the end.
-        assert_eq!(inspect(&v6(60, &[17, 1, 0, 0, 0, 0, 0, 0])), Err(DecodeError::Truncated));
+        assert_eq!(
+            inspect(&v6(60, &[17, 1, 0, 0, 0, 0, 0, 0])),
+            Err(DecodeError::Truncated)
+        );
         assert_eq!(inspect(&v6(60, &[17])), Err(DecodeError::Truncated));
         assert_eq!(inspect(&v6(44, &[17, 0, 0])), Err(DecodeError::Truncated));
         // Nine destination-option headers: over the bound.

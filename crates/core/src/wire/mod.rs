@@ -206,13 +206,23 @@ pub struct Bundle<'a> {
 impl<'a> Bundle<'a> {
     /// Constructor for the format modules, after they validated `body`.
     pub(crate) fn new(encoding: Encoding, body: &'a [u8], count: usize) -> Self {
-        Bundle { encoding, body, count, single_protocol: false }
+        Bundle {
+            encoding,
+            body,
+            count,
+            single_protocol: false,
+        }
     }
 
     /// Constructor for a validated Simplemux bundle whose first separator had
     /// the single-protocol bit `spb`.
     pub(crate) fn new_simplemux(body: &'a [u8], count: usize, spb: bool) -> Self {
-        Bundle { encoding: Encoding::Simplemux, body, count, single_protocol: spb }
+        Bundle {
+            encoding: Encoding::Simplemux,
+            body,
+            count,
+            single_protocol: spb,
+        }
     }
 
     /// Number of inner packets.
@@ -316,7 +326,12 @@ impl<'a> BundleWriter<'a> {
         if buf.len() < hdr {
             return None;
         }
-        Some(BundleWriter { encoding, buf, len: hdr, count: 0 })
+        Some(BundleWriter {
+            encoding,
+            buf,
+            len: hdr,
+            count: 0,
+        })
     }
 
     /// Bytes that appending a packet of `packet_len` bytes would add (separator + packet).

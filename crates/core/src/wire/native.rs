@@ -316,10 +316,19 @@ mod tests {
         let b = bundle(&[v4(60, 17), v4(200, 17)]);
         assert_eq!(decode(&b[..1]).unwrap_err(), DecodeError::Truncated);
         // Cut inside the second packet.
-        assert_eq!(decode(&b[..b.len() - 1]).unwrap_err(), DecodeError::Truncated);
-        assert_eq!(decode(&b[..2 + 61 + 30]).unwrap_err(), DecodeError::Truncated);
+        assert_eq!(
+            decode(&b[..b.len() - 1]).unwrap_err(),
+            DecodeError::Truncated
+        );
+        assert_eq!(
+            decode(&b[..2 + 61 + 30]).unwrap_err(),
+            DecodeError::Truncated
+        );
         // A 3-byte prefix cut short.
-        assert_eq!(decode(&[0x10, 0, 0xc0, 0x40]).unwrap_err(), DecodeError::Truncated);
+        assert_eq!(
+            decode(&[0x10, 0, 0xc0, 0x40]).unwrap_err(),
+            DecodeError::Truncated
+        );
     }
 
     #[test]

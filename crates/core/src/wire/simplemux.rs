@@ -75,13 +75,21 @@ pub fn write_packet(out: &mut [u8], packet: &[u8], first: bool) {
     let n = length_bytes(len, first);
     // Groups of 7 bits, most significant first; the first byte of a first
     // separator has room for 6 bits only (SPB takes the top bit, left 0).
-    for i in 0..n {
+    for (i, byte) in out[..n].iter_mut().enumerate() {
         let shift = 7 * (n - 1 - i);
         let group = ((len >> shift) & 0x7f) as u8;
         let lxt = if i + 1 < n { 0x80 } else { 0 };
-        out[i] = if i == 0 && first { (lxt >> 1) | (group & 0x3f) } else { lxt | group };
+        *byte = if i == 0 && first {
+            (lxt >> 1) | (group & 0x3f)
+        } else {
+            lxt | group
+        };
     }
-    out[n] = if packet.first().map(|b| b >> 4) == Some(6) { PROTO_IPV6 } else { PROTO_IPV4 };
+    out[n] = if packet.first().map(|b| b >> 4) == Some(6) {
+        PROTO_IPV6
+    } else {
+        PROTO_IPV4
+    };
     out[n + 1..n + 1 + len].copy_from_slice(packet);
 }
 
@@ -129,7 +137,12 @@ fn read_separator(b: &[u8], first: bool, spb: bool) -> Result<Separator, DecodeE
     } else {
         None
     };
-    Ok(Separator { len, protocol, size: n + usize::from(has_protocol), spb: spb_bit })
+    Ok(Separator {
+        len,
+        protocol,
+        size: n + usize::from(has_protocol),
+        spb: spb_bit,
+    })
 }
 
 /// Parses and fully validates a bundle payload.
@@ -320,7 +333,10 @@ mod tests {
         let b = bundle(&[v4(60, 17), v4(200, 17)]);
         assert_eq!(decode(&b[..1]).unwrap_err(), DecodeError::Truncated);
         assert_eq!(decode(&b[..30]).unwrap_err(), DecodeError::Truncated);
-        assert_eq!(decode(&b[..b.len() - 1]).unwrap_err(), DecodeError::Truncated);
+        assert_eq!(
+            decode(&b[..b.len() - 1]).unwrap_err(),
+            DecodeError::Truncated
+        );
         // LXT set but no second length byte.
         assert_eq!(decode(&[0x41]).unwrap_err(), DecodeError::Truncated);
     }
@@ -351,7 +367,10 @@ mod tests {
         b.extend_from_slice(&p);
         assert_eq!(decode(&b).unwrap_err(), DecodeError::Overlong);
         // Payload over MAX_BUNDLE.
-        assert_eq!(decode(&vec![0; MAX_BUNDLE + 1]).unwrap_err(), DecodeError::Overlong);
+        assert_eq!(
+            decode(&vec![0; MAX_BUNDLE + 1]).unwrap_err(),
+            DecodeError::Overlong
+        );
     }
 
     #[test]
