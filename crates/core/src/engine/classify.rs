@@ -1,8 +1,12 @@
 //! Traffic classes and the classifier: which packets may wait, which are only
 //! bundled while the link is busy anyway, and which are never touched.
 //!
-//! Pure function of the packet's headers ([`PacketInfo`]), a caller-supplied
-//! mark and the peer's maximum bundle size.
+//! Owns: the rule language and the classes. Pure function of the packet's
+//! headers ([`PacketInfo`]), a caller-supplied mark and the peer's maximum
+//! bundle size.
+//!
+//! Must not touch: queues, time, encodings (whether a peer's encoding can
+//! carry a packet is checked by the engine) or packet bytes.
 
 use crate::wire::ip::{tcp_flags, PacketInfo};
 use core::ops::RangeInclusive;
@@ -107,6 +111,7 @@ const TCP: u8 = 6;
 impl Rule {
     /// Whether every `Some` field of the rule matches. A port condition never
     /// matches a packet without ports (non-UDP/TCP, or a later fragment).
+    #[inline]
     pub fn matches(&self, info: &PacketInfo, mark: u32) -> bool {
         fn port_in(r: &Option<RangeInclusive<u16>>, p: Option<u16>) -> bool {
             match (r, p) {

@@ -18,6 +18,36 @@
 //!                arm timer at engine.poll_timeout()
 //! on stop:       engine.flush(); drain poll_transmit
 //! ```
+//!
+//! ## Semantics (decisions where the seeds leave room)
+//! * A packet enters a peer's queue (bundle or opportunistic class), the
+//!   bypass FIFO (bypass class: TCP SYN/FIN/RST, fragments, packets over half
+//!   the peer's `max_size`, packets the peer's encoding cannot carry, anything
+//!   the rules send there) or is dropped and counted ([`Verdict`]).
+//! * A peer's queue may send ([`Reason`]) when: its oldest packet has waited
+//!   `hold_time` (Timeout); a bundle of the whole queue, outer overhead
+//!   included, reaches `min_size` or reaches/exceeds `max_size`, or the queue
+//!   holds `max_packets` (Size); the link is idle and the mode is
+//!   [`LinkMode::HoldWhileBusy`] or the queue holds an opportunistic packet
+//!   (Idle); [`Engine::flush`] or [`Engine::remove_peer`] (Flush); the peer
+//!   does not accept bundles (NotAccepted, every packet alone at once).
+//! * Opportunistic packets that joined a bundle while the link was busy are
+//!   still bounded by the peer's hold time, so a driver that never reports an
+//!   idle link cannot strand them.
+//! * Service: due peers first (earliest deadline), then the fullest ready
+//!   peer; bypass and bundle output alternate. Each transmit takes the longest
+//!   prefix of the queue that fits `max_size - outer_overhead` and
+//!   `max_packets`; a prefix of one packet leaves as that packet, unchanged.
+//! * Queue limits drop the oldest packets; a packet larger than the byte limit
+//!   on its own is dropped itself. The bypass FIFO drops the newest when full.
+//! * A removed peer's packets leave alone (Flush); its slot counts against
+//!   `max_peers` until they have gone. [`DropReason::PeerRemoved`] is never
+//!   produced by this engine (nothing is discarded on removal).
+//! * Dynamic marking: a mark with both low bits set and a non-zero
+//!   `(mark >> 2) & 0xFFFF` sets the peer's `max_size`, before the packet is
+//!   classified.
+//! * Time: the engine keeps the largest `now` it has been given; a packet's
+//!   hold time is measured from that.
 
 pub mod classify;
 mod fifo;
