@@ -1,0 +1,681 @@
+//! Kernel-facing tests of `airpack::linux`: TUN, steering, route lookups,
+//! sockets, SIOCOUTQ, timers and signals, each in its own fresh network
+//! namespace (named `aplx<pid><tag>`, deleted on drop).
+//!
+//! Needs root (CAP_NET_ADMIN), `ip`, `tc` and `nft`; prints "SKIP: ..." and
+//! returns otherwise. Addresses are 10.6x.0.0/24 and fd00:6x::/64, only inside
+//! the namespaces these tests create; every wait is bounded.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use airpack::linux::netns::{run_cmd, NetNs};
+use airpack::linux::{
+    monotonic_micros, BundleSocket, Events, Family, Interest, Match, Poller, RawIpSender, RouteMonitor,
+    RouteResolver, Signals, SteerSpec, Steering, Timer, Tun, UdpBundleSocket,
+};
+
+const FWMARK: u32 = 0x4150;
+const BYPASS: u32 = 0x4151;
+
+fn can_run(tools: &[&str]) -> bool {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP: needs root");
+        return false;
+    }
+    for t in tools {
+        if run_cmd(&[t, "--version"], None).is_err() && run_cmd(&[t, "-V"], None).is_err() {
+            eprintln!("SKIP: needs `{t}` (apt-get install iproute2 nftables)");
+            return false;
+        }
+    }
+    true
+}
+
+fn ns(tag: &str) -> NetNs {
+    NetNs::create(&format!("aplx{}{}", std::process::id(), tag)).expect("create namespace")
+}
+
+fn sh(argv: &[&str]) {
+    run_cmd(argv, None).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A link with carrier in the current namespace (the kernel here has no `dummy`
+/// driver): one end of a veth pair whose peer `<name>p` is up too.
+fn mkdev(name: &str) {
+    let peer = format!("{name}p");
+    sh(&["ip", "link", "add", name, "type", "veth", "peer", "name", &peer]);
+    sh(&["ip", "link", "set", &peer, "up"]);
+}
+
+fn sysctl(key: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/{}", key.replace('.', "/"))).unwrap().trim().to_string()
+}
+
+fn set_sysctl(key: &str, v: &str) {
+    std::fs::write(format!("/proc/sys/{}", key.replace('.', "/")), v).unwrap();
+}
+
+/// Waits up to `ms` for `fd` to become readable.
+fn readable(fd: RawFd, ms: i32) -> bool {
+    let p = Poller::new().unwrap();
+    p.add(fd, 1, Interest::READ).unwrap();
+    let mut ev = Events::with_capacity(1);
+    p.wait(&mut ev, Some(ms)).unwrap() > 0
+}
+
+/// Reads the next packet from the TUN within `ms`, skipping IPv6 noise
+/// (router solicitations, MLD) that the kernel may send on a fresh link.
+fn tun_next(tun: &Tun, ms: i32, want: impl Fn(&[u8]) -> bool) -> Option<Vec<u8>> {
+    let deadline = Instant::now() + Duration::from_millis(ms as u64);
+    let mut buf = [0u8; 2048];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now()).as_millis() as i32;
+        if left <= 0 || !readable(tun.as_raw_fd(), left) {
+            return None;
+        }
+        match tun.read(&mut buf) {
+            Ok(n) if want(&buf[..n]) => return Some(buf[..n].to_vec()),
+            Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => panic!("tun read: {e}"),
+        }
+    }
+}
+
+fn is_udp_to(pkt: &[u8], dport: u16) -> bool {
+    match pkt.first().map(|b| b >> 4) {
+        Some(4) if pkt.len() >= 28 => {
+            let ihl = usize::from(pkt[0] & 15) * 4;
+            pkt[9] == 17 && pkt.len() >= ihl + 8 && u16::from_be_bytes([pkt[ihl + 2], pkt[ihl + 3]]) == dport
+        }
+        Some(6) if pkt.len() >= 48 => pkt[6] == 17 && u16::from_be_bytes([pkt[42], pkt[43]]) == dport,
+        _ => false,
+    }
+}
+
+fn csum(data: &[u8], mut sum: u32) -> u16 {
+    for c in data.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// A complete IPv4 (header checksum set, UDP checksum 0) or IPv6 (UDP checksum set) UDP packet.
+fn udp_packet(src: IpAddr, dst: IpAddr, sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let ulen = (8 + payload.len()) as u16;
+    let mut udp = Vec::new();
+    udp.extend_from_slice(&sport.to_be_bytes());
+    udp.extend_from_slice(&dport.to_be_bytes());
+    udp.extend_from_slice(&ulen.to_be_bytes());
+    udp.extend_from_slice(&[0, 0]);
+    udp.extend_from_slice(payload);
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let mut h = vec![0x45, 0xb8, 0, 0, 0x12, 0x34, 0x40, 0, 64, 17, 0, 0];
+            h[2..4].copy_from_slice(&(20 + ulen).to_be_bytes());
+            h.extend_from_slice(&s.octets());
+            h.extend_from_slice(&d.octets());
+            let c = csum(&h, 0);
+            h[10..12].copy_from_slice(&c.to_be_bytes());
+            h.extend_from_slice(&udp);
+            h
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let mut pseudo = Vec::new();
+            pseudo.extend_from_slice(&s.octets());
+            pseudo.extend_from_slice(&d.octets());
+            pseudo.extend_from_slice(&u32::from(ulen).to_be_bytes());
+            pseudo.extend_from_slice(&[0, 0, 0, 17]);
+            pseudo.extend_from_slice(&udp);
+            let c = csum(&pseudo, 0);
+            udp[6..8].copy_from_slice(&c.to_be_bytes());
+            let mut h = vec![0x6b, 0x80, 0, 0];
+            h.extend_from_slice(&ulen.to_be_bytes());
+            h.extend_from_slice(&[17, 64]);
+            h.extend_from_slice(&s.octets());
+            h.extend_from_slice(&d.octets());
+            h.extend_from_slice(&udp);
+            h
+        }
+        _ => panic!("mixed families"),
+    }
+}
+
+fn udp_send(from_mark: Option<u32>, to: SocketAddr, payload: &[u8]) {
+    let bind: SocketAddr = if to.is_ipv4() { "0.0.0.0:0".parse().unwrap() } else { "[::]:0".parse().unwrap() };
+    let s = UdpSocket::bind(bind).unwrap();
+    if let Some(m) = from_mark {
+        nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::Mark, &m).unwrap();
+    }
+    s.send_to(payload, to).unwrap();
+}
+
+/// An AF_PACKET socket on `ifindex` that sees whole IP packets (cooked, no link header).
+fn capture(ifindex: u32) -> OwnedFd {
+    let proto = (libc::ETH_P_ALL as u16).to_be();
+    // SAFETY: plain socket(2) call, checked.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK, proto.into()) };
+    assert!(fd >= 0, "AF_PACKET: {}", io::Error::last_os_error());
+    // SAFETY: fd is fresh and owned from here.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_ll is plain old data.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto;
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY: sll is a valid sockaddr_ll.
+    let r = unsafe {
+        libc::bind(fd.as_raw_fd(), (&sll as *const libc::sockaddr_ll).cast(), std::mem::size_of::<libc::sockaddr_ll>() as u32)
+    };
+    assert_eq!(r, 0, "bind AF_PACKET: {}", io::Error::last_os_error());
+    fd
+}
+
+/// Next captured packet with IP protocol / next header `proto` within `ms`.
+fn captured(fd: &OwnedFd, proto: u8, ms: i32) -> Option<Vec<u8>> {
+    let deadline = Instant::now() + Duration::from_millis(ms as u64);
+    let mut buf = [0u8; 2048];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now()).as_millis() as i32;
+        if left <= 0 || !readable(fd.as_raw_fd(), left) {
+            return None;
+        }
+        // SAFETY: buf is writable for its length.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n <= 0 {
+            continue;
+        }
+        let p = &buf[..n as usize];
+        let hit = match p[0] >> 4 {
+            4 => p.len() >= 20 && p[9] == proto,
+            6 => p.len() >= 40 && p[6] == proto,
+            _ => false,
+        };
+        if hit {
+            return Some(p.to_vec());
+        }
+    }
+}
+
+fn recv_bundle(s: &BundleSocket, ms: i32) -> (Vec<u8>, IpAddr, Vec<u8>) {
+    assert!(readable(s.as_raw_fd(), ms), "no bundle within {ms} ms");
+    let mut buf = [0u8; 2048];
+    let r = s.recv_from(&mut buf).unwrap();
+    (buf[r.offset..r.offset + r.len].to_vec(), r.src, buf[..r.offset].to_vec())
+}
+
+/// Two namespaces joined by a veth: a = 10.69.0.1 / fd00:69::1, b = .2 / ::2.
+fn veth_pair(tag: &str) -> (NetNs, NetNs) {
+    let a = ns(&format!("{tag}a"));
+    let b = ns(&format!("{tag}b"));
+    sh(&["ip", "-n", a.name(), "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", b.name()]);
+    for (n, dev, v4, v6) in [(&a, "va", "10.69.0.1/24", "fd00:69::1/64"), (&b, "vb", "10.69.0.2/24", "fd00:69::2/64")] {
+        sh(&["ip", "-n", n.name(), "addr", "add", v4, "dev", dev]);
+        sh(&["ip", "-n", n.name(), "addr", "add", v6, "dev", dev, "nodad"]);
+        sh(&["ip", "-n", n.name(), "link", "set", dev, "up"]);
+    }
+    (a, b)
+}
+
+#[test]
+fn tun_read_write_round_trip() {
+    if !can_run(&["ip"]) {
+        return;
+    }
+    let n = ns("tun");
+    n.run(|| {
+        let tun = Tun::open("aptun0", 1400).unwrap();
+        assert_eq!(tun.name(), "aptun0");
+        assert_eq!(airpack::linux::tun::link_up("aptun0").unwrap(), Some(true));
+        assert_eq!(airpack::linux::tun::link_up("nosuchdev0").unwrap(), None);
+        assert!(tun.ifindex() > 0);
+        let link = run_cmd(&["ip", "link", "show", "aptun0"], None).unwrap();
+        assert!(link.contains("mtu 1400"), "{link}");
+        sh(&["ip", "addr", "add", "10.66.0.1/24", "dev", "aptun0"]);
+        // Kernel -> TUN: a UDP datagram routed into the device comes out whole.
+        udp_send(None, "10.66.0.2:9999".parse().unwrap(), b"hello tun");
+        let pkt = tun_next(&tun, 1000, |p| is_udp_to(p, 9999)).expect("packet from TUN");
+        assert_eq!(&pkt[16..20], &[10, 66, 0, 2]);
+        assert!(pkt.ends_with(b"hello tun"));
+        // TUN -> kernel: a packet written into the device is delivered locally.
+        let rx = UdpSocket::bind("10.66.0.1:7000").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let p = udp_packet("10.66.0.2".parse().unwrap(), "10.66.0.1".parse().unwrap(), 5555, 7000, b"into tun");
+        tun.write(&p).unwrap();
+        let mut buf = [0u8; 64];
+        let (len, from) = rx.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..len], b"into tun");
+        assert_eq!(from, "10.66.0.2:5555".parse::<SocketAddr>().unwrap());
+        // Garbage (not IPv4/IPv6) is refused by the kernel.
+        assert!(tun.write(&[0x10, 0, 0, 0]).is_err());
+        // Batch read: three datagrams, one call.
+        for i in 0..3u8 {
+            udp_send(None, "10.66.0.2:9998".parse().unwrap(), &[i]);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut seen = Vec::new();
+        let mut b = [0u8; 2048];
+        tun.read_batch(&mut b, 16, |p| {
+            if is_udp_to(p, 9998) {
+                seen.push(*p.last().unwrap())
+            }
+        })
+        .unwrap();
+        assert_eq!(seen, vec![0, 1, 2]);
+        // Empty queue: WouldBlock, not a hang.
+        assert_eq!(tun.read(&mut b).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+    })
+    .unwrap();
+}
+
+fn steer_spec(tun: &str) -> SteerSpec {
+    SteerSpec {
+        tun: tun.into(),
+        fwmark: FWMARK,
+        bypass_mark: BYPASS,
+        table: 4150,
+        priority: 4150,
+        matches: vec![
+            Match { steer: false, protocol: Some(17), dst_ports: Some((16999, 16999)), ..Match::default() },
+            Match { steer: true, protocol: Some(17), ports: Some((16000, 32000)), ..Match::default() },
+        ],
+        steer_from_tun: true,
+    }
+}
+
+fn rule_count() -> (usize, usize) {
+    let c = |fam| run_cmd(&["ip", fam, "rule", "list"], None).unwrap().matches("fwmark 0x4150 lookup 4150").count();
+    (c("-4"), c("-6"))
+}
+
+#[test]
+fn steering_installs_steers_bypasses_and_removes_cleanly() {
+    if !can_run(&["ip", "nft"]) {
+        return;
+    }
+    let n = ns("steer");
+    n.run(|| {
+        mkdev("d0");
+        sh(&["ip", "addr", "add", "10.67.0.1/24", "dev", "d0"]);
+        sh(&["ip", "addr", "add", "fd00:67::1/64", "dev", "d0", "nodad"]);
+        sh(&["ip", "link", "set", "d0", "up"]);
+        // A strict reverse-path filter everywhere, with d0 explicitly off.
+        set_sysctl("net.ipv4.conf.all.rp_filter", "1");
+        set_sysctl("net.ipv4.conf.d0.rp_filter", "0");
+        set_sysctl("net.ipv4.ip_forward", "0");
+        let tun = Tun::open("aps0", 1500).unwrap();
+        set_sysctl("net.ipv4.conf.aps0.rp_filter", "1");
+
+        // Without steering, a packet written into the TUN whose source routes
+        // via d0 fails the strict reverse-path check: this is why install
+        // must relax rp_filter.
+        let rx = UdpSocket::bind("10.67.0.1:7001").unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let from_d0 = udp_packet("10.67.0.2".parse().unwrap(), "10.67.0.1".parse().unwrap(), 5000, 7001, b"rp");
+        tun.write(&from_d0).unwrap();
+        assert!(!readable(rx.as_raw_fd(), 200), "strict rp_filter should drop it");
+
+        // A crashed run left state behind: installing again must still work.
+        let spec = steer_spec("aps0");
+        let leftover = Steering::install(&spec).unwrap();
+        std::mem::forget(leftover);
+        let st = Steering::install(&spec).unwrap();
+        assert_eq!(rule_count(), (1, 1), "exactly one rule per family after re-install");
+        assert_eq!(sysctl("net.ipv4.conf.aps0.rp_filter"), "0");
+        assert_eq!(sysctl("net.ipv4.conf.all.rp_filter"), "0");
+        assert_eq!(sysctl("net.ipv4.conf.d0.rp_filter"), "1", "other interfaces keep their strictness");
+        assert_eq!(sysctl("net.ipv4.ip_forward"), "1");
+
+        // Now the same packet written into the TUN is accepted.
+        tun.write(&from_d0).unwrap();
+        assert!(readable(rx.as_raw_fd(), 1000), "packet written into TUN must be received once installed");
+
+        // Matching UDP is steered into the TUN (IPv4 and IPv6, by source or destination port).
+        udp_send(None, "10.67.0.2:16000".parse().unwrap(), b"steer me");
+        let p = tun_next(&tun, 1000, |p| is_udp_to(p, 16000)).expect("IPv4 UDP steered into TUN");
+        assert_eq!(p[0] >> 4, 4);
+        udp_send(None, "[fd00:67::2]:20000".parse().unwrap(), b"steer me 6");
+        let p = tun_next(&tun, 1000, |p| is_udp_to(p, 20000)).expect("IPv6 UDP steered into TUN");
+        assert_eq!(p[0] >> 4, 6);
+        // Bypass-marked, non-matching port, and an explicit bypass class: not steered.
+        udp_send(Some(BYPASS), "10.67.0.2:16001".parse().unwrap(), b"bypass");
+        udp_send(None, "10.67.0.2:5000".parse().unwrap(), b"other port");
+        udp_send(None, "10.67.0.2:16999".parse().unwrap(), b"bypass class");
+        assert!(tun_next(&tun, 300, |p| is_udp_to(p, 16001) || is_udp_to(p, 5000) || is_udp_to(p, 16999)).is_none());
+
+        // Reload with different classes: port 5000 now steered, 16000 no longer.
+        let mut st = st;
+        st.update_matches(&[Match { steer: true, protocol: Some(17), dst_ports: Some((5000, 5000)), ..Match::default() }])
+            .unwrap();
+        udp_send(None, "10.67.0.2:16002".parse().unwrap(), b"x");
+        udp_send(None, "10.67.0.2:5000".parse().unwrap(), b"y");
+        let p = tun_next(&tun, 1000, |p| is_udp_to(p, 5000) || is_udp_to(p, 16002)).expect("steered after reload");
+        assert!(is_udp_to(&p, 5000));
+
+        st.remove().unwrap();
+        assert!(run_cmd(&["nft", "list", "table", "inet", "airpack"], None).is_err(), "nft table removed");
+        assert_eq!(rule_count(), (0, 0), "rules removed");
+        for fam in ["-4", "-6"] {
+            let routes = run_cmd(&["ip", fam, "route", "show", "table", "4150"], None).unwrap_or_default();
+            assert!(routes.trim().is_empty(), "routes left in table 4150: {routes}");
+        }
+        // The crashed run's sysctl changes cannot be undone (their old values
+        // died with it): removal restores what the second install found.
+        assert_eq!(sysctl("net.ipv4.conf.all.rp_filter"), "0");
+        assert_eq!(sysctl("net.ipv4.ip_forward"), "1");
+        udp_send(None, "10.67.0.2:16000".parse().unwrap(), b"after");
+        assert!(tun_next(&tun, 200, |p| is_udp_to(p, 16000)).is_none(), "nothing steered after removal");
+
+        // A clean install then drop removes everything and restores every sysctl.
+        set_sysctl("net.ipv4.conf.all.rp_filter", "1");
+        set_sysctl("net.ipv4.conf.d0.rp_filter", "0");
+        set_sysctl("net.ipv4.ip_forward", "0");
+        set_sysctl("net.ipv6.conf.all.forwarding", "0");
+        let st = Steering::install(&spec).unwrap();
+        assert_eq!(sysctl("net.ipv4.conf.all.rp_filter"), "0");
+        assert_eq!(sysctl("net.ipv6.conf.all.forwarding"), "1");
+        drop(st);
+        assert_eq!(rule_count(), (0, 0));
+        assert!(run_cmd(&["nft", "list", "table", "inet", "airpack"], None).is_err());
+        assert_eq!(sysctl("net.ipv4.conf.all.rp_filter"), "1", "sysctls restored");
+        assert_eq!(sysctl("net.ipv4.conf.d0.rp_filter"), "0");
+        assert_eq!(sysctl("net.ipv4.ip_forward"), "0");
+        assert_eq!(sysctl("net.ipv6.conf.all.forwarding"), "0");
+    })
+    .unwrap();
+}
+
+#[test]
+fn route_lookup_gateway_onlink_local_mark_and_invalidation() {
+    if !can_run(&["ip"]) {
+        return;
+    }
+    let n = ns("route");
+    n.run(|| {
+        mkdev("d0");
+        mkdev("d1");
+        sh(&["ip", "addr", "add", "10.68.0.1/24", "dev", "d0"]);
+        sh(&["ip", "addr", "add", "10.68.1.1/24", "dev", "d1"]);
+        sh(&["ip", "addr", "add", "fd00:68::1/64", "dev", "d0", "nodad"]);
+        sh(&["ip", "link", "set", "d0", "up"]);
+        sh(&["ip", "link", "set", "d1", "up"]);
+        sh(&["ip", "route", "add", "10.99.0.0/16", "via", "10.68.0.254"]);
+        sh(&["ip", "-6", "route", "add", "fd00:99::/32", "via", "fd00:68::fe"]);
+        let d0 = airpack::linux::tun::ifindex("d0").unwrap();
+        let d1 = airpack::linux::tun::ifindex("d1").unwrap();
+
+        let mut r = RouteResolver::new(BYPASS).unwrap();
+        let nh = r.lookup("10.99.1.1".parse().unwrap()).unwrap();
+        assert_eq!(nh.addr, "10.68.0.254".parse::<IpAddr>().unwrap());
+        assert!(nh.gateway && !nh.local);
+        assert_eq!(nh.oif, d0);
+        let nh = r.lookup("10.68.0.7".parse().unwrap()).unwrap();
+        assert_eq!(nh.addr, "10.68.0.7".parse::<IpAddr>().unwrap(), "on-link: next hop is the destination");
+        assert!(!nh.gateway);
+        assert!(r.lookup("10.68.0.1".parse().unwrap()).unwrap().local);
+        let nh = r.lookup("fd00:99::5".parse().unwrap()).unwrap();
+        assert_eq!(nh.addr, "fd00:68::fe".parse::<IpAddr>().unwrap());
+        let nh = r.lookup("fd00:68::9".parse().unwrap()).unwrap();
+        assert_eq!(nh.addr, "fd00:68::9".parse::<IpAddr>().unwrap());
+        let e = r.lookup("192.0.2.1".parse().unwrap()).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENETUNREACH), "{e}");
+
+        // The lookup carries the mark: a rule for the steering mark diverts
+        // marked lookups only (so the daemon's bypass-marked lookups never see the TUN route).
+        sh(&["ip", "route", "add", "default", "dev", "d1", "table", "4150"]);
+        sh(&["ip", "rule", "add", "fwmark", "0x4150", "lookup", "4150", "priority", "4150"]);
+        let mut steered = RouteResolver::new(FWMARK).unwrap();
+        assert_eq!(steered.lookup("10.99.1.1".parse().unwrap()).unwrap().oif, d1);
+        assert_eq!(r.lookup_uncached("10.99.1.1".parse().unwrap()).unwrap().oif, d0);
+
+        // Route change: the monitor becomes readable, the cache still has the
+        // old answer until invalidated.
+        let mut mon = RouteMonitor::new().unwrap();
+        let _ = mon.drain().unwrap();
+        sh(&["ip", "route", "replace", "10.99.0.0/16", "via", "10.68.1.254"]);
+        assert!(readable(mon.as_raw_fd(), 1000), "monitor readable after a route change");
+        let ch = mon.drain().unwrap();
+        assert!(ch.route && ch.any(), "{ch:?}");
+        assert!(r.cached() > 0);
+        assert_eq!(r.lookup("10.99.1.1".parse().unwrap()).unwrap().addr, "10.68.0.254".parse::<IpAddr>().unwrap());
+        r.invalidate();
+        assert_eq!(r.cached(), 0);
+        let nh = r.lookup("10.99.1.1".parse().unwrap()).unwrap();
+        assert_eq!(nh.addr, "10.68.1.254".parse::<IpAddr>().unwrap());
+        assert_eq!(nh.oif, d1);
+        // Link change.
+        sh(&["ip", "link", "set", "d1", "down"]);
+        assert!(readable(mon.as_raw_fd(), 1000));
+        let ch = mon.drain().unwrap();
+        assert!(ch.link, "{ch:?}");
+        assert_eq!(airpack::linux::tun::link_up("d1").unwrap(), Some(false));
+        // Nothing pending: drain returns at once with nothing.
+        assert!(!mon.drain().unwrap().any());
+
+        // The cache is bounded.
+        let mut small = RouteResolver::with_capacity(BYPASS, 4).unwrap();
+        for i in 1..=10u8 {
+            small.lookup(IpAddr::V4(Ipv4Addr::new(10, 68, 0, i))).unwrap();
+            assert!(small.cached() <= 4);
+        }
+    })
+    .unwrap();
+}
+
+#[test]
+fn bundle_sockets_between_namespaces_keep_protocol_dscp_and_mark() {
+    if !can_run(&["ip", "nft"]) {
+        return;
+    }
+    let (a, b) = veth_pair("bun");
+    let vb = b.run(|| airpack::linux::tun::ifindex("vb").unwrap()).unwrap();
+    // Receivers and a capture in b, opened before a sends.
+    let (rx4, rx6, cap, udp) = b
+        .run(move || {
+            (
+                BundleSocket::open(Family::V4, 253, BYPASS).unwrap(),
+                BundleSocket::open(Family::V6, 253, BYPASS).unwrap(),
+                capture(vb),
+                UdpBundleSocket::bind("0.0.0.0:4150".parse().unwrap(), BYPASS).unwrap(),
+            )
+        })
+        .unwrap();
+    a.run(|| {
+        // Steering in a that would grab all UDP: the bypass mark keeps the daemon's own sends out.
+        let _tun = Tun::open("apb0", 1500).unwrap();
+        let mut spec = steer_spec("apb0");
+        spec.matches = vec![Match { steer: true, protocol: Some(17), ..Match::default() }];
+        let _st = Steering::install(&spec).unwrap();
+        let tx4 = BundleSocket::open(Family::V4, 253, BYPASS).unwrap();
+        let tx6 = BundleSocket::open(Family::V6, 253, BYPASS).unwrap();
+        tx4.send_to("10.69.0.2".parse().unwrap(), b"bundle-v4", 46).unwrap();
+        tx4.send_to("10.69.0.2".parse().unwrap(), b"bundle-v4-af", 34).unwrap();
+        tx6.send_to("fd00:69::2".parse().unwrap(), b"bundle-v6", 46).unwrap();
+        assert_eq!(
+            tx4.send_to("fd00:69::2".parse().unwrap(), b"x", 0).unwrap_err().raw_os_error(),
+            Some(libc::EAFNOSUPPORT)
+        );
+        let u = UdpBundleSocket::bind("0.0.0.0:0".parse().unwrap(), BYPASS).unwrap();
+        assert!(u.local_addr().unwrap().port() != 0);
+        u.send_to("10.69.0.2:4150".parse().unwrap(), b"bundle-udp", 46).unwrap();
+    })
+    .unwrap();
+    b.run(move || {
+        let (payload, src, hdr) = recv_bundle(&rx4, 1000);
+        assert_eq!(payload, b"bundle-v4");
+        assert_eq!(src, "10.69.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(hdr[1] >> 2, 46, "outer DSCP");
+        assert_eq!(hdr[9], 253);
+        let (payload, _, hdr) = recv_bundle(&rx4, 1000);
+        assert_eq!(payload, b"bundle-v4-af");
+        assert_eq!(hdr[1] >> 2, 34, "DSCP changes per send");
+        let (payload, src, hdr) = recv_bundle(&rx6, 1000);
+        assert_eq!(payload, b"bundle-v6");
+        assert_eq!(src, "fd00:69::1".parse::<IpAddr>().unwrap());
+        assert!(hdr.is_empty());
+        // On the wire: protocol 253 with the DSCP in the IPv6 traffic class too.
+        let v6 = std::iter::from_fn(|| captured(&cap, 253, 1000))
+            .take(10)
+            .find(|p| p[0] >> 4 == 6)
+            .expect("IPv6 bundle on the wire");
+        let tclass = ((v6[0] & 0x0f) << 4) | (v6[1] >> 4);
+        assert_eq!(tclass >> 2, 46);
+        assert!(readable(udp.as_raw_fd(), 1000), "UDP bundle arrives despite steering of all UDP in a");
+        let mut buf = [0u8; 256];
+        let (r, port) = udp.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[r.offset..r.offset + r.len], b"bundle-udp");
+        assert_eq!(r.src, "10.69.0.1".parse::<IpAddr>().unwrap());
+        assert!(port != 0);
+        // Nothing else queued: WouldBlock.
+        assert_eq!(rx4.recv_from(&mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+    })
+    .unwrap();
+}
+
+#[test]
+fn raw_ip_sender_delivers_unchanged_packets_despite_steering() {
+    if !can_run(&["ip", "nft"]) {
+        return;
+    }
+    let (a, b) = veth_pair("raw");
+    let vb = b.run(|| airpack::linux::tun::ifindex("vb").unwrap()).unwrap();
+    let (rx4, rx6, cap) = b
+        .run(move || {
+            let r4 = UdpSocket::bind("10.69.0.2:17000").unwrap();
+            let r6 = UdpSocket::bind("[fd00:69::2]:17000").unwrap();
+            (r4, r6, capture(vb))
+        })
+        .unwrap();
+    let p4 = udp_packet("10.69.0.1".parse().unwrap(), "10.69.0.2".parse().unwrap(), 17001, 17000, b"raw v4 unchanged");
+    let p6 = udp_packet(
+        "fd00:69::1".parse().unwrap(),
+        "fd00:69::2".parse().unwrap(),
+        17001,
+        17000,
+        b"raw v6 unchanged",
+    );
+    let (s4, s6) = (p4.clone(), p6.clone());
+    a.run(move || {
+        let _tun = Tun::open("apr0", 1500).unwrap();
+        let _st = Steering::install(&steer_spec("apr0")).unwrap(); // steers UDP 16000-32000
+        let tx = RawIpSender::open(BYPASS).unwrap();
+        tx.send(&s4).unwrap();
+        tx.send(&s6).unwrap();
+        // Unroutable destination: an error the daemon can classify, not a panic.
+        let bad = udp_packet("10.69.0.1".parse().unwrap(), "192.0.2.9".parse().unwrap(), 1, 17000, b"x");
+        let e = tx.send(&bad).unwrap_err();
+        assert_eq!(airpack::linux::ErrorKind::of(&e), airpack::linux::ErrorKind::NetUnreach, "{e}");
+    })
+    .unwrap();
+    b.run(move || {
+        let mut buf = [0u8; 256];
+        rx4.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        rx6.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let (n, from) = rx4.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"raw v4 unchanged");
+        assert_eq!(from, "10.69.0.1:17001".parse::<SocketAddr>().unwrap());
+        let (n, from) = rx6.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"raw v6 unchanged");
+        assert_eq!(from.ip(), IpAddr::V6("fd00:69::1".parse::<Ipv6Addr>().unwrap()));
+        // Byte for byte on the wire (the IPv4 header checksum is recomputed
+        // by the kernel; ours was already right, so all bytes match).
+        let mut seen4 = false;
+        let mut seen6 = false;
+        while let Some(p) = captured(&cap, 17, 500) {
+            seen4 |= p == p4;
+            seen6 |= p == p6;
+        }
+        assert!(seen4 && seen6, "unchanged packets on the wire: v4 {seen4} v6 {seen6}");
+    })
+    .unwrap();
+}
+
+#[test]
+fn siocoutq_reflects_a_backlog_behind_a_slow_qdisc() {
+    if !can_run(&["ip", "tc"]) {
+        return;
+    }
+    let (a, _b) = veth_pair("outq");
+    a.run(|| {
+        sh(&["tc", "qdisc", "add", "dev", "va", "root", "tbf", "rate", "1mbit", "burst", "1600", "latency", "2s"]);
+        let tx = BundleSocket::open(Family::V4, 253, BYPASS).unwrap();
+        // Resolve the neighbour first so the first packets are not parked in ARP.
+        tx.send_to("10.69.0.2".parse().unwrap(), &[0u8; 10], 0).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while tx.outq().unwrap() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(tx.outq().unwrap(), 0, "idle socket has an empty send queue");
+        let payload = [0u8; 1000];
+        for _ in 0..20 {
+            tx.send_to("10.69.0.2".parse().unwrap(), &payload, 46).unwrap();
+        }
+        let busy = tx.outq().unwrap();
+        assert!(busy >= 10_000, "20 kB behind a 1 Mbit/s qdisc: SIOCOUTQ = {busy}");
+        // It drains: 20 kB at 1 Mbit/s takes about 160 ms.
+        let t0 = Instant::now();
+        while tx.outq().unwrap() > 0 && t0.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let drained = t0.elapsed();
+        assert_eq!(tx.outq().unwrap(), 0);
+        assert!(drained >= Duration::from_millis(80), "drained too fast for the qdisc rate: {drained:?}");
+        eprintln!("SIOCOUTQ after 20 x 1000 B: {busy} bytes, drained in {drained:?}");
+    })
+    .unwrap();
+}
+
+#[test]
+fn timer_fires_within_200us_of_its_deadline() {
+    let mut t = Timer::new().unwrap();
+    let p = Poller::new().unwrap();
+    p.add(t.as_raw_fd(), 1, Interest::READ).unwrap();
+    let mut ev = Events::with_capacity(1);
+    let mut late = Vec::new();
+    for i in 0..200u64 {
+        let deadline = monotonic_micros() + 500 + (i % 7) * 100;
+        t.arm_at(deadline).unwrap();
+        assert_eq!(t.deadline(), Some(deadline));
+        assert_eq!(p.wait(&mut ev, Some(100)).unwrap(), 1, "timer did not fire within 100 ms");
+        let now = monotonic_micros();
+        assert_eq!(t.read().unwrap(), 1);
+        assert!(now >= deadline, "fired {} µs early", deadline - now);
+        late.push(now - deadline);
+    }
+    // Disarm really disarms; a past deadline fires at once.
+    t.arm_at(monotonic_micros() + 2_000).unwrap();
+    t.disarm().unwrap();
+    assert_eq!(p.wait(&mut ev, Some(10)).unwrap(), 0);
+    t.arm_at(1).unwrap();
+    assert_eq!(p.wait(&mut ev, Some(10)).unwrap(), 1);
+    assert_eq!(t.read().unwrap(), 1);
+    late.sort_unstable();
+    let (median, p90, max) = (late[late.len() / 2], late[late.len() * 9 / 10], late[late.len() - 1]);
+    eprintln!("timerfd lateness over {} fires: median {median} µs, p90 {p90} µs, max {max} µs", late.len());
+    // The machine is shared with builds: judge the median and p90, not the worst case.
+    assert!(median <= 200, "median lateness {median} µs > 200 µs");
+    assert!(p90 <= 1_000, "p90 lateness {p90} µs > 1 ms");
+}
+
+#[test]
+fn signals_arrive_through_signalfd() {
+    // A thread of its own: the mask change stays with it.
+    std::thread::spawn(|| {
+        let s = Signals::new().unwrap();
+        assert_eq!(s.read().unwrap(), None);
+        // SAFETY: sends SIGHUP to this thread only; it is blocked, so it stays pending for the signalfd.
+        unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGHUP) };
+        assert!(readable(s.as_raw_fd(), 1000));
+        assert_eq!(s.read().unwrap(), Some(libc::SIGHUP));
+        assert_eq!(s.read().unwrap(), None);
+    })
+    .join()
+    .unwrap();
+}
