@@ -23,9 +23,11 @@ pub mod tun;
 
 pub use poll::{Event, Events, Interest, Poller};
 pub use route::{Changes, NextHop, RouteMonitor, RouteResolver};
-pub use socket::{outq_bytes, BundleSocket, Family, RawIpSender, Received, UdpBundleSocket};
+pub use socket::{
+    outq_bytes, set_buffer, BundleSocket, Family, RawIpSender, Received, UdpBundleSocket,
+};
 pub use steer::{Match, SteerSpec, Steering};
-pub use timer::{monotonic_micros, Signals, Timer};
+pub use timer::{monotonic_micros, set_timer_slack, Signals, Timer};
 pub use tun::Tun;
 
 use std::io;

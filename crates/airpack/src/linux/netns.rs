@@ -25,12 +25,22 @@ impl NetNs {
     /// Creates namespace `name` (removing a leftover of the same name first)
     /// and brings its loopback up.
     pub fn create(name: &str) -> io::Result<NetNs> {
-        if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad namespace name {name:?}")));
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("bad namespace name {name:?}"),
+            ));
         }
         let _ = run_cmd(&["ip", "netns", "del", name], None);
         run_cmd(&["ip", "netns", "add", name], None)?;
-        let ns = NetNs { name: name.to_string() };
+        let ns = NetNs {
+            name: name.to_string(),
+        };
         ns.exec(&["ip", "link", "set", "lo", "up"])?;
         Ok(ns)
     }
@@ -45,10 +55,12 @@ impl NetNs {
     /// child processes created by `f` live in the namespace.
     pub fn run<T: Send + 'static, F: FnOnce() -> T + Send + 'static>(&self, f: F) -> io::Result<T> {
         let name = self.name.clone();
-        let handle = std::thread::Builder::new().name(format!("netns-{name}")).spawn(move || {
-            enter(&name)?;
-            Ok::<T, io::Error>(f())
-        })?;
+        let handle = std::thread::Builder::new()
+            .name(format!("netns-{name}"))
+            .spawn(move || {
+                enter(&name)?;
+                Ok::<T, io::Error>(f())
+            })?;
         match handle.join() {
             Ok(r) => r,
             Err(panic) => std::panic::resume_unwind(panic),
@@ -61,10 +73,12 @@ impl NetNs {
         f: F,
     ) -> io::Result<std::thread::JoinHandle<io::Result<T>>> {
         let name = self.name.clone();
-        std::thread::Builder::new().name(format!("netns-{name}")).spawn(move || {
-            enter(&name)?;
-            Ok(f())
-        })
+        std::thread::Builder::new()
+            .name(format!("netns-{name}"))
+            .spawn(move || {
+                enter(&name)?;
+                Ok(f())
+            })
     }
 
     /// Runs a command (e.g. `["ip", "addr", "add", ...]`) inside the
@@ -100,7 +114,11 @@ pub fn run_cmd(argv: &[&str], stdin: Option<&str>) -> io::Result<String> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
     let mut cmd = Command::new(prog);
     cmd.args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd

@@ -21,11 +21,20 @@ pub struct Interest {
 
 impl Interest {
     /// Readable only.
-    pub const READ: Interest = Interest { readable: true, writable: false };
+    pub const READ: Interest = Interest {
+        readable: true,
+        writable: false,
+    };
     /// Writable only.
-    pub const WRITE: Interest = Interest { readable: false, writable: true };
+    pub const WRITE: Interest = Interest {
+        readable: false,
+        writable: true,
+    };
     /// Both.
-    pub const BOTH: Interest = Interest { readable: true, writable: true };
+    pub const BOTH: Interest = Interest {
+        readable: true,
+        writable: true,
+    };
 
     fn bits(self) -> u32 {
         let mut b = 0;
@@ -61,7 +70,10 @@ pub struct Events {
 impl Events {
     /// Room for `capacity` events per wait (at least 1).
     pub fn with_capacity(capacity: usize) -> Events {
-        Events { buf: vec![libc::epoll_event { events: 0, u64: 0 }; capacity.max(1)], len: 0 }
+        Events {
+            buf: vec![libc::epoll_event { events: 0, u64: 0 }; capacity.max(1)],
+            len: 0,
+        }
     }
 
     /// The events of the last wait.
@@ -101,7 +113,9 @@ impl Poller {
         // SAFETY: plain epoll_create1 call, checked.
         let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: fd is freshly created and owned here.
-        Ok(Poller { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(Poller {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
     }
 
     /// Registers `fd` with `token`.
@@ -117,7 +131,14 @@ impl Poller {
     /// Unregisters `fd`.
     pub fn delete(&self, fd: RawFd) -> io::Result<()> {
         // SAFETY: a null event is allowed for EPOLL_CTL_DEL since Linux 2.6.9.
-        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) })?;
+        cvt(unsafe {
+            libc::epoll_ctl(
+                self.fd.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                fd,
+                std::ptr::null_mut(),
+            )
+        })?;
         Ok(())
     }
 
@@ -126,7 +147,14 @@ impl Poller {
     pub fn wait(&self, events: &mut Events, timeout_ms: Option<i32>) -> io::Result<usize> {
         let cap = i32::try_from(events.buf.len()).unwrap_or(i32::MAX);
         // SAFETY: events.buf has `cap` writable epoll_event slots.
-        let n = unsafe { libc::epoll_wait(self.fd.as_raw_fd(), events.buf.as_mut_ptr(), cap, timeout_ms.unwrap_or(-1)) };
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                events.buf.as_mut_ptr(),
+                cap,
+                timeout_ms.unwrap_or(-1),
+            )
+        };
         if n < 0 {
             let e = io::Error::last_os_error();
             events.len = 0;
@@ -140,7 +168,10 @@ impl Poller {
     }
 
     fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64, interest: Interest) -> io::Result<()> {
-        let mut ev = libc::epoll_event { events: interest.bits(), u64: token };
+        let mut ev = libc::epoll_event {
+            events: interest.bits(),
+            u64: token,
+        };
         // SAFETY: ev is a valid epoll_event for the duration of the call.
         cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) })?;
         Ok(())

@@ -43,7 +43,8 @@ fn align4(n: usize) -> usize {
 }
 
 fn netlink_socket(nonblocking: bool) -> io::Result<OwnedFd> {
-    let ty = libc::SOCK_RAW | libc::SOCK_CLOEXEC | if nonblocking { libc::SOCK_NONBLOCK } else { 0 };
+    let ty =
+        libc::SOCK_RAW | libc::SOCK_CLOEXEC | if nonblocking { libc::SOCK_NONBLOCK } else { 0 };
     // SAFETY: plain socket(2) call, checked before wrapping.
     let fd = cvt(unsafe { libc::socket(libc::AF_NETLINK, ty, libc::NETLINK_ROUTE) })?;
     // SAFETY: fd is freshly created and owned here.
@@ -53,13 +54,20 @@ fn netlink_socket(nonblocking: bool) -> io::Result<OwnedFd> {
     sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
     // SAFETY: sa is a valid sockaddr_nl of the given size.
     cvt(unsafe {
-        libc::bind(fd.as_raw_fd(), (&sa as *const libc::sockaddr_nl).cast(), size_of::<libc::sockaddr_nl>() as libc::socklen_t)
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_nl).cast(),
+            size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        )
     })?;
     Ok(fd)
 }
 
 fn invalid(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("malformed netlink reply: {what}"))
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("malformed netlink reply: {what}"),
+    )
 }
 
 /// Iterates the netlink messages of one datagram: (type, flags, seq, payload).
@@ -175,7 +183,10 @@ fn parse_route(payload: &[u8], dst: IpAddr) -> io::Result<NextHop> {
                     return Err(invalid("short RTA_VIA"));
                 }
                 let fam = u16::from_ne_bytes([v[0], v[1]]);
-                gateway = Some(addr_from(u8::try_from(fam).map_err(|_| invalid("RTA_VIA family"))?, &v[2..])?);
+                gateway = Some(addr_from(
+                    u8::try_from(fam).map_err(|_| invalid("RTA_VIA family"))?,
+                    &v[2..],
+                )?);
             }
             RTA_OIF => {
                 let b: [u8; 4] = v.try_into().map_err(|_| invalid("RTA_OIF size"))?;
@@ -185,10 +196,25 @@ fn parse_route(payload: &[u8], dst: IpAddr) -> io::Result<NextHop> {
         }
     }
     match rtype {
-        RTN_LOCAL => Ok(NextHop { addr: dst, oif, gateway: false, local: true }),
+        RTN_LOCAL => Ok(NextHop {
+            addr: dst,
+            oif,
+            gateway: false,
+            local: true,
+        }),
         RTN_UNICAST | RTN_BROADCAST | RTN_ANYCAST | RTN_MULTICAST => Ok(match gateway {
-            Some(gw) => NextHop { addr: gw, oif, gateway: true, local: false },
-            None => NextHop { addr: dst, oif, gateway: false, local: false },
+            Some(gw) => NextHop {
+                addr: gw,
+                oif,
+                gateway: true,
+                local: false,
+            },
+            None => NextHop {
+                addr: dst,
+                oif,
+                gateway: false,
+                local: false,
+            },
         }),
         // Blackhole, unreachable, prohibit, throw: the kernel normally answers
         // with an error; if not, report it as unreachable.
@@ -235,7 +261,10 @@ impl RouteResolver {
     pub fn with_capacity(mark: u32, capacity: usize) -> io::Result<RouteResolver> {
         let fd = netlink_socket(false)?;
         // Lookups are synchronous: never wait more than 200 ms for the kernel.
-        let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
+        let tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 200_000,
+        };
         // SAFETY: tv is a valid timeval of the given size.
         cvt(unsafe {
             libc::setsockopt(
@@ -270,7 +299,11 @@ impl RouteResolver {
         let cached = match &r {
             Ok(nh) => Ok(*nh),
             Err(e) => match e.raw_os_error() {
-                Some(errno) if errno != libc::EAGAIN && errno != libc::EINTR && errno != libc::ENOBUFS => Err(errno),
+                Some(errno)
+                    if errno != libc::EAGAIN && errno != libc::EINTR && errno != libc::ENOBUFS =>
+                {
+                    Err(errno)
+                }
                 _ => return r,
             },
         };
@@ -288,13 +321,30 @@ impl RouteResolver {
         build_request(&mut self.req, seq, dst, self.mark);
         // An unconnected netlink socket sends to port 0, the kernel.
         // SAFETY: req is a valid readable buffer of req.len() bytes.
-        let n = cvt_size(unsafe { libc::send(self.fd.as_raw_fd(), self.req.as_ptr().cast(), self.req.len(), 0) })?;
+        let n = cvt_size(unsafe {
+            libc::send(
+                self.fd.as_raw_fd(),
+                self.req.as_ptr().cast(),
+                self.req.len(),
+                0,
+            )
+        })?;
         if n != self.req.len() {
-            return Err(io::Error::new(io::ErrorKind::WriteZero, "short netlink send"));
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "short netlink send",
+            ));
         }
         for _ in 0..MAX_STALE_REPLIES {
             // SAFETY: resp is a writable buffer of resp.len() bytes.
-            let n = cvt_size(unsafe { libc::recv(self.fd.as_raw_fd(), self.resp.as_mut_ptr().cast(), self.resp.len(), 0) })?;
+            let n = cvt_size(unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.resp.as_mut_ptr().cast(),
+                    self.resp.len(),
+                    0,
+                )
+            })?;
             let n = n.min(self.resp.len());
             for msg in messages(&self.resp[..n]) {
                 let (ty, _flags, mseq, payload) = msg?;
@@ -306,7 +356,8 @@ impl RouteResolver {
                         if payload.len() < 4 {
                             return Err(invalid("short NLMSG_ERROR"));
                         }
-                        let code = i32::from_ne_bytes([payload[0], payload[1], payload[2], payload[3]]);
+                        let code =
+                            i32::from_ne_bytes([payload[0], payload[1], payload[2], payload[3]]);
                         return Err(if code < 0 {
                             io::Error::from_raw_os_error(-code)
                         } else {
@@ -318,7 +369,10 @@ impl RouteResolver {
                 }
             }
         }
-        Err(io::Error::new(io::ErrorKind::TimedOut, "no netlink reply for route lookup"))
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "no netlink reply for route lookup",
+        ))
     }
 
     /// Forgets every cached answer.
@@ -407,11 +461,19 @@ impl RouteMonitor {
                 )
             };
             // IPv6 groups fail on kernels without IPv6; the rest must work.
-            if r < 0 && !matches!(group, libc::RTNLGRP_IPV6_IFADDR | libc::RTNLGRP_IPV6_ROUTE | libc::RTNLGRP_IPV6_RULE) {
+            if r < 0
+                && !matches!(
+                    group,
+                    libc::RTNLGRP_IPV6_IFADDR | libc::RTNLGRP_IPV6_ROUTE | libc::RTNLGRP_IPV6_RULE
+                )
+            {
                 return Err(io::Error::last_os_error());
             }
         }
-        Ok(RouteMonitor { fd, buf: vec![0u8; 32 * 1024] })
+        Ok(RouteMonitor {
+            fd,
+            buf: vec![0u8; 32 * 1024],
+        })
     }
 
     /// Reads pending notifications (never blocks; at most 1024 datagrams per
@@ -421,7 +483,14 @@ impl RouteMonitor {
         let mut c = Changes::default();
         for _ in 0..MAX_DRAIN {
             // SAFETY: buf is a writable buffer of buf.len() bytes.
-            let r = cvt_size(unsafe { libc::recv(self.fd.as_raw_fd(), self.buf.as_mut_ptr().cast(), self.buf.len(), 0) });
+            let r = cvt_size(unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.buf.as_mut_ptr().cast(),
+                    self.buf.len(),
+                    0,
+                )
+            });
             let n = match r {
                 Ok(n) => n.min(self.buf.len()),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -498,7 +567,10 @@ mod tests {
         let mut out = Vec::new();
         build_request(&mut out, 9, "10.0.0.1".parse().unwrap(), 0x4151);
         assert_eq!(out.len(), 16 + 12 + 8 + 8);
-        assert_eq!(u32::from_ne_bytes(out[0..4].try_into().unwrap()) as usize, out.len());
+        assert_eq!(
+            u32::from_ne_bytes(out[0..4].try_into().unwrap()) as usize,
+            out.len()
+        );
         assert_eq!(u16::from_ne_bytes([out[4], out[5]]), libc::RTM_GETROUTE);
         assert_eq!(out[16], libc::AF_INET as u8);
         assert_eq!(out[17], 32);
@@ -512,17 +584,41 @@ mod tests {
     #[test]
     fn parses_gateway_onlink_local_and_rejects_bad_lengths() {
         let dst: IpAddr = "10.9.0.1".parse().unwrap();
-        let gw = rtmsg(2, RTN_UNICAST, &[rta(RTA_GATEWAY, &[10, 0, 0, 254]), rta(RTA_OIF, &7u32.to_ne_bytes())]);
+        let gw = rtmsg(
+            2,
+            RTN_UNICAST,
+            &[
+                rta(RTA_GATEWAY, &[10, 0, 0, 254]),
+                rta(RTA_OIF, &7u32.to_ne_bytes()),
+            ],
+        );
         assert_eq!(
             parse_route(&gw, dst).unwrap(),
-            NextHop { addr: "10.0.0.254".parse().unwrap(), oif: 7, gateway: true, local: false }
+            NextHop {
+                addr: "10.0.0.254".parse().unwrap(),
+                oif: 7,
+                gateway: true,
+                local: false
+            }
         );
         let onlink = rtmsg(2, RTN_UNICAST, &[rta(RTA_OIF, &3u32.to_ne_bytes())]);
-        assert_eq!(parse_route(&onlink, dst).unwrap(), NextHop { addr: dst, oif: 3, gateway: false, local: false });
+        assert_eq!(
+            parse_route(&onlink, dst).unwrap(),
+            NextHop {
+                addr: dst,
+                oif: 3,
+                gateway: false,
+                local: false
+            }
+        );
         let local = rtmsg(2, RTN_LOCAL, &[rta(RTA_OIF, &1u32.to_ne_bytes())]);
         assert!(parse_route(&local, dst).unwrap().local);
         // Gateway of the wrong size, attribute overrunning the message, short rtmsg.
-        assert!(parse_route(&rtmsg(2, RTN_UNICAST, &[rta(RTA_GATEWAY, &[10, 0, 0])]), dst).is_err());
+        assert!(parse_route(
+            &rtmsg(2, RTN_UNICAST, &[rta(RTA_GATEWAY, &[10, 0, 0])]),
+            dst
+        )
+        .is_err());
         let mut overrun = rtmsg(2, RTN_UNICAST, &[rta(RTA_OIF, &3u32.to_ne_bytes())]);
         overrun[12] = 200;
         assert!(parse_route(&overrun, dst).is_err());

@@ -19,21 +19,48 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use super::{cvt, cvt_size};
 
-fn new_socket(domain: libc::c_int, ty: libc::c_int, protocol: libc::c_int, mark: u32) -> io::Result<OwnedFd> {
+fn new_socket(
+    domain: libc::c_int,
+    ty: libc::c_int,
+    protocol: libc::c_int,
+    mark: u32,
+) -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2) call, checked before wrapping.
-    let fd = cvt(unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, protocol) })?;
+    let fd = cvt(unsafe {
+        libc::socket(
+            domain,
+            ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            protocol,
+        )
+    })?;
     // SAFETY: fd is freshly created and owned here.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     if mark != 0 {
-        setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_MARK, mark as libc::c_int)?;
+        setsockopt_int(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MARK,
+            mark as libc::c_int,
+        )?;
     }
     Ok(fd)
 }
 
-fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: value is a c_int living across the call; its size is passed.
     cvt(unsafe {
-        libc::setsockopt(fd, level, name, (&value as *const libc::c_int).cast(), size_of::<libc::c_int>() as libc::socklen_t)
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
     })?;
     Ok(())
 }
@@ -47,7 +74,9 @@ fn to_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
             let sin = libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
                 sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
                 sin_zero: [0; 8],
             };
             // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
@@ -59,7 +88,9 @@ fn to_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: a.port().to_be(),
                 sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
                 sin6_scope_id: a.scope_id(),
             };
             // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
@@ -74,15 +105,25 @@ fn from_sockaddr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<So
     match ss.ss_family as libc::c_int {
         libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
             // SAFETY: family and length say this is a sockaddr_in.
-            let sin: libc::sockaddr_in = unsafe { std::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
+            let sin: libc::sockaddr_in =
+                unsafe { std::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
             let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
-            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(sin.sin_port),
+            )))
         }
         libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
             // SAFETY: family and length say this is a sockaddr_in6.
-            let sin6: libc::sockaddr_in6 = unsafe { std::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
+            let sin6: libc::sockaddr_in6 =
+                unsafe { std::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
             let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-            Some(SocketAddr::V6(SocketAddrV6::new(ip, u16::from_be(sin6.sin6_port), sin6.sin6_flowinfo, sin6.sin6_scope_id)))
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
         }
         _ => None,
     }
@@ -92,7 +133,14 @@ fn send_to_raw(fd: RawFd, dst: SocketAddr, payload: &[u8]) -> io::Result<()> {
     let (ss, len) = to_sockaddr(dst);
     // SAFETY: payload and ss are valid for the call; len is ss's real length.
     let n = cvt_size(unsafe {
-        libc::sendto(fd, payload.as_ptr().cast(), payload.len(), 0, (&ss as *const libc::sockaddr_storage).cast(), len)
+        libc::sendto(
+            fd,
+            payload.as_ptr().cast(),
+            payload.len(),
+            0,
+            (&ss as *const libc::sockaddr_storage).cast(),
+            len,
+        )
     })?;
     if n != payload.len() {
         return Err(io::Error::new(io::ErrorKind::WriteZero, "short send"));
@@ -118,9 +166,17 @@ fn recv_from_raw(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         )
     })?;
     if n > buf.len() {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("datagram of {n} bytes truncated to {}", buf.len())));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("datagram of {n} bytes truncated to {}", buf.len()),
+        ));
     }
-    let src = from_sockaddr(&ss, len).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected sender address family"))?;
+    let src = from_sockaddr(&ss, len).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "unexpected sender address family",
+        )
+    })?;
     Ok((n, src))
 }
 
@@ -132,7 +188,12 @@ fn set_dscp(fd: RawFd, family: Family, cache: &Cell<u8>, dscp: u8) -> io::Result
     }
     match family {
         Family::V4 => setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_TOS, tos as libc::c_int)?,
-        Family::V6 => setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, tos as libc::c_int)?,
+        Family::V6 => setsockopt_int(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_TCLASS,
+            tos as libc::c_int,
+        )?,
     }
     cache.set(tos);
     Ok(())
@@ -141,7 +202,12 @@ fn set_dscp(fd: RawFd, family: Family, cache: &Cell<u8>, dscp: u8) -> io::Result
 /// Checks the IPv4 header a raw IPv4 socket delivers in front of the payload:
 /// returns (payload offset, payload length).
 fn strip_ipv4_header(pkt: &[u8], protocol: u8) -> io::Result<(usize, usize)> {
-    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("bad outer IPv4 header: {what}"));
+    let bad = |what: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("bad outer IPv4 header: {what}"),
+        )
+    };
     if pkt.len() < 20 {
         return Err(bad("shorter than 20 bytes"));
     }
@@ -161,7 +227,6 @@ fn strip_ipv4_header(pkt: &[u8], protocol: u8) -> io::Result<(usize, usize)> {
     }
     Ok((ihl, total - ihl))
 }
-
 
 /// An address family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -205,6 +270,36 @@ pub fn outq_bytes(fd: RawFd) -> io::Result<usize> {
     Ok(usize::try_from(v).unwrap_or(0))
 }
 
+/// Sets a socket's receive (`send == false`) or send buffer to `bytes`,
+/// beyond `net.core.rmem_max`/`wmem_max` if the caller has CAP_NET_ADMIN
+/// (SO_RCVBUFFORCE / SO_SNDBUFFORCE, falling back to the capped option).
+/// Returns the size the kernel reports afterwards (it doubles the request
+/// for bookkeeping).
+pub fn set_buffer(fd: RawFd, bytes: u32, send: bool) -> io::Result<usize> {
+    let v = libc::c_int::try_from(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let (force, plain) = if send {
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)
+    } else {
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)
+    };
+    if setsockopt_int(fd, libc::SOL_SOCKET, force, v).is_err() {
+        setsockopt_int(fd, libc::SOL_SOCKET, plain, v)?;
+    }
+    let mut out: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: out is a writable c_int of the given length.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            plain,
+            (&mut out as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(usize::try_from(out).unwrap_or(0))
+}
+
 /// Raw IP socket for bundles of one protocol number, one address family.
 #[derive(Debug)]
 pub struct BundleSocket {
@@ -223,7 +318,12 @@ impl BundleSocket {
             Family::V6 => libc::AF_INET6,
         };
         let fd = new_socket(domain, libc::SOCK_RAW, libc::c_int::from(protocol), mark)?;
-        Ok(BundleSocket { fd, family, protocol, tos: Cell::new(0) })
+        Ok(BundleSocket {
+            fd,
+            family,
+            protocol,
+            tos: Cell::new(0),
+        })
     }
 
     /// The family this socket sends and receives.
@@ -254,7 +354,11 @@ impl BundleSocket {
                 let (offset, len) = strip_ipv4_header(&buf[..n], self.protocol)?;
                 Ok(Received { len, src, offset })
             }
-            Family::V6 => Ok(Received { len: n, src, offset: 0 }),
+            Family::V6 => Ok(Received {
+                len: n,
+                src,
+                offset: 0,
+            }),
         }
     }
 
@@ -286,8 +390,18 @@ impl UdpBundleSocket {
         }
         let (ss, len) = to_sockaddr(local);
         // SAFETY: ss/len describe a valid socket address.
-        cvt(unsafe { libc::bind(fd.as_raw_fd(), (&ss as *const libc::sockaddr_storage).cast(), len) })?;
-        Ok(UdpBundleSocket { fd, family, tos: Cell::new(0) })
+        cvt(unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&ss as *const libc::sockaddr_storage).cast(),
+                len,
+            )
+        })?;
+        Ok(UdpBundleSocket {
+            fd,
+            family,
+            tos: Cell::new(0),
+        })
     }
 
     /// Sends `payload` to `peer` with DSCP `dscp` (EAFNOSUPPORT for the other family).
@@ -303,7 +417,14 @@ impl UdpBundleSocket {
     /// sender's port too. A datagram larger than `buf` is `InvalidData`.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(Received, u16)> {
         let (n, src) = recv_from_raw(self.fd.as_raw_fd(), buf)?;
-        Ok((Received { len: n, src: canonical(src.ip()), offset: 0 }, src.port()))
+        Ok((
+            Received {
+                len: n,
+                src: canonical(src.ip()),
+                offset: 0,
+            },
+            src.port(),
+        ))
     }
 
     /// The bound local address.
@@ -312,8 +433,15 @@ impl UdpBundleSocket {
         let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
         let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         // SAFETY: ss is writable for len bytes.
-        cvt(unsafe { libc::getsockname(self.fd.as_raw_fd(), (&mut ss as *mut libc::sockaddr_storage).cast(), &mut len) })?;
-        from_sockaddr(&ss, len).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected address family"))
+        cvt(unsafe {
+            libc::getsockname(
+                self.fd.as_raw_fd(),
+                (&mut ss as *mut libc::sockaddr_storage).cast(),
+                &mut len,
+            )
+        })?;
+        from_sockaddr(&ss, len)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected address family"))
     }
 
     /// SIOCOUTQ of this socket.
@@ -354,11 +482,18 @@ impl RawIpSender {
                 send_to_raw(self.v4.as_raw_fd(), SocketAddr::new(dst.into(), 0), packet)
             }
             Some(6) if packet.len() >= 40 => {
-                let fd = self.v6.as_ref().ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?;
+                let fd = self
+                    .v6
+                    .as_ref()
+                    .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?;
                 let mut d = [0u8; 16];
                 d.copy_from_slice(&packet[24..40]);
                 // The port field of a raw IPv6 sockaddr must be 0 for IPPROTO_RAW (it would be read as a protocol).
-                send_to_raw(fd.as_raw_fd(), SocketAddr::new(Ipv6Addr::from(d).into(), 0), packet)
+                send_to_raw(
+                    fd.as_raw_fd(),
+                    SocketAddr::new(Ipv6Addr::from(d).into(), 0),
+                    packet,
+                )
             }
             _ => Err(einval()),
         }
@@ -425,7 +560,10 @@ mod tests {
 
     #[test]
     fn outer_ipv4_header_is_checked() {
-        assert_eq!(strip_ipv4_header(&v4_header(30, 253), 253).unwrap(), (20, 10));
+        assert_eq!(
+            strip_ipv4_header(&v4_header(30, 253), 253).unwrap(),
+            (20, 10)
+        );
         assert!(strip_ipv4_header(&v4_header(30, 17), 253).is_err());
         let mut p = v4_header(30, 253);
         p[2..4].copy_from_slice(&40u16.to_be_bytes());
@@ -454,6 +592,20 @@ mod tests {
         }
         let (ss, _) = to_sockaddr("10.0.0.1:1".parse().unwrap());
         assert_eq!(from_sockaddr(&ss, 4), None);
+    }
+
+    #[test]
+    fn buffers_can_be_sized() {
+        let u = UdpBundleSocket::bind("127.0.0.1:0".parse().unwrap(), 0).unwrap();
+        let got = set_buffer(u.as_raw_fd(), 1 << 20, false).unwrap();
+        // Unprivileged runs are capped by rmem_max; root gets at least the request.
+        if nix::unistd::geteuid().is_root() {
+            assert!(got >= 1 << 20, "{got}");
+        } else {
+            assert!(got > 0);
+        }
+        assert!(set_buffer(u.as_raw_fd(), 256 << 10, true).unwrap() > 0);
+        assert!(set_buffer(u.as_raw_fd(), u32::MAX, true).is_err());
     }
 
     #[test]

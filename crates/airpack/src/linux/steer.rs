@@ -92,9 +92,16 @@ fn ipv6_available() -> bool {
 
 fn range(a: u32, b: u32, what: &str) -> io::Result<String> {
     if a > b {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{what}: empty range {a}-{b}")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{what}: empty range {a}-{b}"),
+        ));
     }
-    Ok(if a == b { a.to_string() } else { format!("{a}-{b}") })
+    Ok(if a == b {
+        a.to_string()
+    } else {
+        format!("{a}-{b}")
+    })
 }
 
 /// The nftables rule bodies (without verdict) for one [`Match`]: usually one,
@@ -112,7 +119,9 @@ fn match_conditions(m: &Match) -> io::Result<Vec<String>> {
     match m.protocol {
         Some(p) => {
             if has_ports && !matches!(p, 6 | 17 | 33 | 132 | 136) {
-                return Err(inval(format!("ports given for protocol {p}, which has none")));
+                return Err(inval(format!(
+                    "ports given for protocol {p}, which has none"
+                )));
             }
             base.push(format!("meta l4proto {p}"));
         }
@@ -120,17 +129,25 @@ fn match_conditions(m: &Match) -> io::Result<Vec<String>> {
         None => {}
     }
     if let Some((a, b)) = m.src_ports {
-        base.push(format!("th sport {}", range(a.into(), b.into(), "src_ports")?));
+        base.push(format!(
+            "th sport {}",
+            range(a.into(), b.into(), "src_ports")?
+        ));
     }
     if let Some((a, b)) = m.dst_ports {
-        base.push(format!("th dport {}", range(a.into(), b.into(), "dst_ports")?));
+        base.push(format!(
+            "th dport {}",
+            range(a.into(), b.into(), "dst_ports")?
+        ));
     }
     if let Some((a, b)) = m.len {
         base.push(format!("meta length {}", range(a.into(), b.into(), "len")?));
     }
     if let Some((value, mask)) = m.mark {
         if value & !mask != 0 {
-            return Err(inval(format!("mark value {value:#x} has bits outside mask {mask:#x}")));
+            return Err(inval(format!(
+                "mark value {value:#x} has bits outside mask {mask:#x}"
+            )));
         }
         base.push(format!("meta mark and {mask:#x} == {value:#x}"));
     }
@@ -178,9 +195,17 @@ fn check_spec(spec: &SteerSpec) -> io::Result<()> {
         return inval("rule priority must be > 0 (the local table rule is 0)");
     }
     if spec.table == 0 || matches!(spec.table, 253..=255) {
-        return inval("route table must not be 0 or a reserved table (253 default, 254 main, 255 local)");
+        return inval(
+            "route table must not be 0 or a reserved table (253 default, 254 main, 255 local)",
+        );
     }
-    if spec.tun.is_empty() || spec.tun.len() >= 16 || !spec.tun.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
+    if spec.tun.is_empty()
+        || spec.tun.len() >= 16
+        || !spec
+            .tun
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
         return inval("tun name must be 1 to 15 characters of [A-Za-z0-9._-]");
     }
     Ok(())
@@ -197,11 +222,13 @@ fn read_sysctl(path: &Path) -> io::Result<String> {
 /// Sets a sysctl (per network namespace of the calling thread for net.*),
 /// remembering the previous value in `restore` when it changes.
 fn set_sysctl(path: PathBuf, value: &str, restore: &mut Vec<(PathBuf, String)>) -> io::Result<()> {
-    let old = read_sysctl(&path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let old = read_sysctl(&path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     if old == value {
         return Ok(());
     }
-    fs::write(&path, value).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    fs::write(&path, value)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     restore.push((path, old));
     Ok(())
 }
@@ -215,7 +242,11 @@ impl Steering {
         check_spec(spec)?;
         let script = Self::nft_script(spec)?;
         Self::cleanup(spec)?;
-        let mut st = Steering { spec: spec.clone(), restore: Vec::new(), removed: false };
+        let mut st = Steering {
+            spec: spec.clone(),
+            restore: Vec::new(),
+            removed: false,
+        };
         match st.install_inner(&script) {
             Ok(()) => Ok(st),
             Err(e) => {
@@ -254,14 +285,28 @@ impl Steering {
         }
         set_sysctl(sysctl_path("net.ipv4.ip_forward"), "1", &mut self.restore)?;
         if ipv6_available() {
-            set_sysctl(sysctl_path("net.ipv6.conf.all.forwarding"), "1", &mut self.restore)?;
+            set_sysctl(
+                sysctl_path("net.ipv6.conf.all.forwarding"),
+                "1",
+                &mut self.restore,
+            )?;
         }
         let table = spec.table.to_string();
         let prio = spec.priority.to_string();
         let mark = format!("{:#x}", spec.fwmark);
         for fam in self.families() {
-            run_cmd(&["ip", fam, "route", "replace", "default", "dev", &spec.tun, "table", &table], None)?;
-            run_cmd(&["ip", fam, "rule", "add", "fwmark", &mark, "lookup", &table, "priority", &prio], None)?;
+            run_cmd(
+                &[
+                    "ip", fam, "route", "replace", "default", "dev", &spec.tun, "table", &table,
+                ],
+                None,
+            )?;
+            run_cmd(
+                &[
+                    "ip", fam, "rule", "add", "fwmark", &mark, "lookup", &table, "priority", &prio,
+                ],
+                None,
+            )?;
         }
         // The nftables table last: it is what starts steering.
         run_cmd(&["nft", "-f", "-"], Some(script))?;
@@ -314,11 +359,23 @@ impl Steering {
         let table = spec.table.to_string();
         let prio = spec.priority.to_string();
         let mark = format!("{:#x}", spec.fwmark);
-        let fams: &[&str] = if ipv6_available() { &["-4", "-6"] } else { &["-4"] };
+        let fams: &[&str] = if ipv6_available() {
+            &["-4", "-6"]
+        } else {
+            &["-4"]
+        };
         for fam in fams {
             // `ip rule del` removes one matching rule per call; stop at the first "no such rule".
             for _ in 0..MAX_RULE_DELETES {
-                if run_cmd(&["ip", fam, "rule", "del", "fwmark", &mark, "lookup", &table, "priority", &prio], None).is_err() {
+                if run_cmd(
+                    &[
+                        "ip", fam, "rule", "del", "fwmark", &mark, "lookup", &table, "priority",
+                        &prio,
+                    ],
+                    None,
+                )
+                .is_err()
+                {
                     break;
                 }
             }
@@ -342,7 +399,11 @@ impl Steering {
         check_spec(spec)?;
         let mut rules = String::new();
         for m in &spec.matches {
-            let verdict = if m.steer { format!("meta mark set {:#x} return", spec.fwmark) } else { "return".to_string() };
+            let verdict = if m.steer {
+                format!("meta mark set {:#x} return", spec.fwmark)
+            } else {
+                "return".to_string()
+            };
             for cond in match_conditions(m)? {
                 if cond.is_empty() {
                     let _ = writeln!(rules, "\t\t{verdict}");
@@ -352,19 +413,29 @@ impl Steering {
             }
         }
         let bypass = format!("\t\tmeta mark {:#x} return\n", spec.bypass_mark);
-        let from_tun = if spec.steer_from_tun { String::new() } else { format!("\t\tiifname \"{}\" return\n", spec.tun) };
+        let from_tun = if spec.steer_from_tun {
+            String::new()
+        } else {
+            format!("\t\tiifname \"{}\" return\n", spec.tun)
+        };
         let mut s = String::new();
         let _ = writeln!(s, "table inet {NFT_TABLE} {{}}");
         let _ = writeln!(s, "delete table inet {NFT_TABLE}");
         let _ = writeln!(s, "table inet {NFT_TABLE} {{");
         let _ = writeln!(s, "\tchain prerouting {{");
-        let _ = writeln!(s, "\t\ttype filter hook prerouting priority mangle; policy accept;");
+        let _ = writeln!(
+            s,
+            "\t\ttype filter hook prerouting priority mangle; policy accept;"
+        );
         s.push_str(&bypass);
         s.push_str(&from_tun);
         s.push_str(&rules);
         let _ = writeln!(s, "\t}}");
         let _ = writeln!(s, "\tchain output {{");
-        let _ = writeln!(s, "\t\ttype route hook output priority mangle; policy accept;");
+        let _ = writeln!(
+            s,
+            "\t\ttype route hook output priority mangle; policy accept;"
+        );
         s.push_str(&bypass);
         s.push_str(&rules);
         let _ = writeln!(s, "\t}}");
@@ -383,7 +454,10 @@ impl Steering {
             if let Err(e) = fs::write(&path, &old) {
                 // The TUN's own entries vanish with the device: not an error.
                 if e.kind() != io::ErrorKind::NotFound && result.is_ok() {
-                    result = Err(io::Error::new(e.kind(), format!("restoring {}: {e}", path.display())));
+                    result = Err(io::Error::new(
+                        e.kind(),
+                        format!("restoring {}: {e}", path.display()),
+                    ));
                 }
             }
         }
@@ -415,10 +489,26 @@ mod tests {
 
     #[test]
     fn script_has_bypass_first_and_one_rule_per_alternative() {
-        let m = Match { steer: true, protocol: Some(17), ports: Some((16000, 32000)), ..Match::default() };
-        let by = Match { steer: false, protocol: Some(17), dst_ports: Some((5060, 5060)), ..Match::default() };
+        let m = Match {
+            steer: true,
+            protocol: Some(17),
+            ports: Some((16000, 32000)),
+            ..Match::default()
+        };
+        let by = Match {
+            steer: false,
+            protocol: Some(17),
+            dst_ports: Some((5060, 5060)),
+            ..Match::default()
+        };
         let s = Steering::nft_script(&spec(vec![by, m])).unwrap();
-        let pre: Vec<&str> = s.lines().skip_while(|l| !l.contains("chain prerouting")).skip(2).take(4).map(str::trim).collect();
+        let pre: Vec<&str> = s
+            .lines()
+            .skip_while(|l| !l.contains("chain prerouting"))
+            .skip(2)
+            .take(4)
+            .map(str::trim)
+            .collect();
         assert_eq!(
             pre,
             [
@@ -432,7 +522,9 @@ mod tests {
         assert!(!s.contains("iifname"));
         let mut e2e = spec(vec![]);
         e2e.steer_from_tun = false;
-        assert!(Steering::nft_script(&e2e).unwrap().contains("iifname \"airpack0\" return"));
+        assert!(Steering::nft_script(&e2e)
+            .unwrap()
+            .contains("iifname \"airpack0\" return"));
     }
 
     #[test]
@@ -454,19 +546,42 @@ mod tests {
         assert!(c[0].contains("th sport 3") && c[0].contains("th dport 1-2"));
         assert!(c[0].contains("meta length 0-300") && c[0].contains("meta mark and 0xff == 0x10"));
         assert!(c[0].ends_with("ip dscp 46") && c[1].ends_with("ip6 dscp 46"));
-        let v6 = Match { version: Some(6), dscp: Some((40, 47)), ..Match::default() };
-        assert_eq!(match_conditions(&v6).unwrap(), ["meta nfproto ipv6 ip6 dscp 40-47"]);
+        let v6 = Match {
+            version: Some(6),
+            dscp: Some((40, 47)),
+            ..Match::default()
+        };
+        assert_eq!(
+            match_conditions(&v6).unwrap(),
+            ["meta nfproto ipv6 ip6 dscp 40-47"]
+        );
         assert_eq!(match_conditions(&Match::default()).unwrap(), [""]);
     }
 
     #[test]
     fn invalid_specs_are_rejected() {
         let bad = |m: Match| Steering::nft_script(&spec(vec![m])).is_err();
-        assert!(bad(Match { ports: Some((10, 5)), ..Match::default() }));
-        assert!(bad(Match { protocol: Some(1), ports: Some((1, 5)), ..Match::default() }));
-        assert!(bad(Match { version: Some(5), ..Match::default() }));
-        assert!(bad(Match { dscp: Some((0, 64)), ..Match::default() }));
-        assert!(bad(Match { mark: Some((0x100, 0xff)), ..Match::default() }));
+        assert!(bad(Match {
+            ports: Some((10, 5)),
+            ..Match::default()
+        }));
+        assert!(bad(Match {
+            protocol: Some(1),
+            ports: Some((1, 5)),
+            ..Match::default()
+        }));
+        assert!(bad(Match {
+            version: Some(5),
+            ..Match::default()
+        }));
+        assert!(bad(Match {
+            dscp: Some((0, 64)),
+            ..Match::default()
+        }));
+        assert!(bad(Match {
+            mark: Some((0x100, 0xff)),
+            ..Match::default()
+        }));
         let mut s = spec(vec![]);
         s.bypass_mark = s.fwmark;
         assert!(Steering::nft_script(&s).is_err());

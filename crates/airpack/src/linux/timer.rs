@@ -13,10 +13,22 @@ use super::{cvt, cvt_size};
 
 /// Microseconds on CLOCK_MONOTONIC (the base of [`Timer::arm_at`]).
 pub fn monotonic_micros() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid timespec; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+/// Sets the calling thread's timer slack (PR_SET_TIMERSLACK, default 50 µs)
+/// to `ns` nanoseconds (minimum 1): bounds how late the kernel may coalesce
+/// this thread's sleeps, e.g. an `epoll_wait` timeout.
+pub fn set_timer_slack(ns: u64) -> io::Result<()> {
+    // SAFETY: prctl with PR_SET_TIMERSLACK takes one unsigned long.
+    cvt(unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns.max(1) as libc::c_ulong, 0, 0, 0) })?;
+    Ok(())
 }
 
 /// A one-shot timerfd on CLOCK_MONOTONIC (nonblocking, close-on-exec).
@@ -31,10 +43,16 @@ impl Timer {
     pub fn new() -> io::Result<Timer> {
         // SAFETY: plain timerfd_create call, checked.
         let fd = cvt(unsafe {
-            libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
         })?;
         // SAFETY: fd is freshly created and owned here.
-        Ok(Timer { fd: unsafe { OwnedFd::from_raw_fd(fd) }, armed_at: None })
+        Ok(Timer {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            armed_at: None,
+        })
     }
 
     /// Arms the timer to fire at absolute [`monotonic_micros`] time `micros`
@@ -46,9 +64,15 @@ impl Timer {
         }
         // A zero it_value would disarm: the earliest real deadline is 1 ns.
         let t = if micros == 0 {
-            libc::timespec { tv_sec: 0, tv_nsec: 1 }
+            libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 1,
+            }
         } else {
-            libc::timespec { tv_sec: (micros / 1_000_000) as libc::time_t, tv_nsec: ((micros % 1_000_000) * 1_000) as libc::c_long }
+            libc::timespec {
+                tv_sec: (micros / 1_000_000) as libc::time_t,
+                tv_nsec: ((micros % 1_000_000) * 1_000) as libc::c_long,
+            }
         };
         self.settime(t)?;
         self.armed_at = Some(micros);
@@ -60,7 +84,10 @@ impl Timer {
         if self.armed_at.is_none() {
             return Ok(());
         }
-        self.settime(libc::timespec { tv_sec: 0, tv_nsec: 0 })?;
+        self.settime(libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        })?;
         self.armed_at = None;
         Ok(())
     }
@@ -80,16 +107,32 @@ impl Timer {
                 self.armed_at = None;
                 Ok(u64::from_ne_bytes(v))
             }
-            Ok(_) => Err(io::Error::new(io::ErrorKind::InvalidData, "short timerfd read")),
+            Ok(_) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "short timerfd read",
+            )),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
             Err(e) => Err(e),
         }
     }
 
     fn settime(&self, value: libc::timespec) -> io::Result<()> {
-        let spec = libc::itimerspec { it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 }, it_value: value };
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: value,
+        };
         // SAFETY: spec is valid; old value not requested.
-        cvt(unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) })?;
+        cvt(unsafe {
+            libc::timerfd_settime(
+                self.fd.as_raw_fd(),
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            )
+        })?;
         Ok(())
     }
 }
@@ -130,10 +173,16 @@ impl Signals {
             if r != 0 {
                 return Err(io::Error::from_raw_os_error(r));
             }
-            cvt(libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC))?
+            cvt(libc::signalfd(
+                -1,
+                &set,
+                libc::SFD_NONBLOCK | libc::SFD_CLOEXEC,
+            ))?
         };
         // SAFETY: fd is freshly created and owned here.
-        Ok(Signals { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(Signals {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
     }
 
     /// The next pending signal number (`libc::SIGTERM`, ...), or `None` if none is pending.
@@ -142,9 +191,18 @@ impl Signals {
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
         let size = std::mem::size_of::<libc::signalfd_siginfo>();
         // SAFETY: info is a writable buffer of `size` bytes.
-        match cvt_size(unsafe { libc::read(self.fd.as_raw_fd(), (&mut info as *mut libc::signalfd_siginfo).cast(), size) }) {
+        match cvt_size(unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            )
+        }) {
             Ok(n) if n == size => Ok(Some(info.ssi_signo as i32)),
-            Ok(_) => Err(io::Error::new(io::ErrorKind::InvalidData, "short signalfd read")),
+            Ok(_) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "short signalfd read",
+            )),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
             Err(e) => Err(e),
         }

@@ -24,13 +24,20 @@ pub(crate) struct IfReq {
 impl IfReq {
     pub(crate) fn new(name: &str) -> io::Result<IfReq> {
         let bytes = name.as_bytes();
-        if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) || bytes.contains(&b'/') {
+        if bytes.is_empty()
+            || bytes.len() >= libc::IFNAMSIZ
+            || bytes.contains(&0)
+            || bytes.contains(&b'/')
+        {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("invalid interface name {name:?} (1 to 15 bytes, no '/' or NUL)"),
             ));
         }
-        let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: [0; 24] };
+        let mut req = IfReq {
+            name: [0; libc::IFNAMSIZ],
+            data: [0; 24],
+        };
         req.name[..bytes.len()].copy_from_slice(bytes);
         Ok(req)
     }
@@ -48,7 +55,11 @@ impl IfReq {
     }
 
     fn name_string(&self) -> String {
-        let end = self.name.iter().position(|&b| b == 0).unwrap_or(self.name.len());
+        let end = self
+            .name
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.name.len());
         String::from_utf8_lossy(&self.name[..end]).into_owned()
     }
 }
@@ -69,6 +80,27 @@ pub fn set_mtu(name: &str, mtu: u32) -> io::Result<()> {
     // SAFETY: SIOCSIFMTU reads a struct ifreq; `req` is one and outlives the call.
     cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFMTU, &mut req) })?;
     Ok(())
+}
+
+/// Sets the transmit queue length of interface `name` (for the TUN: how many
+/// steered packets the kernel queues for the daemon before dropping; the
+/// TUN default is 500).
+pub fn set_txqueuelen(name: &str, len: u32) -> io::Result<()> {
+    let sock = ioctl_socket()?;
+    let mut req = IfReq::new(name)?;
+    req.set_int(i32::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?);
+    // SAFETY: SIOCSIFTXQLEN reads a struct ifreq we own.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFTXQLEN, &mut req) })?;
+    Ok(())
+}
+
+/// The transmit queue length of interface `name`.
+pub fn txqueuelen(name: &str) -> io::Result<u32> {
+    let sock = ioctl_socket()?;
+    let mut req = IfReq::new(name)?;
+    // SAFETY: SIOCGIFTXQLEN fills a struct ifreq we own.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFTXQLEN, &mut req) })?;
+    Ok(i32::from_ne_bytes([req.data[0], req.data[1], req.data[2], req.data[3]]).max(0) as u32)
 }
 
 /// Brings interface `name` administratively up (`true`) or down (`false`).
@@ -109,7 +141,8 @@ pub fn link_up(name: &str) -> io::Result<Option<bool>> {
 pub fn ifindex(name: &str) -> io::Result<u32> {
     let req = IfReq::new(name)?;
     // SAFETY: req.name is NUL-terminated (IfReq::new keeps the last byte 0).
-    let cname = CStr::from_bytes_until_nul(&req.name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let cname = CStr::from_bytes_until_nul(&req.name)
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: cname is a valid C string.
     let idx = unsafe { libc::if_nametoindex(cname.as_ptr()) };
     if idx == 0 {
@@ -137,7 +170,10 @@ impl Tun {
         let mut req = IfReq::new(name)?;
         // SAFETY: open(2) with a static NUL-terminated path.
         let fd = cvt(unsafe {
-            libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            libc::open(
+                c"/dev/net/tun".as_ptr(),
+                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
         })?;
         // SAFETY: fd was just opened and is owned here.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -172,7 +208,12 @@ impl Tun {
     /// early when the queue is empty. Returns how many packets were read. An
     /// error other than `WouldBlock` is returned only if no packet was read
     /// (otherwise it is left for the next call to report).
-    pub fn read_batch<F: FnMut(&[u8])>(&self, buf: &mut [u8], max: usize, mut f: F) -> io::Result<usize> {
+    pub fn read_batch<F: FnMut(&[u8])>(
+        &self,
+        buf: &mut [u8],
+        max: usize,
+        mut f: F,
+    ) -> io::Result<usize> {
         let mut n = 0;
         while n < max {
             match self.read(buf) {
@@ -191,9 +232,13 @@ impl Tun {
     /// nibble; anything else is rejected with EINVAL).
     pub fn write(&self, pkt: &[u8]) -> io::Result<()> {
         // SAFETY: pkt is a valid readable region of pkt.len() bytes.
-        let n = cvt_size(unsafe { libc::write(self.fd.as_raw_fd(), pkt.as_ptr().cast(), pkt.len()) })?;
+        let n =
+            cvt_size(unsafe { libc::write(self.fd.as_raw_fd(), pkt.as_ptr().cast(), pkt.len()) })?;
         if n != pkt.len() {
-            return Err(io::Error::new(io::ErrorKind::WriteZero, "short write to TUN"));
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "short write to TUN",
+            ));
         }
         Ok(())
     }
