@@ -51,6 +51,10 @@ enum Op {
     Link(bool),
     Advance(u64),
     MaxSize(usize, usize),
+    /// `set_peer` with a new configuration (queue kept, re-costed, trimmed, re-timed).
+    SetPeer(usize, PeerConfig),
+    /// `remove_peer`: queued packets leave alone; the key may come back as a new peer.
+    Remove(usize),
     Flush,
 }
 
@@ -115,6 +119,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<bool>().prop_map(Op::Link),
         4 => prop_oneof![0u64..100, 0u64..10_000, 0u64..50_000].prop_map(Op::Advance),
         1 => (0..PEERS, 60usize..3_000).prop_map(|(p, m)| Op::MaxSize(p, m)),
+        1 => (0..PEERS, peer_config()).prop_map(|(p, c)| Op::SetPeer(p, c)),
+        1 => (0..PEERS).prop_map(Op::Remove),
         1 => Just(Op::Flush),
     ]
 }
@@ -152,6 +158,8 @@ struct Queued {
     tag: u32,
     bytes: Vec<u8>,
     arrival: u64,
+    /// Latest time it may leave (arrival + hold time, adjusted when the hold time changes).
+    deadline: u64,
     opportunistic: bool,
 }
 
@@ -172,6 +180,10 @@ struct Model {
     bypass: VecDeque<Vec<u8>>,
     buf: Vec<u8>,
     transmits: u64,
+    /// Peer being removed: its packets must come out alone.
+    removed: Option<usize>,
+    /// The engine's `peer_defaults` (peers created on demand get these).
+    defaults: PeerConfig,
 }
 
 fn front_drops(e: &Engine, p: usize) -> u64 {
@@ -199,6 +211,7 @@ impl Model {
             bypass_queue_limit: case.bypass_limit,
         };
         let mut engine = Engine::new(cfg);
+        let defaults = case.peers[0].clone();
         let mut exists = vec![false; PEERS];
         let mut max_size = vec![case.peers[0].max_size; PEERS];
         // Configure all but the first peer explicitly (the first is created on demand).
@@ -221,6 +234,8 @@ impl Model {
             bypass: VecDeque::new(),
             buf: vec![0u8; 65_535],
             transmits: 0,
+            removed: None,
+            defaults,
         }
     }
 
@@ -263,6 +278,39 @@ impl Model {
                     self.max_size[*p] = *m;
                 }
             }
+            Op::SetPeer(p, c) => {
+                let key = peer(*p as u32);
+                match self.engine.set_peer(key, c.clone()) {
+                    Ok(()) => {
+                        self.exists[*p] = true;
+                        self.case.peers[*p] = c.clone();
+                        self.max_size[*p] = c.max_size;
+                        for q in self.queues[*p].iter_mut() {
+                            q.deadline = (q.arrival + c.hold_time).max(self.now);
+                        }
+                    }
+                    Err(r) => {
+                        assert_eq!(r, DropReason::PeerTableFull);
+                        assert!(!self.exists[*p]);
+                    }
+                }
+                self.sync_drops(*p);
+            }
+            Op::Remove(p) => {
+                let key = peer(*p as u32);
+                self.engine.remove_peer(key);
+                assert!(self.engine.peer(key).is_none());
+                self.exists[*p] = false;
+                // Everything it had queued leaves now, alone and in order.
+                let before = self.transmits;
+                let n = self.queues[*p].len();
+                self.removed = Some(*p);
+                self.drain();
+                self.removed = None;
+                assert!(self.queues[*p].is_empty(), "a removed peer's packets all leave at once");
+                assert!(self.transmits - before >= n as u64);
+                self.front_drops_seen[*p] = 0; // a new peer under this key starts from zero
+            }
             Op::Flush => {
                 self.engine.flush();
                 self.drain();
@@ -287,9 +335,9 @@ impl Model {
         let key = peer(p as u32);
         let verdict = self.engine.handle_packet(self.now, key, &bytes, mark);
         if !self.exists[p] && self.engine.peer(key).is_some() {
-            self.exists[p] = true; // created on demand with the defaults (= peers[0])
-            self.case.peers[p] = self.case.peers[0].clone();
-            self.max_size[p] = self.case.peers[0].max_size;
+            self.exists[p] = true; // created on demand with the defaults
+            self.case.peers[p] = self.defaults.clone();
+            self.max_size[p] = self.defaults.max_size;
         }
         if self.case.dynamic_marking && mark & 3 == 3 && (mark >> 2) != 0 && self.exists[p] {
             self.max_size[p] = (mark >> 2) as usize;
@@ -302,10 +350,12 @@ impl Model {
                 if matches!(pkt, Pkt::Voice6(_)) {
                     assert!(self.cfg(p).encoding != Encoding::Kau || !self.cfg(p).accepts_bundles);
                 }
+                let deadline = self.now + self.cfg(p).hold_time;
                 self.queues[p].push_back(Queued {
                     tag,
                     bytes,
                     arrival: self.now,
+                    deadline,
                     opportunistic: class == TrafficClass::Opportunistic,
                 });
             }
@@ -346,6 +396,7 @@ impl Model {
                     continue;
                 }
                 TransmitKind::Single => vec![data],
+                TransmitKind::Bundle { .. } if self.removed == Some(p) => panic!("a removed peer's packets leave alone"),
                 TransmitKind::Bundle { packets, encoding } => {
                     let cfg = &self.case.peers[p];
                     assert!(cfg.accepts_bundles, "bundle sent to a peer that does not accept bundles");
@@ -364,15 +415,15 @@ impl Model {
                     b.iter().collect()
                 }
             };
-            let hold = self.case.peers[p].hold_time;
             let mut dscp = 0;
             for pk in inner {
                 let q = self.queues[p].pop_front().expect("packet out that the model has not queued");
                 assert_eq!(pk, &q.bytes[..], "per-peer order and bytes preserved (tag {})", q.tag);
-                let held = self.now - q.arrival;
                 assert!(
-                    held <= hold + self.case.granularity,
-                    "packet held {held} µs > hold {hold} + granularity {}",
+                    self.now <= q.deadline + self.case.granularity,
+                    "packet held {} µs, past its deadline by {} > granularity {}",
+                    self.now - q.arrival,
+                    self.now - q.deadline,
                     self.case.granularity
                 );
                 dscp = dscp.max(pk[1] >> 2);
