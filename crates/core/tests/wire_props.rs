@@ -219,6 +219,22 @@ proptest! {
     }
 
     #[test]
+    fn validate_inner_agrees_with_inspect_inner(
+        p in prop_oneof![packet(), prop::collection::vec(any::<u8>(), 0..100)],
+        flip in any::<prop::sample::Index>(),
+        x in any::<u8>(),
+    ) {
+        let mut q = p.clone();
+        if !q.is_empty() {
+            let i = flip.index(q.len().min(48));
+            q[i] ^= x;
+        }
+        for v in [&p, &q] {
+            prop_assert_eq!(ip::validate_inner(v), ip::inspect_inner(v).map(|i| i.version));
+        }
+    }
+
+    #[test]
     fn random_bytes_never_panic(enc in encoding(), bytes in prop::collection::vec(any::<u8>(), 0..2000)) {
         check_accepted(enc, &bytes);
     }

@@ -141,6 +141,27 @@ pub fn inspect_inner(packet: &[u8]) -> Result<PacketInfo, DecodeError> {
     }
 }
 
+/// The checks of [`inspect_inner`] without building a [`PacketInfo`]: what
+/// the bundle decoders run on every inner packet. Returns the IP version.
+/// Same result as `inspect_inner(packet).map(|i| i.version)`, error for error.
+#[inline]
+pub fn validate_inner(packet: &[u8]) -> Result<u8, DecodeError> {
+    let r = match packet.first() {
+        None => Err(DecodeError::Empty),
+        Some(b) => match b >> 4 {
+            4 => check_v4(packet).map(|_| (4, packet[9])),
+            6 => walk_v6(packet).map(|w| (6, w.next)),
+            _ => Err(DecodeError::BadVersion),
+        },
+    };
+    match r {
+        Ok((_, protocol)) if is_bundle_protocol(protocol) => Err(DecodeError::Nested),
+        Ok((version, _)) => Ok(version),
+        Err(DecodeError::Truncated) | Err(DecodeError::Empty) => Err(DecodeError::ZeroLength),
+        Err(e) => Err(e),
+    }
+}
+
 /// Ports (and TCP flags) of an upper-layer header starting at `l4`, if present.
 #[inline]
 fn ports(protocol: u8, l4: &[u8]) -> (Option<u16>, Option<u16>, Option<u8>) {
@@ -157,7 +178,9 @@ fn ports(protocol: u8, l4: &[u8]) -> (Option<u16>, Option<u16>, Option<u8>) {
     }
 }
 
-fn inspect_v4(p: &[u8]) -> Result<PacketInfo, DecodeError> {
+/// All IPv4 validity checks; returns the header length.
+#[inline]
+fn check_v4(p: &[u8]) -> Result<usize, DecodeError> {
     if p.len() < IPV4_HEADER_LEN {
         return Err(DecodeError::Truncated);
     }
@@ -178,6 +201,12 @@ fn inspect_v4(p: &[u8]) -> Result<PacketInfo, DecodeError> {
     if checksum(&p[..ihl]) != 0 {
         return Err(DecodeError::BadIpv4Checksum);
     }
+    Ok(ihl)
+}
+
+fn inspect_v4(p: &[u8]) -> Result<PacketInfo, DecodeError> {
+    let ihl = check_v4(p)?;
+    let total = p.len();
     let frag = be16(p, 6);
     let offset = frag & 0x1fff;
     let more = frag & 0x2000 != 0;
@@ -201,7 +230,19 @@ fn inspect_v4(p: &[u8]) -> Result<PacketInfo, DecodeError> {
     })
 }
 
-fn inspect_v6(p: &[u8]) -> Result<PacketInfo, DecodeError> {
+/// Where an IPv6 packet's extension-header walk ended.
+struct V6Walk {
+    /// Upper-layer protocol (or ESP / no-next-header / the header after a non-first fragment).
+    next: u8,
+    /// Offset of the upper-layer header.
+    off: usize,
+    fragment: bool,
+    first_fragment: bool,
+}
+
+/// All IPv6 validity checks and the bounded extension-header walk.
+#[inline]
+fn walk_v6(p: &[u8]) -> Result<V6Walk, DecodeError> {
     if p.len() < IPV6_HEADER_LEN {
         return Err(DecodeError::Truncated);
     }
@@ -265,6 +306,21 @@ fn inspect_v6(p: &[u8]) -> Result<PacketInfo, DecodeError> {
             break;
         }
     }
+    Ok(V6Walk {
+        next,
+        off,
+        fragment,
+        first_fragment,
+    })
+}
+
+fn inspect_v6(p: &[u8]) -> Result<PacketInfo, DecodeError> {
+    let V6Walk {
+        next,
+        off,
+        fragment,
+        first_fragment,
+    } = walk_v6(p)?;
     let (src_port, dst_port, tcp_flags) = if first_fragment {
         ports(next, &p[off..])
     } else {
@@ -295,13 +351,19 @@ fn inspect_v6(p: &[u8]) -> Result<PacketInfo, DecodeError> {
 /// already holds a correct checksum the result is 0. An odd trailing byte is
 /// padded with a zero byte, as RFC 1071 says.
 pub fn checksum(data: &[u8]) -> u16 {
+    // Sum 32-bit big-endian words into a 64-bit accumulator and fold at the
+    // end (RFC 1071 2(A)/(B): the one's-complement sum is independent of word
+    // size and byte order up to the final fold). No overflow below 2^32 words.
     let mut sum: u64 = 0;
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u64::from(u16::from_be_bytes([c[0], c[1]]));
+    let mut words = data.chunks_exact(4);
+    for w in &mut words {
+        sum += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
     }
-    if let [last] = chunks.remainder() {
-        sum += u64::from(*last) << 8;
+    match *words.remainder() {
+        [a] => sum += u64::from(a) << 8,
+        [a, b] => sum += u64::from(u16::from_be_bytes([a, b])),
+        [a, b, c] => sum += u64::from(u16::from_be_bytes([a, b])) + (u64::from(c) << 8),
+        _ => {}
     }
     while sum >> 16 != 0 {
         sum = (sum & 0xffff) + (sum >> 16);
@@ -421,6 +483,29 @@ mod tests {
         h[10] = 0;
         h[11] = 0;
         assert_eq!(checksum(&h), 0xb861);
+    }
+
+    #[test]
+    fn checksum_matches_naive_16_bit_sum() {
+        fn naive(d: &[u8]) -> u16 {
+            let mut s: u32 = 0;
+            for c in d.chunks(2) {
+                s += u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0));
+                s = (s & 0xffff) + (s >> 16);
+            }
+            !(s as u16)
+        }
+        let mut x: u32 = 0x1234_5678;
+        let mut data = Vec::new();
+        for len in 0..300 {
+            assert_eq!(checksum(&data), naive(&data), "len {len}");
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            data.push(x as u8);
+        }
+        assert_eq!(checksum(&[0xff; 64]), naive(&[0xff; 64]));
+        assert_eq!(checksum(&[0u8; 7]), 0xffff);
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub const HEADER_LEN: usize = 0;
 /// Whether a `kau` bundle can carry `packet`: a whole, valid IPv4 packet
 /// that is not itself a bundle (exactly what [`decode`] accepts).
 pub fn can_carry(packet: &[u8]) -> bool {
-    matches!(ip::inspect_inner(packet), Ok(i) if i.version == 4)
+    ip::validate_inner(packet) == Ok(4)
 }
 
 /// Bytes that appending a packet of `packet_len` adds (separator + packet).
@@ -98,7 +98,7 @@ pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
         }
         let len = next_len(rest)?;
         let (pkt, tail) = rest.split_at(len);
-        ip::inspect_inner(pkt)?;
+        ip::validate_inner(pkt)?;
         rest = tail;
         count += 1;
     }

@@ -64,7 +64,7 @@ pub fn prefix_len(len: usize) -> usize {
 /// packet (exactly what [`decode`] accepts: [`ip::inspect_inner`]), so a
 /// bundle this writer builds always decodes.
 pub fn can_carry(packet: &[u8]) -> bool {
-    packet.len() <= MAX_PACKET && ip::inspect_inner(packet).is_ok()
+    packet.len() <= MAX_PACKET && ip::validate_inner(packet).is_ok()
 }
 
 /// Bytes that appending a packet of `packet_len` adds (separator + packet).
@@ -181,7 +181,7 @@ pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
             return Err(DecodeError::Truncated);
         }
         let (pkt, tail) = after.split_at(len);
-        ip::inspect_inner(pkt)?;
+        ip::validate_inner(pkt)?;
         rest = tail;
         count += 1;
     }

@@ -58,7 +58,7 @@ pub fn length_bytes(len: usize, first: bool) -> usize {
 /// Whether a `simplemux` bundle can carry `packet`: a whole, valid IPv4 or
 /// IPv6 packet that is not itself a bundle (exactly what [`decode`] accepts).
 pub fn can_carry(packet: &[u8]) -> bool {
-    packet.len() <= MAX_PACKET && ip::inspect_inner(packet).is_ok()
+    packet.len() <= MAX_PACKET && ip::validate_inner(packet).is_ok()
 }
 
 /// Bytes that appending a packet of `packet_len` adds (separator + packet):
@@ -195,8 +195,7 @@ pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
             PROTO_IPV6 => 6,
             _ => return Err(DecodeError::Unsupported),
         };
-        let info = ip::inspect_inner(pkt)?;
-        if info.version != want {
+        if ip::validate_inner(pkt)? != want {
             return Err(DecodeError::BadInnerHeader);
         }
         rest = tail;
