@@ -125,6 +125,10 @@ pub struct Point {
     pub frames_on_air: u64,
     /// Frames dropped by the nodes' MAC queues.
     pub mac_queue_drops: u64,
+    /// Frames sent on the air, per node.
+    pub frames_per_node: BTreeMap<String, u64>,
+    /// MAC queue drops, per node.
+    pub drops_per_node: BTreeMap<String, u64>,
     /// Per-call results as merged by `airpack_lab::voip::merge`.
     pub call_results: Value,
     /// Per-node daemon totals (`airpack stats --json` `total`).
@@ -401,8 +405,11 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     // collect
     let air1 = mesh.frames_on_air()?;
     let drops1 = mesh.queue_drops()?;
-    let frames_on_air: u64 = air1.iter().map(|(k, v)| v - air0.get(k).copied().unwrap_or(0)).sum();
-    let mac_queue_drops: u64 = drops1.iter().map(|(k, v)| v - drops0.get(k).copied().unwrap_or(0)).sum();
+    let delta = |a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>| -> BTreeMap<String, u64> {
+        b.iter().map(|(k, v)| (k.clone(), v.saturating_sub(a.get(k).copied().unwrap_or(0)))).collect()
+    };
+    let frames_per_node = delta(&air0, &air1);
+    let drops_per_node = delta(&drops0, &drops1);
     let mut daemon_totals = BTreeMap::new();
     let (mut num, mut den) = (0.0f64, 0.0f64);
     for (node, sock, p) in daemons.iter_mut() {
@@ -428,7 +435,9 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     let spec_t: crate::voip::Spec = serde_json::from_value(spec).context("voip spec type")?;
     let merged = crate::voip::merge(&spec_t, &results);
     let call_results = serde_json::to_value(&merged)?;
-    let point = summarize(setup, n, call_results, aggregation_ratio, frames_on_air, mac_queue_drops, daemon_totals, t0);
+    let mut point = summarize(setup, n, call_results, aggregation_ratio, frames_per_node.values().sum(), drops_per_node.values().sum(), daemon_totals, t0);
+    point.frames_per_node = frames_per_node;
+    point.drops_per_node = drops_per_node;
     drop(voips);
     drop(mesh);
     Ok(point)
@@ -447,10 +456,23 @@ fn summarize(
 ) -> Point {
     let mut dirs = Vec::new();
     objects_with(&call_results, &["mos", "loss_pct", "delay_ms"], &mut dirs);
+    dirs.retain(|m| m.get("sent").and_then(Value::as_u64) != Some(0));
     // directions without a value (e.g. no delay when nothing arrived) are skipped
     let col = |k: &str| dirs.iter().filter_map(|m| m.get(k).and_then(Value::as_f64)).collect::<Vec<f64>>();
     let calls = call_results.as_array().cloned().unwrap_or_default();
-    let supported_calls = calls.iter().filter(|c| c.get("supported").and_then(Value::as_bool) == Some(true)).count() as u32;
+    // A call is supported when each direction is supported or sent nothing
+    // at all (voice activity can keep a direction silent for a whole short
+    // run; there is no speech to judge, so it cannot fail the call).
+    let dir_ok = |d: Option<&Value>| match d {
+        Some(q) => q.get("supported").and_then(Value::as_bool) == Some(true) || q.get("sent").and_then(Value::as_u64) == Some(0),
+        None => false,
+    };
+    let supported_calls = calls
+        .iter()
+        .filter(|c| {
+            c.get("supported").and_then(Value::as_bool) == Some(true) || (dir_ok(c.get("a_to_b")) && dir_ok(c.get("b_to_a")))
+        })
+        .count() as u32;
     let all = supported_calls == n && calls.len() == n as usize && n > 0;
     Point {
         setup,
@@ -469,6 +491,8 @@ fn summarize(
         aggregation_ratio,
         frames_on_air,
         mac_queue_drops,
+        frames_per_node: BTreeMap::new(),
+        drops_per_node: BTreeMap::new(),
         call_results,
         daemon_totals,
         wall_s: t0.elapsed().as_secs_f64(),
@@ -645,6 +669,17 @@ mod tests {
         ]);
         let p = summarize(Setup::Off, 2, calls, 1.0, 10, 0, BTreeMap::new(), Instant::now());
         assert!(!p.supported);
+        // a silent direction (nothing sent) neither fails a call nor enters the means
+        let silent = json!([{"call": 0, "supported": false,
+            "a_to_b": {"sent": 10, "supported": true, "mos": 4.0, "loss_pct": 0.0, "delay_ms": 10.0},
+            "b_to_a": {"sent": 0, "supported": false, "mos": 1.0, "loss_pct": 100.0, "delay_ms": null}}]);
+        let q = summarize(Setup::Off, 1, silent, 1.0, 10, 0, BTreeMap::new(), Instant::now());
+        assert!(q.supported);
+        assert_eq!(q.mos, 4.0);
+        let lost = json!([{"call": 0, "supported": false,
+            "a_to_b": {"sent": 10, "supported": true, "mos": 4.0, "loss_pct": 0.0, "delay_ms": 10.0},
+            "b_to_a": {"sent": 5, "supported": false, "mos": 1.0, "loss_pct": 100.0, "delay_ms": null}}]);
+        assert!(!summarize(Setup::Off, 1, lost, 1.0, 10, 0, BTreeMap::new(), Instant::now()).supported);
         assert_eq!(p.supported_calls, 1);
         assert_eq!(p.mos, 3.0);
         assert_eq!(p.mos_min, 2.0);

@@ -82,8 +82,9 @@ struct Common {
     /// Random frame loss on the air (%).
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
-    /// Aggregation hold time (µs).
-    #[arg(long, default_value_t = 5000)]
+    /// Aggregation hold time (µs): the longest a packet waits for company
+    /// (default one packet interval: every active flow can contribute one packet).
+    #[arg(long, default_value_t = 20000)]
     hold_us: u32,
     /// Seed of the voice-activity model.
     #[arg(long, default_value_t = 1)]

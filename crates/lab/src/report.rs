@@ -281,6 +281,8 @@ mod tests {
             aggregation_ratio: if setup == Setup::Off { 1.0 } else { 3.0 },
             frames_on_air: 100 * calls as u64,
             mac_queue_drops: 0,
+            frames_per_node: BTreeMap::new(),
+            drops_per_node: BTreeMap::new(),
             call_results: serde_json::Value::Null,
             daemon_totals: BTreeMap::new(),
             wall_s: 1.0,
