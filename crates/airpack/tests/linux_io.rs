@@ -334,6 +334,52 @@ fn tun_read_write_round_trip() {
     .unwrap();
 }
 
+#[test]
+fn full_tun_queue_is_counted_in_link_stats() {
+    if !can_run(&["ip"]) {
+        return;
+    }
+    let n = ns("tunq");
+    n.run(|| {
+        let tun = Tun::open("aptq0", 1500).unwrap();
+        airpack::linux::tun::set_txqueuelen("aptq0", 8).unwrap();
+        sh(&["ip", "addr", "add", "10.65.0.1/24", "dev", "aptq0"]);
+        let mut r = RouteResolver::new(0).unwrap();
+        let before = r.link_stats(tun.ifindex()).unwrap();
+        assert!(before.up);
+        // Nobody reads the TUN: at most 8 packets wait, the rest are dropped and counted.
+        for i in 0..40u8 {
+            udp_send(None, "10.65.0.2:9000".parse().unwrap(), &[i]);
+        }
+        let after = r.link_stats(tun.ifindex()).unwrap();
+        let dropped = after.tx_dropped - before.tx_dropped;
+        assert!(
+            dropped >= 30,
+            "expected >= 30 drops behind an 8-packet queue, got {dropped}"
+        );
+        let p = udp_packet(
+            "10.65.0.2".parse().unwrap(),
+            "10.65.0.1".parse().unwrap(),
+            1,
+            9,
+            b"w",
+        );
+        tun.write(&p).unwrap();
+        assert_eq!(
+            r.link_stats(tun.ifindex()).unwrap().rx_packets,
+            after.rx_packets + 1
+        );
+        assert_eq!(
+            r.link_stats(999_999).unwrap_err().raw_os_error(),
+            Some(libc::ENODEV)
+        );
+        // Link down is visible too.
+        airpack::linux::tun::set_link_up("aptq0", false).unwrap();
+        assert!(!r.link_stats(tun.ifindex()).unwrap().up);
+    })
+    .unwrap();
+}
+
 fn steer_spec(tun: &str) -> SteerSpec {
     SteerSpec {
         tun: tun.into(),

@@ -22,7 +22,7 @@ pub mod timer;
 pub mod tun;
 
 pub use poll::{Event, Events, Interest, Poller};
-pub use route::{Changes, NextHop, RouteMonitor, RouteResolver};
+pub use route::{Changes, LinkStats, NextHop, RouteMonitor, RouteResolver};
 pub use socket::{
     outq_bytes, set_buffer, BundleSocket, Family, RawIpSender, Received, UdpBundleSocket,
 };

@@ -319,6 +319,38 @@ impl RouteResolver {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         build_request(&mut self.req, seq, dst, self.mark);
+        let payload = self.transact(seq, libc::RTM_NEWROUTE)?;
+        parse_route(payload, dst)
+    }
+
+    /// Counters and up/running state of interface `ifindex` (ENODEV if absent).
+    /// One netlink round trip; meant for periodic statistics, not per packet.
+    pub fn link_stats(&mut self, ifindex: u32) -> io::Result<LinkStats> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let index =
+            i32::try_from(ifindex).map_err(|_| io::Error::from_raw_os_error(libc::ENODEV))?;
+        self.req.clear();
+        self.req
+            .extend_from_slice(&((NLMSG_HDRLEN + 16) as u32).to_ne_bytes());
+        self.req.extend_from_slice(&libc::RTM_GETLINK.to_ne_bytes());
+        self.req
+            .extend_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+        self.req.extend_from_slice(&seq.to_ne_bytes());
+        self.req.extend_from_slice(&0u32.to_ne_bytes());
+        // struct ifinfomsg: family, pad, type, index, flags, change.
+        self.req
+            .extend_from_slice(&[libc::AF_UNSPEC as u8, 0, 0, 0]);
+        self.req.extend_from_slice(&index.to_ne_bytes());
+        self.req.extend_from_slice(&0u32.to_ne_bytes());
+        self.req.extend_from_slice(&0u32.to_ne_bytes());
+        let payload = self.transact(seq, libc::RTM_NEWLINK)?;
+        parse_link(payload)
+    }
+
+    /// Sends `self.req` and returns the payload of the reply with `seq` and
+    /// type `want` (NLMSG_ERROR becomes the kernel's errno).
+    fn transact(&mut self, seq: u32, want: u16) -> io::Result<&[u8]> {
         // An unconnected netlink socket sends to port 0, the kernel.
         // SAFETY: req is a valid readable buffer of req.len() bytes.
         let n = cvt_size(unsafe {
@@ -346,33 +378,35 @@ impl RouteResolver {
                 )
             })?;
             let n = n.min(self.resp.len());
+            let mut found: Option<(usize, usize)> = None;
             for msg in messages(&self.resp[..n]) {
                 let (ty, _flags, mseq, payload) = msg?;
                 if mseq != seq {
                     continue;
                 }
-                match ty {
-                    NLMSG_ERROR => {
-                        if payload.len() < 4 {
-                            return Err(invalid("short NLMSG_ERROR"));
-                        }
-                        let code =
-                            i32::from_ne_bytes([payload[0], payload[1], payload[2], payload[3]]);
-                        return Err(if code < 0 {
-                            io::Error::from_raw_os_error(-code)
-                        } else {
-                            invalid("NLMSG_ERROR without error for a route request")
-                        });
+                if ty == NLMSG_ERROR {
+                    if payload.len() < 4 {
+                        return Err(invalid("short NLMSG_ERROR"));
                     }
-                    t if t == libc::RTM_NEWROUTE => return parse_route(payload, dst),
-                    _ => return Err(invalid("unexpected message type")),
+                    let code = i32::from_ne_bytes([payload[0], payload[1], payload[2], payload[3]]);
+                    return Err(if code < 0 {
+                        io::Error::from_raw_os_error(-code)
+                    } else {
+                        invalid("NLMSG_ERROR without error for a request")
+                    });
                 }
+                if ty != want {
+                    return Err(invalid("unexpected message type"));
+                }
+                let start = payload.as_ptr() as usize - self.resp.as_ptr() as usize;
+                found = Some((start, payload.len()));
+                break;
+            }
+            if let Some((start, len)) = found {
+                return Ok(&self.resp[start..start + len]);
             }
         }
-        Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "no netlink reply for route lookup",
-        ))
+        Err(io::Error::new(io::ErrorKind::TimedOut, "no netlink reply"))
     }
 
     /// Forgets every cached answer.
@@ -384,6 +418,70 @@ impl RouteResolver {
     pub fn cached(&self) -> usize {
         self.cache.len()
     }
+}
+
+/// Counters and state of one interface (RTM_GETLINK, IFLA_STATS64).
+///
+/// For the TUN, `tx_dropped` counts steered packets the kernel dropped
+/// because the daemon did not read them in time (queue full), and
+/// `rx_dropped` packets the daemon wrote that the stack could not take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Packets received (for the TUN: written by the daemon).
+    pub rx_packets: u64,
+    /// Packets transmitted (for the TUN: read by the daemon).
+    pub tx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Bytes transmitted.
+    pub tx_bytes: u64,
+    /// Receive errors.
+    pub rx_errors: u64,
+    /// Transmit errors.
+    pub tx_errors: u64,
+    /// Received packets dropped.
+    pub rx_dropped: u64,
+    /// Packets dropped on transmit (TUN: queue toward the daemon full).
+    pub tx_dropped: u64,
+    /// IFF_UP and IFF_RUNNING (administratively up, with carrier).
+    pub up: bool,
+}
+
+/// Parses the payload of an RTM_NEWLINK message.
+fn parse_link(payload: &[u8]) -> io::Result<LinkStats> {
+    const IFINFOMSG_LEN: usize = 16;
+    const IFLA_STATS64: u16 = 23;
+    if payload.len() < IFINFOMSG_LEN {
+        return Err(invalid("short ifinfomsg"));
+    }
+    let flags = u32::from_ne_bytes([payload[8], payload[9], payload[10], payload[11]]);
+    let mut st = LinkStats {
+        up: flags & libc::IFF_UP as u32 != 0 && flags & libc::IFF_RUNNING as u32 != 0,
+        ..LinkStats::default()
+    };
+    let mut have_stats = false;
+    for attr in attributes(&payload[IFINFOMSG_LEN..]) {
+        let (ty, v) = attr?;
+        if ty == IFLA_STATS64 {
+            if v.len() < 8 * 8 {
+                return Err(invalid("short IFLA_STATS64"));
+            }
+            let f = |i: usize| u64::from_ne_bytes(v[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+            st.rx_packets = f(0);
+            st.tx_packets = f(1);
+            st.rx_bytes = f(2);
+            st.tx_bytes = f(3);
+            st.rx_errors = f(4);
+            st.tx_errors = f(5);
+            st.rx_dropped = f(6);
+            st.tx_dropped = f(7);
+            have_stats = true;
+        }
+    }
+    if !have_stats {
+        return Err(invalid("no IFLA_STATS64"));
+    }
+    Ok(st)
 }
 
 /// What a [`RouteMonitor::drain`] saw.
@@ -624,6 +722,29 @@ mod tests {
         assert!(parse_route(&overrun, dst).is_err());
         assert!(parse_route(&[2, 32, 0], dst).is_err());
         assert!(parse_route(&rtmsg(2, 6, &[]), dst).is_err()); // blackhole
+    }
+
+    #[test]
+    fn link_stats_parse_and_length_checks() {
+        let mut p = vec![0u8; 16];
+        p[8..12].copy_from_slice(&((libc::IFF_UP | libc::IFF_RUNNING) as u32).to_ne_bytes());
+        let mut stats = Vec::new();
+        for i in 1..=24u64 {
+            stats.extend_from_slice(&i.to_ne_bytes());
+        }
+        p.extend(rta(23, &stats));
+        let st = parse_link(&p).unwrap();
+        assert!(st.up);
+        assert_eq!(
+            (st.rx_packets, st.tx_packets, st.rx_dropped, st.tx_dropped),
+            (1, 2, 7, 8)
+        );
+        // Stats too short, missing, or ifinfomsg truncated.
+        let mut short = vec![0u8; 16];
+        short.extend(rta(23, &stats[..56]));
+        assert!(parse_link(&short).is_err());
+        assert!(parse_link(&[0u8; 16]).is_err());
+        assert!(parse_link(&[0u8; 12]).is_err());
     }
 
     #[test]
