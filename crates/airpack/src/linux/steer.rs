@@ -80,6 +80,7 @@ pub struct Steering {
     spec: SteerSpec,
     /// Sysctls changed at install, with their previous values, in change order.
     restore: Vec<(PathBuf, String)>,
+    ipv6: bool,
     removed: bool,
 }
 
@@ -245,6 +246,7 @@ impl Steering {
         let mut st = Steering {
             spec: spec.clone(),
             restore: Vec::new(),
+            ipv6: false,
             removed: false,
         };
         match st.install_inner(&script) {
@@ -284,41 +286,55 @@ impl Steering {
             set_sysctl(all, "0", &mut self.restore)?;
         }
         set_sysctl(sysctl_path("net.ipv4.ip_forward"), "1", &mut self.restore)?;
-        if ipv6_available() {
-            set_sysctl(
-                sysctl_path("net.ipv6.conf.all.forwarding"),
-                "1",
-                &mut self.restore,
-            )?;
-        }
         let table = spec.table.to_string();
         let prio = spec.priority.to_string();
         let mark = format!("{:#x}", spec.fwmark);
-        for fam in self.families() {
-            run_cmd(
-                &[
-                    "ip", fam, "route", "replace", "default", "dev", &spec.tun, "table", &table,
-                ],
-                None,
-            )?;
-            run_cmd(
-                &[
-                    "ip", fam, "rule", "add", "fwmark", &mark, "lookup", &table, "priority", &prio,
-                ],
-                None,
-            )?;
+        let v4_then_v6: &[&str] = if ipv6_available() {
+            &["-4", "-6"]
+        } else {
+            &["-4"]
+        };
+        for &fam in v4_then_v6 {
+            let r = (|| {
+                if fam == "-6" {
+                    set_sysctl(
+                        sysctl_path("net.ipv6.conf.all.forwarding"),
+                        "1",
+                        &mut self.restore,
+                    )?;
+                }
+                run_cmd(
+                    &[
+                        "ip", fam, "route", "replace", "default", "dev", &spec.tun, "table", &table,
+                    ],
+                    None,
+                )?;
+                run_cmd(
+                    &[
+                        "ip", fam, "rule", "add", "fwmark", &mark, "lookup", &table, "priority",
+                        &prio,
+                    ],
+                    None,
+                )
+            })();
+            match r {
+                Ok(_) => self.ipv6 |= fam == "-6",
+                // IPv4 steering is required; without IPv6 (disabled on the
+                // TUN, say) marked IPv6 packets just take their normal route.
+                Err(e) if fam == "-6" => {
+                    tracing::warn!("IPv6 steering not installed, IPv6 is not aggregated: {e}")
+                }
+                Err(e) => return Err(e),
+            }
         }
         // The nftables table last: it is what starts steering.
         run_cmd(&["nft", "-f", "-"], Some(script))?;
         Ok(())
     }
 
-    fn families(&self) -> Vec<&'static str> {
-        if ipv6_available() {
-            vec!["-4", "-6"]
-        } else {
-            vec!["-4"]
-        }
+    /// Whether IPv6 steering (rule and route) is installed too.
+    pub fn ipv6(&self) -> bool {
+        self.ipv6
     }
 
     /// Atomically replaces the nftables class rules (SIGHUP reload with new
