@@ -987,42 +987,64 @@ impl Engine {
     /// oldest packet (hence the deadline) may have changed.
     #[inline]
     fn refresh(&mut self, i: usize, front_changed: bool) {
-        let s = &mut self.slots[i];
         if front_changed {
-            s.update_fixed_cost();
-            s.dl_gen = s.dl_gen.wrapping_add(1);
-            if let Some(d) = s.deadline() {
-                self.deadlines.push(Reverse((d, i as u32, s.dl_gen)));
-                if self.deadlines.len() > 2 * self.nonempty + 64 {
-                    let slots = &self.slots;
-                    self.deadlines.retain(|Reverse((_, j, g))| slots[*j as usize].dl_gen == *g);
-                }
-            }
+            self.reset_deadline(i);
         }
-        let s = &mut self.slots[i];
+        let s = &self.slots[i];
         if s.ready_reason(self.link_busy, self.config.link_mode).is_some() {
-            s.rd_gen = s.rd_gen.wrapping_add(1);
-            let key = s.wire_estimate();
-            self.ready.push((key, Reverse(i as u32), s.rd_gen));
-            if !s.in_ready {
-                s.in_ready = true;
-                self.ready_count += 1;
-            }
-            if self.ready.len() > 2 * self.ready_count + 64 {
-                let slots = &self.slots;
-                self.ready.retain(|(_, Reverse(j), g)| {
-                    let s = &slots[*j as usize];
-                    s.in_ready && s.rd_gen == *g
-                });
-            }
-        } else {
-            if s.in_ready {
-                s.in_ready = false;
-                s.rd_gen = s.rd_gen.wrapping_add(1);
-                self.ready_count -= 1;
-            }
-            self.maybe_wake(i);
+            self.push_ready(i);
+        } else if s.in_ready || self.link_busy {
+            self.unready(i);
         }
+        // else: not ready, not in the ready heap, and the link is idle so
+        // there is no wake list to join: nothing to do (the common case).
+    }
+
+    /// The oldest packet of slot `i` changed: new fixed cost and deadline.
+    #[inline(never)]
+    fn reset_deadline(&mut self, i: usize) {
+        let s = &mut self.slots[i];
+        s.update_fixed_cost();
+        s.dl_gen = s.dl_gen.wrapping_add(1);
+        if let Some(d) = s.deadline() {
+            self.deadlines.push(Reverse((d, i as u32, s.dl_gen)));
+            if self.deadlines.len() > 2 * self.nonempty + 64 {
+                let slots = &self.slots;
+                self.deadlines.retain(|Reverse((_, j, g))| slots[*j as usize].dl_gen == *g);
+            }
+        }
+    }
+
+    /// Slot `i` is ready: (re)enters the ready heap with its current size.
+    #[inline(never)]
+    fn push_ready(&mut self, i: usize) {
+        let s = &mut self.slots[i];
+        s.rd_gen = s.rd_gen.wrapping_add(1);
+        let key = s.wire_estimate();
+        self.ready.push((key, Reverse(i as u32), s.rd_gen));
+        if !s.in_ready {
+            s.in_ready = true;
+            self.ready_count += 1;
+        }
+        if self.ready.len() > 2 * self.ready_count + 64 {
+            let slots = &self.slots;
+            self.ready.retain(|(_, Reverse(j), g)| {
+                let s = &slots[*j as usize];
+                s.in_ready && s.rd_gen == *g
+            });
+        }
+    }
+
+    /// Slot `i` is not ready: leaves the ready set, and waits for an idle link if that would release it.
+    #[inline(never)]
+    fn unready(&mut self, i: usize) {
+        let s = &mut self.slots[i];
+        if s.in_ready {
+            s.in_ready = false;
+            s.rd_gen = s.rd_gen.wrapping_add(1);
+            self.ready_count -= 1;
+        }
+        self.maybe_wake(i);
     }
 
     /// Puts slot `i` on the wake list if it waits for the link to become idle.
