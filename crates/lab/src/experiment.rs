@@ -112,7 +112,8 @@ pub struct Point {
     pub late: f64,
     /// Mean one-way network delay (ms), mean over call directions.
     pub delay_ms: f64,
-    /// Median over call directions of their mean delay (ms).
+    /// Median one-way delay (ms): the mean over call directions of each
+    /// direction's median (`delay_p50_ms`), or of its mean if absent.
     pub delay_median_ms: f64,
     /// Worst p95 delay of any call direction (ms).
     pub delay_p95_ms: f64,
@@ -135,7 +136,13 @@ pub struct Point {
     pub daemon_totals: BTreeMap<String, Value>,
     /// Seconds the point took, wall clock.
     pub wall_s: f64,
+    /// Largest lateness of any RTP send behind its schedule (ms): a point
+    /// whose senders were starved of CPU is not a measurement of the air.
+    pub max_send_lag_ms: f64,
 }
+
+/// A point whose senders lagged more than this (ms) is re-measured.
+pub const MAX_SEND_LAG_MS: f64 = 20.0;
 
 /// Capacity of one setup plus its points.
 #[derive(Debug, Clone, Serialize)]
@@ -273,12 +280,30 @@ impl Drop for Proc {
     }
 }
 
+/// Real-time priority for the processes of a point (SCHED_RR 10 through
+/// `chrt`), so builds or other load on the machine cannot starve the voice
+/// senders and the daemons; the kernel's RT throttling still leaves 5 % of
+/// the CPU to everything else. Off when `chrt` is missing or
+/// `AIRPACK_LAB_NO_RT` is set.
+fn realtime() -> bool {
+    static RT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *RT.get_or_init(|| {
+        std::env::var_os("AIRPACK_LAB_NO_RT").is_none()
+            && std::process::Command::new("chrt").arg("-m").stdout(Stdio::null()).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false)
+    })
+}
+
 fn spawn_in(mesh: &Mesh, node: &str, bin: &Path, args: &[&str], log: &Path, what: &str) -> Result<Proc> {
     let n = mesh.node(node).context("unknown node")?;
     let f = std::fs::File::create(log)?;
-    let child = n
-        .ns
-        .command(bin)
+    let mut cmd = if realtime() {
+        let mut c = n.ns.command(Path::new("chrt"));
+        c.args(["-r", "10"]).arg(bin);
+        c
+    } else {
+        n.ns.command(bin)
+    };
+    let child = cmd
         .args(args)
         .stdin(Stdio::null())
         .stdout(f.try_clone()?)
@@ -362,6 +387,9 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
             if daemon_stats(&mesh, node, &cfg.bin, sock).is_ok() {
                 break;
             }
+            if crate::netns::interrupted() {
+                bail!("interrupted");
+            }
             if t.elapsed() > Duration::from_secs(10) {
                 bail!("{} did not answer `airpack stats` within 10 s:\n{}", p.what, p.log_tail());
             }
@@ -398,6 +426,7 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
                 Some(st) if st.success() => break,
                 Some(st) => bail!("{} failed ({st}):\n{}", p.what, p.log_tail()),
                 None if Instant::now() > deadline => bail!("{} did not finish in time:\n{}", p.what, p.log_tail()),
+                None if crate::netns::interrupted() => bail!("interrupted"),
                 None => std::thread::sleep(Duration::from_millis(50)),
             }
         }
@@ -435,9 +464,16 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     let spec_t: crate::voip::Spec = serde_json::from_value(spec).context("voip spec type")?;
     let merged = crate::voip::merge(&spec_t, &results);
     let call_results = serde_json::to_value(&merged)?;
+    let max_send_lag_ms = results
+        .iter()
+        .flat_map(|r| r.streams.iter())
+        .filter_map(|s| s.max_send_lag_ms)
+        .fold(0.0f64, f64::max);
     let mut point = summarize(setup, n, call_results, aggregation_ratio, frames_per_node.values().sum(), drops_per_node.values().sum(), daemon_totals, t0);
     point.frames_per_node = frames_per_node;
     point.drops_per_node = drops_per_node;
+    point.max_send_lag_ms = max_send_lag_ms;
+    let _ = std::fs::write(dir.join("point.json"), serde_json::to_vec_pretty(&point).unwrap_or_default());
     drop(voips);
     drop(mesh);
     Ok(point)
@@ -485,7 +521,14 @@ fn summarize(
         loss_max: col("loss_pct").into_iter().fold(0.0, f64::max),
         late: mean(&col("late_pct")),
         delay_ms: mean(&col("delay_ms")),
-        delay_median_ms: median(&col("delay_ms")),
+        delay_median_ms: {
+            let p50 = col("delay_p50_ms");
+            if p50.is_empty() {
+                median(&col("delay_ms"))
+            } else {
+                mean(&p50)
+            }
+        },
         delay_p95_ms: col("delay_p95_ms").into_iter().fold(0.0, f64::max),
         jitter_ms: mean(&col("jitter_ms")),
         aggregation_ratio,
@@ -496,13 +539,14 @@ fn summarize(
         call_results,
         daemon_totals,
         wall_s: t0.elapsed().as_secs_f64(),
+        max_send_lag_ms: 0.0,
     }
 }
 
 /// One line of progress for a point.
 pub fn point_line(p: &Point) -> String {
     format!(
-        "[{:>15}] {:>3} calls: {} ({}/{} ok)  MOS {:.2} (min {:.2})  loss {:.2} % (max {:.2})  delay {:.1} ms  jitter {:.1} ms  agg {:.2}  frames {}  ({:.0} s)",
+        "[{:>15}] {:>3} calls: {} ({}/{} ok)  MOS {:.2} (min {:.2})  loss {:.2} % (max {:.2})  delay {:.1} ms  jitter {:.1} ms  agg {:.2}  frames {}  ({:.0} s, send lag {:.1} ms)",
         p.setup.name(),
         p.calls,
         if p.supported { "supported  " } else { "UNSUPPORTED" },
@@ -516,7 +560,8 @@ pub fn point_line(p: &Point) -> String {
         p.jitter_ms,
         p.aggregation_ratio,
         p.frames_on_air,
-        p.wall_s
+        p.wall_s,
+        p.max_send_lag_ms
     )
 }
 
@@ -532,7 +577,21 @@ pub fn capacity_search(cfg: &ExperimentConfig, setup: Setup, mut on_point: impl 
         let repeats = res.points.iter().filter(|p| p.calls == n).count() as u64;
         let mut c = cfg.clone();
         c.seed = cfg.seed.wrapping_add(repeats * 7919);
-        match run_point(&c, setup, n) {
+        let mut r = run_point(&c, setup, n);
+        for _ in 0..2 {
+            match &r {
+                Ok(p) if p.max_send_lag_ms > MAX_SEND_LAG_MS => {
+                    eprintln!(
+                        "[{:>15}] {n:>3} calls: senders lagged {:.0} ms behind schedule (machine busy?): measuring again",
+                        setup.name(),
+                        p.max_send_lag_ms
+                    );
+                    r = run_point(&c, setup, n);
+                }
+                _ => break,
+            }
+        }
+        match r {
             Ok(p) => {
                 eprintln!("{}", point_line(&p));
                 on_point(&p);
@@ -550,6 +609,10 @@ pub fn capacity_search(cfg: &ExperimentConfig, setup: Setup, mut on_point: impl 
     let max = cfg.max_calls.max(1);
     let mut good = 0u32;
     let mut bad: Option<u32> = None;
+    if crate::netns::interrupted() {
+        res.error = Some("interrupted".into());
+        return res;
+    }
     let mut n = 1u32;
     loop {
         match measure(n, &mut res) {

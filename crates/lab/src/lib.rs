@@ -165,6 +165,7 @@ fn prepare() -> Result<()> {
     if let Err(why) = netns::check_privileges() {
         bail!("airpack lab needs root and ip/tc/nft/sysctl: {why}");
     }
+    netns::catch_interrupts();
     let gone = netns::clean(false)?;
     if !gone.is_empty() {
         eprintln!("lab: removed {} namespaces left by earlier runs", gone.len());

@@ -173,11 +173,42 @@ pub fn clean(all: bool) -> Result<Vec<String>> {
         let Some(pid) = owner_pid(&n) else { continue };
         let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
         if all || !alive {
+            // processes a crashed run left inside (its daemons, voip tools)
+            if let Ok(pids) = run("ip", &["netns", "pids", &n]) {
+                for pid in pids.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                }
+            }
             run("ip", &["netns", "del", &n])?;
             gone.push(n);
         }
     }
     Ok(gone)
+}
+
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_signal(_: nix::libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Catch SIGINT and SIGTERM: long waits check [`interrupted`] and return an
+/// error, so every namespace and child process is torn down on the way out.
+pub fn catch_interrupts() {
+    let act = nix::sys::signal::SigAction::new(
+        nix::sys::signal::SigHandler::Handler(on_signal),
+        nix::sys::signal::SaFlags::empty(),
+        nix::sys::signal::SigSet::empty(),
+    );
+    for sig in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGTERM] {
+        // SAFETY: the handler only stores into an atomic.
+        let _ = unsafe { nix::sys::signal::sigaction(sig, &act) };
+    }
+}
+
+/// True once SIGINT or SIGTERM arrived (after [`catch_interrupts`]).
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// Whether we can build namespaces here: root and `ip`, `tc`, `nft` present.
