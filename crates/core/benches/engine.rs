@@ -15,9 +15,11 @@ fn classify_bundle_split(c: &mut Criterion) {
     g.throughput(Throughput::Elements(BATCH as u64));
     for peers in [1usize, 16, 1024] {
         let mut w = common::Workload::new(peers);
-        g.bench_with_input(BenchmarkId::from_parameter(format!("{peers}_peers")), &peers, |b, _| {
-            b.iter(|| black_box(w.run(BATCH)))
-        });
+        g.bench_with_input(
+            BenchmarkId::from_parameter(format!("{peers}_peers")),
+            &peers,
+            |b, _| b.iter(|| black_box(w.run(BATCH))),
+        );
     }
     g.finish();
 }

@@ -13,7 +13,6 @@
 #[path = "../benches/common/mod.rs"]
 mod common;
 
-
 /// Nanoseconds this thread has run on a CPU, if the kernel reports it.
 fn cpu_ns() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;

@@ -39,9 +39,21 @@ fn steady_state_does_not_allocate() {
         let before = ALLOCS.load(Ordering::Relaxed);
         let split = w.run(200_000);
         let after = ALLOCS.load(Ordering::Relaxed);
-        assert!(split > 150_000, "the workload really bundles and splits ({split})");
-        assert_eq!(after - before, 0, "{peers} peers: {} allocations for 200000 packets", after - before);
+        assert!(
+            split > 150_000,
+            "the workload really bundles and splits ({split})"
+        );
+        assert_eq!(
+            after - before,
+            0,
+            "{peers} peers: {} allocations for 200000 packets",
+            after - before
+        );
         let c = &w.engine.stats().counters;
-        assert!(c.average_aggregation() > 20.0, "bundles of ~23 packets: {}", c.average_aggregation());
+        assert!(
+            c.average_aggregation() > 20.0,
+            "bundles of ~23 packets: {}",
+            c.average_aggregation()
+        );
     }
 }

@@ -18,7 +18,8 @@
 mod engine_common;
 
 use airpack_core::engine::{
-    Classifier, DropReason, Engine, EngineConfig, LinkMode, PeerConfig, Rule, TrafficClass, TransmitKind, Verdict,
+    Classifier, DropReason, Engine, EngineConfig, LinkMode, PeerConfig, Rule, TrafficClass,
+    TransmitKind, Verdict,
 };
 use airpack_core::wire::Encoding;
 use engine_common::*;
@@ -44,7 +45,11 @@ enum Pkt {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Packet { peer: usize, pkt: Pkt, mark: Option<u16> },
+    Packet {
+        peer: usize,
+        pkt: Pkt,
+        mark: Option<u16>,
+    },
     /// Several packets at the same instant, with no poll in between (a burst
     /// read from the TUN before the driver drains).
     Burst(Vec<(usize, Pkt)>),
@@ -70,7 +75,11 @@ struct Case {
 }
 
 fn encoding() -> impl Strategy<Value = Encoding> + Clone {
-    prop_oneof![Just(Encoding::Native), Just(Encoding::Kau), Just(Encoding::Simplemux)]
+    prop_oneof![
+        Just(Encoding::Native),
+        Just(Encoding::Kau),
+        Just(Encoding::Simplemux)
+    ]
 }
 
 fn peer_config() -> impl Strategy<Value = PeerConfig> {
@@ -86,7 +95,17 @@ fn peer_config() -> impl Strategy<Value = PeerConfig> {
         1usize..40,
     )
         .prop_map(
-            |(encoding, accepts_bundles, hold_time, min_size, max_size, max_packets, outer_overhead, qb, qp)| PeerConfig {
+            |(
+                encoding,
+                accepts_bundles,
+                hold_time,
+                min_size,
+                max_size,
+                max_packets,
+                outer_overhead,
+                qb,
+                qp,
+            )| PeerConfig {
                 encoding,
                 accepts_bundles,
                 hold_time,
@@ -125,7 +144,9 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn case(encodings: impl Strategy<Value = Encoding> + Clone + 'static) -> impl Strategy<Value = Case> {
+fn case(
+    encodings: impl Strategy<Value = Encoding> + Clone + 'static,
+) -> impl Strategy<Value = Case> {
     let peers = prop::collection::vec(
         (peer_config(), encodings).prop_map(|(mut c, e)| {
             c.encoding = e;
@@ -142,15 +163,17 @@ fn case(encodings: impl Strategy<Value = Encoding> + Clone + 'static) -> impl St
         peers,
         prop::collection::vec(op(), 1..150),
     )
-        .prop_map(|(link_mode, dynamic_marking, max_peers, bypass_limit, granularity, peers, ops)| Case {
-            link_mode,
-            dynamic_marking,
-            max_peers,
-            bypass_limit,
-            granularity,
-            peers,
-            ops,
-        })
+        .prop_map(
+            |(link_mode, dynamic_marking, max_peers, bypass_limit, granularity, peers, ops)| Case {
+                link_mode,
+                dynamic_marking,
+                max_peers,
+                bypass_limit,
+                granularity,
+                peers,
+                ops,
+            },
+        )
 }
 
 #[derive(Debug)]
@@ -188,7 +211,8 @@ struct Model {
 
 fn front_drops(e: &Engine, p: usize) -> u64 {
     e.peer_stats(peer(p as u32)).map_or(0, |s| {
-        s.counters.dropped[DropReason::QueueBytes.index()] + s.counters.dropped[DropReason::QueuePackets.index()]
+        s.counters.dropped[DropReason::QueueBytes.index()]
+            + s.counters.dropped[DropReason::QueuePackets.index()]
     })
 }
 
@@ -196,9 +220,22 @@ impl Model {
     fn new(case: Case) -> Self {
         let classifier = Classifier {
             rules: vec![
-                Rule { class: TrafficClass::Bundle, protocol: Some(UDP), ports: Some(16384..=32767), ..Rule::default() },
-                Rule { class: TrafficClass::Opportunistic, dst_ports: Some(OPP_PORT..=OPP_PORT), ..Rule::default() },
-                Rule { class: TrafficClass::Bundle, protocol: Some(TCP), ..Rule::default() },
+                Rule {
+                    class: TrafficClass::Bundle,
+                    protocol: Some(UDP),
+                    ports: Some(16384..=32767),
+                    ..Rule::default()
+                },
+                Rule {
+                    class: TrafficClass::Opportunistic,
+                    dst_ports: Some(OPP_PORT..=OPP_PORT),
+                    ..Rule::default()
+                },
+                Rule {
+                    class: TrafficClass::Bundle,
+                    protocol: Some(TCP),
+                    ..Rule::default()
+                },
             ],
             default: TrafficClass::Bypass,
         };
@@ -216,7 +253,10 @@ impl Model {
         let mut max_size = vec![case.peers[0].max_size; PEERS];
         // Configure all but the first peer explicitly (the first is created on demand).
         for p in 1..PEERS {
-            if engine.set_peer(peer(p as u32), case.peers[p].clone()).is_ok() {
+            if engine
+                .set_peer(peer(p as u32), case.peers[p].clone())
+                .is_ok()
+            {
                 exists[p] = true;
                 max_size[p] = case.peers[p].max_size;
             }
@@ -307,14 +347,21 @@ impl Model {
                 self.removed = Some(*p);
                 self.drain();
                 self.removed = None;
-                assert!(self.queues[*p].is_empty(), "a removed peer's packets all leave at once");
+                assert!(
+                    self.queues[*p].is_empty(),
+                    "a removed peer's packets all leave at once"
+                );
                 assert!(self.transmits - before >= n as u64);
                 self.front_drops_seen[*p] = 0; // a new peer under this key starts from zero
             }
             Op::Flush => {
                 self.engine.flush();
                 self.drain();
-                assert_eq!(self.engine.queued(), (0, 0), "flush + drain leaves nothing queued");
+                assert_eq!(
+                    self.engine.queued(),
+                    (0, 0),
+                    "flush + drain leaves nothing queued"
+                );
             }
         }
         self.drain();
@@ -346,7 +393,10 @@ impl Model {
             Verdict::Queued(TrafficClass::Bypass) => self.bypass.push_back(bytes),
             Verdict::Queued(class) => {
                 assert!(!expect_bypass, "{pkt:?} must bypass, got {class:?}");
-                assert!(bytes.len() <= self.max_size[p] / 2, "packets over half the max bypass");
+                assert!(
+                    bytes.len() <= self.max_size[p] / 2,
+                    "packets over half the max bypass"
+                );
                 if matches!(pkt, Pkt::Voice6(_)) {
                     assert!(self.cfg(p).encoding != Encoding::Kau || !self.cfg(p).accepts_bundles);
                 }
@@ -376,7 +426,9 @@ impl Model {
         let d = front_drops(&self.engine, p);
         assert!(d >= self.front_drops_seen[p]);
         for _ in self.front_drops_seen[p]..d {
-            self.queues[p].pop_front().expect("engine dropped a packet the model does not have");
+            self.queues[p]
+                .pop_front()
+                .expect("engine dropped a packet the model does not have");
         }
         self.front_drops_seen[p] = d;
     }
@@ -388,20 +440,33 @@ impl Model {
             assert!(n < 100_000, "poll_transmit does not terminate");
             self.transmits += 1;
             let data = &self.buf[..t.len];
-            let p = (0..PEERS).find(|&p| peer(p as u32) == t.peer).expect("known peer");
+            let p = (0..PEERS)
+                .find(|&p| peer(p as u32) == t.peer)
+                .expect("known peer");
             let inner: Vec<&[u8]> = match t.kind {
                 TransmitKind::Bypass => {
-                    let want = self.bypass.pop_front().expect("bypass packet the model does not have");
+                    let want = self
+                        .bypass
+                        .pop_front()
+                        .expect("bypass packet the model does not have");
                     assert_eq!(data, &want[..], "bypass packets leave unchanged, in order");
                     continue;
                 }
                 TransmitKind::Single => vec![data],
-                TransmitKind::Bundle { .. } if self.removed == Some(p) => panic!("a removed peer's packets leave alone"),
+                TransmitKind::Bundle { .. } if self.removed == Some(p) => {
+                    panic!("a removed peer's packets leave alone")
+                }
                 TransmitKind::Bundle { packets, encoding } => {
                     let cfg = &self.case.peers[p];
-                    assert!(cfg.accepts_bundles, "bundle sent to a peer that does not accept bundles");
+                    assert!(
+                        cfg.accepts_bundles,
+                        "bundle sent to a peer that does not accept bundles"
+                    );
                     assert_eq!(encoding, cfg.encoding);
-                    assert!(packets >= 2, "a bundle of one packet must leave as that packet");
+                    assert!(
+                        packets >= 2,
+                        "a bundle of one packet must leave as that packet"
+                    );
                     assert!(packets as usize <= cfg.max_packets, "max packets exceeded");
                     assert!(
                         t.len + cfg.outer_overhead <= self.max_size[p],
@@ -410,15 +475,24 @@ impl Model {
                         cfg.outer_overhead,
                         self.max_size[p]
                     );
-                    let b = encoding.decode(data).unwrap_or_else(|e| panic!("engine output does not decode: {e}"));
+                    let b = encoding
+                        .decode(data)
+                        .unwrap_or_else(|e| panic!("engine output does not decode: {e}"));
                     assert_eq!(b.len(), packets as usize);
                     b.iter().collect()
                 }
             };
             let mut dscp = 0;
             for pk in inner {
-                let q = self.queues[p].pop_front().expect("packet out that the model has not queued");
-                assert_eq!(pk, &q.bytes[..], "per-peer order and bytes preserved (tag {})", q.tag);
+                let q = self.queues[p]
+                    .pop_front()
+                    .expect("packet out that the model has not queued");
+                assert_eq!(
+                    pk,
+                    &q.bytes[..],
+                    "per-peer order and bytes preserved (tag {})",
+                    q.tag
+                );
                 assert!(
                     self.now <= q.deadline + self.case.granularity,
                     "packet held {} µs, past its deadline by {} > granularity {}",
@@ -431,7 +505,11 @@ impl Model {
             assert_eq!(t.dscp, dscp, "DSCP is the highest inside");
         }
         let after = self.engine.poll_timeout();
-        assert!(after.is_none_or(|t| t > self.now), "after a full drain nothing is due: {after:?} at {}", self.now);
+        assert!(
+            after.map_or(true, |t| t > self.now),
+            "after a full drain nothing is due: {after:?} at {}",
+            self.now
+        );
     }
 
     fn check(&mut self) {
@@ -450,21 +528,37 @@ impl Model {
                 let c = &s.counters;
                 assert_eq!(
                     c.packets_in,
-                    c.aggregated_packets + c.unaggregated_packets + c.bypass_packets + c.dropped_total() + q.len() as u64,
+                    c.aggregated_packets
+                        + c.unaggregated_packets
+                        + c.bypass_packets
+                        + c.dropped_total()
+                        + q.len() as u64,
                     "peer accounting"
                 );
             }
             if !self.link_busy {
-                assert!(!q.iter().any(|x| x.opportunistic), "opportunistic packet held while the link is idle");
+                assert!(
+                    !q.iter().any(|x| x.opportunistic),
+                    "opportunistic packet held while the link is idle"
+                );
                 if self.case.link_mode == LinkMode::HoldWhileBusy {
-                    assert!(q.is_empty(), "hold-while-busy: nothing waits while the link is idle");
+                    assert!(
+                        q.is_empty(),
+                        "hold-while-busy: nothing waits while the link is idle"
+                    );
                 }
             }
             if !self.case.peers[p].accepts_bundles && self.exists[p] {
-                assert!(q.is_empty(), "a peer without bundle support never has packets waiting");
+                assert!(
+                    q.is_empty(),
+                    "a peer without bundle support never has packets waiting"
+                );
             }
         }
-        assert!(self.bypass.is_empty(), "bypass packets never wait after a drain");
+        assert!(
+            self.bypass.is_empty(),
+            "bypass packets never wait after a drain"
+        );
         assert_eq!(self.engine.queued().0, queued);
     }
 
@@ -488,7 +582,11 @@ fn run(case: Case) {
 }
 
 fn config() -> ProptestConfig {
-    ProptestConfig { cases: 256, max_shrink_iters: 2_000, ..ProptestConfig::default() }
+    ProptestConfig {
+        cases: 256,
+        max_shrink_iters: 2_000,
+        ..ProptestConfig::default()
+    }
 }
 
 proptest! {
@@ -545,7 +643,10 @@ fn model_catches_reordering() {
 fn generated_cases_exercise_every_trigger() {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-    let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]));
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]),
+    );
     let strategy = case(encoding());
     let mut total = airpack_core::engine::Counters::default();
     let mut encodings = std::collections::HashSet::new();
@@ -558,7 +659,10 @@ fn generated_cases_exercise_every_trigger() {
         }
         m.finish();
         for p in 0..PEERS {
-            if m.engine.peer_stats(peer(p as u32)).is_some_and(|s| s.counters.bundles > 0) {
+            if m.engine
+                .peer_stats(peer(p as u32))
+                .is_some_and(|s| s.counters.bundles > 0)
+            {
                 encodings.insert(m.case.peers[p].encoding);
             }
         }
@@ -584,10 +688,22 @@ fn generated_cases_exercise_every_trigger() {
         ("size", total.sent_on_size),
         ("idle", total.sent_on_idle),
         ("flush", total.sent_on_flush),
-        ("drop queue bytes", total.dropped[DropReason::QueueBytes.index()]),
-        ("drop queue packets", total.dropped[DropReason::QueuePackets.index()]),
-        ("drop peer table", total.dropped[DropReason::PeerTableFull.index()]),
-        ("drop bypass full", total.dropped[DropReason::BypassQueueFull.index()]),
+        (
+            "drop queue bytes",
+            total.dropped[DropReason::QueueBytes.index()],
+        ),
+        (
+            "drop queue packets",
+            total.dropped[DropReason::QueuePackets.index()],
+        ),
+        (
+            "drop peer table",
+            total.dropped[DropReason::PeerTableFull.index()],
+        ),
+        (
+            "drop bypass full",
+            total.dropped[DropReason::BypassQueueFull.index()],
+        ),
     ] {
         assert!(v > 0, "no case exercised {name}");
     }

@@ -5,8 +5,8 @@
 mod engine_common;
 
 use airpack_core::engine::{
-    Classifier, DropReason, Engine, EngineConfig, LinkMode, PeerConfig, Reason, Rule, TrafficClass, Transmit,
-    TransmitKind, Verdict,
+    Classifier, DropReason, Engine, EngineConfig, LinkMode, PeerConfig, Reason, Rule, TrafficClass,
+    Transmit, TransmitKind, Verdict,
 };
 use airpack_core::wire::{DecodeError, Encoding};
 use engine_common::*;
@@ -16,9 +16,22 @@ const OPP_PORT: u16 = 7000;
 fn classifier() -> Classifier {
     Classifier {
         rules: vec![
-            Rule { class: TrafficClass::Bundle, protocol: Some(UDP), ports: Some(16384..=32767), ..Rule::default() },
-            Rule { class: TrafficClass::Opportunistic, dst_ports: Some(OPP_PORT..=OPP_PORT), ..Rule::default() },
-            Rule { class: TrafficClass::Bundle, protocol: Some(TCP), ..Rule::default() },
+            Rule {
+                class: TrafficClass::Bundle,
+                protocol: Some(UDP),
+                ports: Some(16384..=32767),
+                ..Rule::default()
+            },
+            Rule {
+                class: TrafficClass::Opportunistic,
+                dst_ports: Some(OPP_PORT..=OPP_PORT),
+                ..Rule::default()
+            },
+            Rule {
+                class: TrafficClass::Bundle,
+                protocol: Some(TCP),
+                ..Rule::default()
+            },
         ],
         default: TrafficClass::Bypass,
     }
@@ -26,7 +39,10 @@ fn classifier() -> Classifier {
 
 /// Native encoding, 20 bytes outer overhead; hold 5 ms; min 1400; max 1500.
 fn config() -> EngineConfig {
-    EngineConfig { classifier: classifier(), ..EngineConfig::default() }
+    EngineConfig {
+        classifier: classifier(),
+        ..EngineConfig::default()
+    }
 }
 
 fn opp4(total: usize, tag: u32) -> Vec<u8> {
@@ -67,15 +83,28 @@ fn hold_time_trigger_measured_from_oldest_packet() {
     let p = peer(1);
     let pkts: Vec<_> = (0..3).map(|i| udp4(60, 0, i)).collect();
     for (i, pk) in pkts.iter().enumerate() {
-        assert_eq!(e.handle_packet(1_000 * i as u64, p, pk, 0), Verdict::Queued(TrafficClass::Bundle));
+        assert_eq!(
+            e.handle_packet(1_000 * i as u64, p, pk, 0),
+            Verdict::Queued(TrafficClass::Bundle)
+        );
     }
-    assert_eq!(e.poll_timeout(), Some(5_000), "deadline = oldest arrival + hold time");
+    assert_eq!(
+        e.poll_timeout(),
+        Some(5_000),
+        "deadline = oldest arrival + hold time"
+    );
     assert!(drain(&mut e, 4_999).is_empty());
     e.handle_timeout(5_000);
     let out = drain(&mut e, 5_000);
     assert_eq!(out.len(), 1);
     let (t, bytes) = &out[0];
-    assert_eq!(t.kind, TransmitKind::Bundle { packets: 3, encoding: Encoding::Native });
+    assert_eq!(
+        t.kind,
+        TransmitKind::Bundle {
+            packets: 3,
+            encoding: Encoding::Native
+        }
+    );
     assert_eq!(t.reason, Reason::Timeout);
     assert_eq!(t.peer, p);
     assert_eq!(inner(t, bytes), pkts);
@@ -105,7 +134,13 @@ fn min_size_trigger_sends_as_soon_as_reached() {
     e.handle_packet(20, p, &udp4(60, 0, 2), 0);
     let out = drain(&mut e, 20);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].0.kind, TransmitKind::Bundle { packets: 3, encoding: Encoding::Native });
+    assert_eq!(
+        out[0].0.kind,
+        TransmitKind::Bundle {
+            packets: 3,
+            encoding: Encoding::Native
+        }
+    );
     assert_eq!(out[0].0.reason, Reason::Size);
     assert_eq!(out[0].0.len + 20, native60(3));
     assert_eq!(e.stats().counters.sent_on_size, 1);
@@ -129,7 +164,13 @@ fn max_size_is_never_exceeded_and_triggers_release() {
     // (the 4th packet filled the bundle exactly: released by size at once)
     let out = drain(&mut e, 1);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].0.kind, TransmitKind::Bundle { packets: 4, encoding: Encoding::Native });
+    assert_eq!(
+        out[0].0.kind,
+        TransmitKind::Bundle {
+            packets: 4,
+            encoding: Encoding::Native
+        }
+    );
     assert_eq!(out[0].0.reason, Reason::Size);
     assert_eq!(out[0].0.len + 20, native60(4));
     // Over the maximum with the queue not yet polled: one full bundle, the rest stays.
@@ -138,7 +179,13 @@ fn max_size_is_never_exceeded_and_triggers_release() {
     }
     let out = drain(&mut e, 2);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].0.kind, TransmitKind::Bundle { packets: 4, encoding: Encoding::Native });
+    assert_eq!(
+        out[0].0.kind,
+        TransmitKind::Bundle {
+            packets: 4,
+            encoding: Encoding::Native
+        }
+    );
     assert!(out[0].0.len + 20 <= native60(4));
     // The last one waits for its own hold time and leaves alone, unchanged.
     assert_eq!(e.queued(), (1, 60));
@@ -160,7 +207,13 @@ fn max_packets_trigger() {
     let out = drain(&mut e, 0);
     assert_eq!(out.len(), 2, "two full bundles of 3; the 7th waits");
     for (t, _) in &out {
-        assert_eq!(t.kind, TransmitKind::Bundle { packets: 3, encoding: Encoding::Native });
+        assert_eq!(
+            t.kind,
+            TransmitKind::Bundle {
+                packets: 3,
+                encoding: Encoding::Native
+            }
+        );
         assert_eq!(t.reason, Reason::Size);
     }
     assert_eq!(e.queued().0, 1);
@@ -179,7 +232,10 @@ fn single_packet_leaves_alone_unchanged() {
     assert_eq!(out[0].0.dscp, 46);
     assert_eq!(out[0].1, pk, "no outer header, bytes unchanged");
     let c = &e.stats().counters;
-    assert_eq!((c.unaggregated_packets, c.unaggregated_bytes, c.bundles), (1, 100, 0));
+    assert_eq!(
+        (c.unaggregated_packets, c.unaggregated_bytes, c.bundles),
+        (1, 100, 0)
+    );
     assert_eq!(c.aggregation_ratio(), 1.0);
 }
 
@@ -188,10 +244,16 @@ fn opportunistic_leaves_at_once_when_idle_and_joins_when_busy() {
     let mut e = Engine::new(config()); // Fixed mode: link state only matters for opportunistic
     let p = peer(1);
     // idle link: leaves at once, alone
-    assert_eq!(e.handle_packet(0, p, &opp4(60, 1), 0), Verdict::Queued(TrafficClass::Opportunistic));
+    assert_eq!(
+        e.handle_packet(0, p, &opp4(60, 1), 0),
+        Verdict::Queued(TrafficClass::Opportunistic)
+    );
     let out = drain(&mut e, 0);
     assert_eq!(out.len(), 1);
-    assert_eq!((out[0].0.kind, out[0].0.reason), (TransmitKind::Single, Reason::Idle));
+    assert_eq!(
+        (out[0].0.kind, out[0].0.reason),
+        (TransmitKind::Single, Reason::Idle)
+    );
     // bundle class waits in Fixed mode even with an idle link
     e.handle_packet(10, p, &udp4(60, 0, 2), 0);
     assert!(drain(&mut e, 10).is_empty());
@@ -204,9 +266,18 @@ fn opportunistic_leaves_at_once_when_idle_and_joins_when_busy() {
     e.set_link_busy(30, false);
     let out = drain(&mut e, 30);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].0.kind, TransmitKind::Bundle { packets: 2, encoding: Encoding::Native });
+    assert_eq!(
+        out[0].0.kind,
+        TransmitKind::Bundle {
+            packets: 2,
+            encoding: Encoding::Native
+        }
+    );
     assert_eq!(out[0].0.reason, Reason::Idle);
-    assert_eq!(inner(&out[0].0, &out[0].1), vec![udp4(60, 0, 2), opp4(60, 3)]);
+    assert_eq!(
+        inner(&out[0].0, &out[0].1),
+        vec![udp4(60, 0, 2), opp4(60, 3)]
+    );
     assert_eq!(e.stats().counters.sent_on_idle, 2);
 }
 
@@ -223,16 +294,26 @@ fn bypass_class_is_untouched_and_immediate() {
         ("over half max", udp4(751, 0, 6)),
     ];
     for (name, pk) in &cases {
-        assert_eq!(e.handle_packet(0, p, pk, 0), Verdict::Queued(TrafficClass::Bypass), "{name}");
+        assert_eq!(
+            e.handle_packet(0, p, pk, 0),
+            Verdict::Queued(TrafficClass::Bypass),
+            "{name}"
+        );
         let out = drain(&mut e, 0);
         assert_eq!(out.len(), 1, "{name}");
         assert_eq!(out[0].0.kind, TransmitKind::Bypass, "{name}");
         assert_eq!(&out[0].1, pk, "{name}");
     }
     // a TCP ACK is classified by the rules (bundle here)
-    assert_eq!(e.handle_packet(0, p, &ipv4(TCP, 1000, 80, 0, 60, 7, 0x10), 0), Verdict::Queued(TrafficClass::Bundle));
+    assert_eq!(
+        e.handle_packet(0, p, &ipv4(TCP, 1000, 80, 0, 60, 7, 0x10), 0),
+        Verdict::Queued(TrafficClass::Bundle)
+    );
     // exactly half the maximum may still be bundled
-    assert_eq!(e.handle_packet(0, p, &udp4(750, 0, 8), 0), Verdict::Queued(TrafficClass::Bundle));
+    assert_eq!(
+        e.handle_packet(0, p, &udp4(750, 0, 8), 0),
+        Verdict::Queued(TrafficClass::Bundle)
+    );
     assert_eq!(e.stats().counters.bypass_packets, cases.len() as u64);
 }
 
@@ -240,11 +321,27 @@ fn bypass_class_is_untouched_and_immediate() {
 fn packets_the_encoding_cannot_carry_bypass() {
     let mut e = Engine::new(config());
     let p = peer(1);
-    e.set_peer(p, PeerConfig { encoding: Encoding::Kau, ..PeerConfig::default() }).unwrap();
-    assert_eq!(e.handle_packet(0, p, &udp6(80, 0, 1), 0), Verdict::Queued(TrafficClass::Bypass));
-    assert_eq!(e.handle_packet(0, p, &udp4(80, 0, 2), 0), Verdict::Queued(TrafficClass::Bundle));
+    e.set_peer(
+        p,
+        PeerConfig {
+            encoding: Encoding::Kau,
+            ..PeerConfig::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        e.handle_packet(0, p, &udp6(80, 0, 1), 0),
+        Verdict::Queued(TrafficClass::Bypass)
+    );
+    assert_eq!(
+        e.handle_packet(0, p, &udp4(80, 0, 2), 0),
+        Verdict::Queued(TrafficClass::Bundle)
+    );
     // a packet carrying a bundle protocol is never nested into a bundle
-    assert_eq!(e.handle_packet(0, p, &ipv4(253, 0, 0, 0, 80, 3, 0), 0), Verdict::Queued(TrafficClass::Bypass));
+    assert_eq!(
+        e.handle_packet(0, p, &ipv4(253, 0, 0, 0, 80, 3, 0), 0),
+        Verdict::Queued(TrafficClass::Bypass)
+    );
 }
 
 #[test]
@@ -257,7 +354,10 @@ fn hold_while_busy_releases_on_idle_max_or_timeout() {
     // idle: nothing waits
     e.handle_packet(0, p, &udp4(60, 0, 0), 0);
     let out = drain(&mut e, 0);
-    assert_eq!((out.len(), out[0].0.kind, out[0].0.reason), (1, TransmitKind::Single, Reason::Idle));
+    assert_eq!(
+        (out.len(), out[0].0.kind, out[0].0.reason),
+        (1, TransmitKind::Single, Reason::Idle)
+    );
     // busy: packets wait ...
     e.set_link_busy(100, true);
     for i in 1..4 {
@@ -268,7 +368,13 @@ fn hold_while_busy_releases_on_idle_max_or_timeout() {
     e.set_link_busy(200, false);
     let out = drain(&mut e, 200);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].0.kind, TransmitKind::Bundle { packets: 3, encoding: Encoding::Native });
+    assert_eq!(
+        out[0].0.kind,
+        TransmitKind::Bundle {
+            packets: 3,
+            encoding: Encoding::Native
+        }
+    );
     assert_eq!(out[0].0.reason, Reason::Idle);
     // ... or the maximum is reached
     e.set_link_busy(300, true);
@@ -285,7 +391,10 @@ fn hold_while_busy_releases_on_idle_max_or_timeout() {
     let out = drain(&mut e, 5_400);
     assert_eq!((out.len(), out[0].0.reason), (1, Reason::Timeout));
     let c = &e.stats().counters;
-    assert_eq!((c.sent_on_idle, c.sent_on_size, c.sent_on_timeout), (2, 1, 1));
+    assert_eq!(
+        (c.sent_on_idle, c.sent_on_size, c.sent_on_timeout),
+        (2, 1, 1)
+    );
 }
 
 #[test]
@@ -298,7 +407,10 @@ fn link_busy_again_before_poll_keeps_packets_waiting() {
     e.handle_packet(0, p, &udp4(60, 0, 0), 0);
     e.set_link_busy(10, false);
     e.set_link_busy(11, true);
-    assert!(drain(&mut e, 12).is_empty(), "busy again before the driver polled: still held");
+    assert!(
+        drain(&mut e, 12).is_empty(),
+        "busy again before the driver polled: still held"
+    );
     assert_eq!(e.poll_timeout(), Some(5_000));
     e.set_link_busy(20, false);
     assert_eq!(drain(&mut e, 20).len(), 1);
@@ -325,14 +437,26 @@ fn dynamic_marking_sets_peer_max_size() {
     e.handle_packet(0, p, &udp4(60, 0, 0), mark);
     assert_eq!(e.peer(p).unwrap().max_size, native60(3));
     // Packets over half the new maximum bypass.
-    assert_eq!(e.handle_packet(0, p, &udp4(200, 0, 1), mark), Verdict::Queued(TrafficClass::Bypass));
+    assert_eq!(
+        e.handle_packet(0, p, &udp4(200, 0, 1), mark),
+        Verdict::Queued(TrafficClass::Bypass)
+    );
     for i in 2..5 {
         e.handle_packet(0, p, &udp4(60, 0, i), mark);
     }
     let out = drain(&mut e, 0);
-    let bundles: Vec<_> = out.iter().filter(|(t, _)| matches!(t.kind, TransmitKind::Bundle { .. })).collect();
+    let bundles: Vec<_> = out
+        .iter()
+        .filter(|(t, _)| matches!(t.kind, TransmitKind::Bundle { .. }))
+        .collect();
     assert_eq!(bundles.len(), 1);
-    assert_eq!(bundles[0].0.kind, TransmitKind::Bundle { packets: 3, encoding: Encoding::Native });
+    assert_eq!(
+        bundles[0].0.kind,
+        TransmitKind::Bundle {
+            packets: 3,
+            encoding: Encoding::Native
+        }
+    );
     assert!(bundles[0].0.len + 20 <= native60(3));
     // A mark without the aggregation bits changes nothing.
     e.handle_packet(0, p, &udp4(60, 0, 9), 1500 << 2 | 1);
@@ -350,13 +474,26 @@ fn queue_limits_drop_the_oldest() {
     let mut e = Engine::new(cfg);
     let p = peer(1);
     for i in 0..5 {
-        assert_eq!(e.handle_packet(i, p, &udp4(60, 0, i as u32), 0), Verdict::Queued(TrafficClass::Bundle));
+        assert_eq!(
+            e.handle_packet(i, p, &udp4(60, 0, i as u32), 0),
+            Verdict::Queued(TrafficClass::Bundle)
+        );
     }
     assert_eq!(e.queued(), (3, 180));
-    assert_eq!(e.stats().counters.dropped[DropReason::QueuePackets.index()], 2);
-    assert_eq!(e.poll_timeout(), Some(5_002), "deadline follows the new oldest packet");
+    assert_eq!(
+        e.stats().counters.dropped[DropReason::QueuePackets.index()],
+        2
+    );
+    assert_eq!(
+        e.poll_timeout(),
+        Some(5_002),
+        "deadline follows the new oldest packet"
+    );
     let out = drain(&mut e, 10_000);
-    assert_eq!(inner(&out[0].0, &out[0].1), (2..5).map(|i| udp4(60, 0, i)).collect::<Vec<_>>());
+    assert_eq!(
+        inner(&out[0].0, &out[0].1),
+        (2..5).map(|i| udp4(60, 0, i)).collect::<Vec<_>>()
+    );
 
     let mut cfg = config();
     cfg.peer_defaults.queue_limit_bytes = 250;
@@ -365,9 +502,15 @@ fn queue_limits_drop_the_oldest() {
         e.handle_packet(0, p, &udp4(100, 0, i), 0);
     }
     assert_eq!(e.queued(), (2, 200));
-    assert_eq!(e.stats().counters.dropped[DropReason::QueueBytes.index()], 2);
+    assert_eq!(
+        e.stats().counters.dropped[DropReason::QueueBytes.index()],
+        2
+    );
     // a packet larger than the whole limit is dropped itself, keeping the queue
-    assert_eq!(e.handle_packet(0, p, &udp4(300, 0, 9), 0), Verdict::Dropped(DropReason::QueueBytes));
+    assert_eq!(
+        e.handle_packet(0, p, &udp4(300, 0, 9), 0),
+        Verdict::Dropped(DropReason::QueueBytes)
+    );
     assert_eq!(e.queued(), (2, 200));
     check_accounting(&e);
     check_peer_accounting(e.peer_stats(p).unwrap(), 2);
@@ -380,16 +523,28 @@ fn peer_table_is_bounded() {
     let mut e = Engine::new(cfg);
     e.handle_packet(0, peer(1), &udp4(60, 0, 0), 0);
     e.handle_packet(0, peer(2), &udp4(60, 0, 0), 0);
-    assert_eq!(e.handle_packet(0, peer(3), &udp4(60, 0, 0), 0), Verdict::Dropped(DropReason::PeerTableFull));
-    assert_eq!(e.set_peer(peer(3), PeerConfig::default()), Err(DropReason::PeerTableFull));
+    assert_eq!(
+        e.handle_packet(0, peer(3), &udp4(60, 0, 0), 0),
+        Verdict::Dropped(DropReason::PeerTableFull)
+    );
+    assert_eq!(
+        e.set_peer(peer(3), PeerConfig::default()),
+        Err(DropReason::PeerTableFull)
+    );
     assert_eq!(e.peers().count(), 2);
-    assert_eq!(e.stats().counters.dropped[DropReason::PeerTableFull.index()], 2 - 1);
+    assert_eq!(
+        e.stats().counters.dropped[DropReason::PeerTableFull.index()],
+        2 - 1
+    );
     // a removed peer's slot is reusable once its queue has drained
     e.remove_peer(peer(1));
     assert!(e.peer(peer(1)).is_none());
     let out = drain(&mut e, 0);
     assert_eq!(out.len(), 1);
-    assert_eq!((out[0].0.kind, out[0].0.reason, out[0].0.peer), (TransmitKind::Single, Reason::Flush, peer(1)));
+    assert_eq!(
+        (out[0].0.kind, out[0].0.reason, out[0].0.peer),
+        (TransmitKind::Single, Reason::Flush, peer(1))
+    );
     assert!(e.set_peer(peer(3), PeerConfig::default()).is_ok());
     assert_eq!(e.peers().count(), 2);
     check_accounting(&e);
@@ -421,7 +576,14 @@ fn due_peer_first_then_fullest() {
     cfg.peer_defaults.min_size = native60(2);
     let mut e = Engine::new(cfg);
     let (a, b, c) = (peer(1), peer(2), peer(3));
-    e.set_peer(c, PeerConfig { min_size: 10_000, ..PeerConfig::default() }).unwrap();
+    e.set_peer(
+        c,
+        PeerConfig {
+            min_size: 10_000,
+            ..PeerConfig::default()
+        },
+    )
+    .unwrap();
     e.handle_packet(0, c, &udp4(60, 0, 0), 0); // due at 5000
     for i in 0..2 {
         e.handle_packet(4_000, a, &udp4(60, 0, i), 0); // ready by size, 2 packets
@@ -430,8 +592,13 @@ fn due_peer_first_then_fullest() {
         e.handle_packet(4_000, b, &udp4(60, 0, i), 0); // ready by size, 3 packets (fuller)
     }
     let mut buf = vec![0u8; 2048];
-    let order: Vec<_> = std::iter::from_fn(|| e.poll_transmit(5_000, &mut buf)).map(|t| (t.peer, t.reason)).collect();
-    assert_eq!(order, vec![(c, Reason::Timeout), (b, Reason::Size), (a, Reason::Size)]);
+    let order: Vec<_> = std::iter::from_fn(|| e.poll_transmit(5_000, &mut buf))
+        .map(|t| (t.peer, t.reason))
+        .collect();
+    assert_eq!(
+        order,
+        vec![(c, Reason::Timeout), (b, Reason::Size), (a, Reason::Size)]
+    );
 }
 
 #[test]
@@ -447,10 +614,16 @@ fn bypass_and_bundles_alternate() {
     for i in 0..4 {
         e.handle_packet(0, peer(9), &ipv4(UDP, 53, 53, 0, 60, i, 0), 0);
     }
-    let kinds: Vec<bool> = drain(&mut e, 0).iter().map(|(t, _)| t.kind == TransmitKind::Bypass).collect();
+    let kinds: Vec<bool> = drain(&mut e, 0)
+        .iter()
+        .map(|(t, _)| t.kind == TransmitKind::Bypass)
+        .collect();
     assert_eq!(kinds.len(), 8);
     for w in kinds.windows(2) {
-        assert_ne!(w[0], w[1], "neither side gets two turns in a row while both have traffic: {kinds:?}");
+        assert_ne!(
+            w[0], w[1],
+            "neither side gets two turns in a row while both have traffic: {kinds:?}"
+        );
     }
     // when one side is empty the other is served back to back
     for i in 0..3 {
@@ -466,11 +639,23 @@ fn bypass_fifo_is_bounded() {
     let mut e = Engine::new(cfg);
     let p = peer(1);
     let dns = |i| ipv4(UDP, 53, 53, 0, 60, i, 0);
-    assert_eq!(e.handle_packet(0, p, &dns(0), 0), Verdict::Queued(TrafficClass::Bypass));
-    assert_eq!(e.handle_packet(0, p, &dns(1), 0), Verdict::Queued(TrafficClass::Bypass));
-    assert_eq!(e.handle_packet(0, p, &dns(2), 0), Verdict::Dropped(DropReason::BypassQueueFull));
+    assert_eq!(
+        e.handle_packet(0, p, &dns(0), 0),
+        Verdict::Queued(TrafficClass::Bypass)
+    );
+    assert_eq!(
+        e.handle_packet(0, p, &dns(1), 0),
+        Verdict::Queued(TrafficClass::Bypass)
+    );
+    assert_eq!(
+        e.handle_packet(0, p, &dns(2), 0),
+        Verdict::Dropped(DropReason::BypassQueueFull)
+    );
     let out = drain(&mut e, 0);
-    assert_eq!(out.iter().map(|x| x.1.clone()).collect::<Vec<_>>(), vec![dns(0), dns(1)]);
+    assert_eq!(
+        out.iter().map(|x| x.1.clone()).collect::<Vec<_>>(),
+        vec![dns(0), dns(1)]
+    );
 }
 
 #[test]
@@ -482,7 +667,10 @@ fn flush_drains_everything() {
         }
         e.handle_packet(0, peer(n), &ipv4(UDP, 53, 53, 0, 60, n, 0), 0);
     }
-    assert!(drain(&mut e, 1).len() == 10, "only bypass leaves before flush");
+    assert!(
+        drain(&mut e, 1).len() == 10,
+        "only bypass leaves before flush"
+    );
     e.flush();
     let out = drain(&mut e, 2);
     assert_eq!(out.len(), 10);
@@ -503,14 +691,27 @@ fn bundle_dscp_is_the_highest_inside() {
     e.handle_packet(0, p, &udp4(60, 10, 2), 0);
     let out = drain(&mut e, 5_000);
     assert_eq!(out[0].0.dscp, 46);
-    assert_eq!(out[0].0.kind, TransmitKind::Bundle { packets: 3, encoding: Encoding::Native });
+    assert_eq!(
+        out[0].0.kind,
+        TransmitKind::Bundle {
+            packets: 3,
+            encoding: Encoding::Native
+        }
+    );
 }
 
 #[test]
 fn peer_without_bundle_support_gets_every_packet_unchanged_at_once() {
     let mut e = Engine::new(config());
     let p = peer(1);
-    e.set_peer(p, PeerConfig { accepts_bundles: false, ..PeerConfig::default() }).unwrap();
+    e.set_peer(
+        p,
+        PeerConfig {
+            accepts_bundles: false,
+            ..PeerConfig::default()
+        },
+    )
+    .unwrap();
     let pkts: Vec<_> = (0..5).map(|i| udp4(60, 0, i)).collect();
     for pk in &pkts {
         e.handle_packet(0, p, pk, 0);
@@ -518,12 +719,26 @@ fn peer_without_bundle_support_gets_every_packet_unchanged_at_once() {
     let out = drain(&mut e, 0);
     assert_eq!(out.len(), 5);
     for ((t, b), pk) in out.iter().zip(&pkts) {
-        assert_eq!((t.kind, t.reason), (TransmitKind::Single, Reason::NotAccepted));
+        assert_eq!(
+            (t.kind, t.reason),
+            (TransmitKind::Single, Reason::NotAccepted)
+        );
         assert_eq!(b, pk);
     }
     // Even packets that kau could not carry are simply sent.
-    e.set_peer(p, PeerConfig { accepts_bundles: false, encoding: Encoding::Kau, ..PeerConfig::default() }).unwrap();
-    assert_eq!(e.handle_packet(0, p, &udp6(80, 0, 1), 0), Verdict::Queued(TrafficClass::Bundle));
+    e.set_peer(
+        p,
+        PeerConfig {
+            accepts_bundles: false,
+            encoding: Encoding::Kau,
+            ..PeerConfig::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        e.handle_packet(0, p, &udp6(80, 0, 1), 0),
+        Verdict::Queued(TrafficClass::Bundle)
+    );
     assert_eq!(drain(&mut e, 0).len(), 1);
 }
 
@@ -534,7 +749,14 @@ fn becoming_a_bundle_peer_or_not_takes_effect_on_the_queue() {
     for i in 0..3 {
         e.handle_packet(0, p, &udp4(60, 0, i), 0);
     }
-    e.set_peer(p, PeerConfig { accepts_bundles: false, ..PeerConfig::default() }).unwrap();
+    e.set_peer(
+        p,
+        PeerConfig {
+            accepts_bundles: false,
+            ..PeerConfig::default()
+        },
+    )
+    .unwrap();
     assert_eq!(drain(&mut e, 0).len(), 3);
 }
 
@@ -547,10 +769,18 @@ fn receive_counts_bundles_and_errors() {
     let out = drain(&mut e, 5_000);
     let bundle = out[0].1.clone();
     let b = e.receive(p, Encoding::Native, &bundle).unwrap();
-    assert_eq!(b.iter().collect::<Vec<_>>(), vec![&udp4(60, 0, 0)[..], &udp4(60, 0, 1)[..]]);
-    assert_eq!(e.receive(p, Encoding::Native, &[]).unwrap_err(), DecodeError::Empty);
+    assert_eq!(
+        b.iter().collect::<Vec<_>>(),
+        vec![&udp4(60, 0, 0)[..], &udp4(60, 0, 1)[..]]
+    );
+    assert_eq!(
+        e.receive(p, Encoding::Native, &[]).unwrap_err(),
+        DecodeError::Empty
+    );
     let unknown = peer(77);
-    assert!(e.receive(unknown, Encoding::Native, &bundle[..bundle.len() - 1]).is_err());
+    assert!(e
+        .receive(unknown, Encoding::Native, &bundle[..bundle.len() - 1])
+        .is_err());
     assert!(e.peer(unknown).is_none(), "receive does not create peers");
     let t = &e.stats().counters;
     assert_eq!((t.bundles_received, t.packets_received), (1, 2));
@@ -567,9 +797,18 @@ fn malformed_and_oversized_packets_are_dropped_and_counted() {
     let p = peer(1);
     let mut bad = udp4(60, 0, 0);
     bad[10] ^= 0xff; // checksum
-    assert_eq!(e.handle_packet(0, p, &bad, 0), Verdict::Dropped(DropReason::Malformed));
-    assert_eq!(e.handle_packet(0, p, &[], 0), Verdict::Dropped(DropReason::Malformed));
-    assert_eq!(e.handle_packet(0, p, &vec![0x45; 70_000], 0), Verdict::Dropped(DropReason::TooLarge));
+    assert_eq!(
+        e.handle_packet(0, p, &bad, 0),
+        Verdict::Dropped(DropReason::Malformed)
+    );
+    assert_eq!(
+        e.handle_packet(0, p, &[], 0),
+        Verdict::Dropped(DropReason::Malformed)
+    );
+    assert_eq!(
+        e.handle_packet(0, p, &vec![0x45; 70_000], 0),
+        Verdict::Dropped(DropReason::TooLarge)
+    );
     assert!(e.peer(p).is_none(), "rejected packets do not create peers");
     let c = &e.stats().counters;
     assert_eq!(c.dropped[DropReason::Malformed.index()], 2);
@@ -595,7 +834,11 @@ fn max_size_change_applies_to_queued_packets() {
     assert!(drain(&mut e, 0).is_empty());
     e.set_peer_max_size(p, native60(2));
     let out = drain(&mut e, 0);
-    assert_eq!(out.len(), 3, "queue now over the maximum: released in full bundles of 2");
+    assert_eq!(
+        out.len(),
+        3,
+        "queue now over the maximum: released in full bundles of 2"
+    );
     for (t, _) in &out {
         assert!(t.len + 20 <= native60(2));
     }
@@ -611,7 +854,11 @@ fn reconfigure_keeps_queued_packets() {
     cfg.peer_defaults.hold_time = 1_000;
     e.reconfigure(cfg);
     assert_eq!(e.queued(), (2, 120));
-    assert_eq!(e.poll_timeout(), Some(1_000), "new hold time applies to queued packets");
+    assert_eq!(
+        e.poll_timeout(),
+        Some(1_000),
+        "new hold time applies to queued packets"
+    );
     let out = drain(&mut e, 1_000);
     assert_eq!(out.len(), 1);
     // switching to hold-while-busy with an idle link releases at once
@@ -652,17 +899,34 @@ fn ipv6_and_every_encoding_round_trip() {
     for enc in Encoding::ALL {
         let mut e = Engine::new(config());
         let p = peer(1);
-        e.set_peer(p, PeerConfig { encoding: enc, ..PeerConfig::default() }).unwrap();
+        e.set_peer(
+            p,
+            PeerConfig {
+                encoding: enc,
+                ..PeerConfig::default()
+            },
+        )
+        .unwrap();
         let mut pkts = vec![udp4(60, 0, 0), udp4(200, 0, 1), udp4(130, 0, 2)];
         if enc != Encoding::Kau {
             pkts.push(udp6(90, 0, 3));
         }
         for pk in &pkts {
-            assert_eq!(e.handle_packet(0, p, pk, 0), Verdict::Queued(TrafficClass::Bundle), "{enc}");
+            assert_eq!(
+                e.handle_packet(0, p, pk, 0),
+                Verdict::Queued(TrafficClass::Bundle),
+                "{enc}"
+            );
         }
         let out = drain(&mut e, 5_000);
         assert_eq!(out.len(), 1, "{enc}");
-        assert_eq!(out[0].0.kind, TransmitKind::Bundle { packets: pkts.len() as u16, encoding: enc });
+        assert_eq!(
+            out[0].0.kind,
+            TransmitKind::Bundle {
+                packets: pkts.len() as u16,
+                encoding: enc
+            }
+        );
         assert_eq!(inner(&out[0].0, &out[0].1), pkts, "{enc}");
         assert_eq!(e.receive(p, enc, &out[0].1).unwrap().len(), pkts.len());
     }
@@ -676,11 +940,25 @@ fn hold_time_histogram_buckets_each_packet() {
         e.handle_packet(t, p, &udp4(60, 0, t as u32), 0);
     }
     let out = drain(&mut e, 5_000);
-    assert_eq!(out[0].0.kind, TransmitKind::Bundle { packets: 4, encoding: Encoding::Native });
+    assert_eq!(
+        out[0].0.kind,
+        TransmitKind::Bundle {
+            packets: 4,
+            encoding: Encoding::Native
+        }
+    );
     // holds 5000, 1000, 10, 0 -> buckets <=5000, <=1000, <=10, <=0
-    for h in [&e.stats().hold_time_us, &e.peer_stats(p).unwrap().hold_time_us] {
-        let nonzero: Vec<(u64, u64)> =
-            h.counts.iter().enumerate().filter(|(_, &c)| c > 0).map(|(i, &c)| (h.bounds[i], c)).collect();
+    for h in [
+        &e.stats().hold_time_us,
+        &e.peer_stats(p).unwrap().hold_time_us,
+    ] {
+        let nonzero: Vec<(u64, u64)> = h
+            .counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(i, &c)| (h.bounds[i], c))
+            .collect();
         assert_eq!(nonzero, vec![(0, 1), (10, 1), (1_000, 1), (5_000, 1)]);
         assert_eq!((h.total, h.sum), (4, 6_010));
     }

@@ -57,7 +57,9 @@ impl Workload {
         let mut w = Workload {
             engine: Engine::new(config),
             packets: (0..16).map(packet).collect(),
-            peers: (0..peers as u32).map(|i| IpAddr::V4(Ipv4Addr::from(0x0a01_0000 + i))).collect(),
+            peers: (0..peers as u32)
+                .map(|i| IpAddr::V4(Ipv4Addr::from(0x0a01_0000 + i)))
+                .collect(),
             buf: vec![0u8; 65_535],
             next: 0,
         };
@@ -79,7 +81,9 @@ impl Workload {
             while let Some(t) = self.engine.poll_transmit(0, &mut self.buf) {
                 match t.kind {
                     TransmitKind::Bundle { encoding, .. } => {
-                        let b = encoding.decode(&self.buf[..t.len]).expect("own bundles decode");
+                        let b = encoding
+                            .decode(&self.buf[..t.len])
+                            .expect("own bundles decode");
                         for inner in b.iter() {
                             received += inner.len() as u64 / 60;
                         }

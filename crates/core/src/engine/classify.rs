@@ -42,7 +42,9 @@ impl core::str::FromStr for TrafficClass {
             "bundle" => Ok(TrafficClass::Bundle),
             "opportunistic" => Ok(TrafficClass::Opportunistic),
             "bypass" => Ok(TrafficClass::Bypass),
-            _ => Err(format!("unknown class {s:?} (expected bundle, opportunistic or bypass)")),
+            _ => Err(format!(
+                "unknown class {s:?} (expected bundle, opportunistic or bypass)"
+            )),
         }
     }
 }
@@ -172,9 +174,22 @@ mod tests {
     fn voice_rules() -> Classifier {
         Classifier {
             rules: vec![
-                Rule { class: TrafficClass::Bundle, protocol: Some(17), ports: Some(16384..=32767), ..Rule::default() },
-                Rule { class: TrafficClass::Opportunistic, dscp: Some(46..=46), ..Rule::default() },
-                Rule { class: TrafficClass::Bundle, mark: Some((3, 3)), ..Rule::default() },
+                Rule {
+                    class: TrafficClass::Bundle,
+                    protocol: Some(17),
+                    ports: Some(16384..=32767),
+                    ..Rule::default()
+                },
+                Rule {
+                    class: TrafficClass::Opportunistic,
+                    dscp: Some(46..=46),
+                    ..Rule::default()
+                },
+                Rule {
+                    class: TrafficClass::Bundle,
+                    mark: Some((3, 3)),
+                    ..Rule::default()
+                },
             ],
             default: TrafficClass::Bypass,
         }
@@ -183,22 +198,55 @@ mod tests {
     #[test]
     fn first_matching_rule_wins_and_default_applies() {
         let c = voice_rules();
-        assert_eq!(c.classify(&udp(60, 16384, 5000, 46), 0, 1500), TrafficClass::Bundle);
-        assert_eq!(c.classify(&udp(60, 5000, 32767, 0), 0, 1500), TrafficClass::Bundle);
-        assert_eq!(c.classify(&udp(60, 5000, 5001, 46), 0, 1500), TrafficClass::Opportunistic);
-        assert_eq!(c.classify(&udp(60, 5000, 5001, 0), 0, 1500), TrafficClass::Bypass);
-        assert_eq!(c.classify(&udp(60, 5000, 5001, 0), 7, 1500), TrafficClass::Bundle);
-        assert_eq!(c.classify(&udp(60, 5000, 5001, 0), 6, 1500), TrafficClass::Bypass);
-        let all = Classifier { rules: vec![], default: TrafficClass::Opportunistic };
-        assert_eq!(all.classify(&udp(60, 1, 2, 0), 0, 1500), TrafficClass::Opportunistic);
+        assert_eq!(
+            c.classify(&udp(60, 16384, 5000, 46), 0, 1500),
+            TrafficClass::Bundle
+        );
+        assert_eq!(
+            c.classify(&udp(60, 5000, 32767, 0), 0, 1500),
+            TrafficClass::Bundle
+        );
+        assert_eq!(
+            c.classify(&udp(60, 5000, 5001, 46), 0, 1500),
+            TrafficClass::Opportunistic
+        );
+        assert_eq!(
+            c.classify(&udp(60, 5000, 5001, 0), 0, 1500),
+            TrafficClass::Bypass
+        );
+        assert_eq!(
+            c.classify(&udp(60, 5000, 5001, 0), 7, 1500),
+            TrafficClass::Bundle
+        );
+        assert_eq!(
+            c.classify(&udp(60, 5000, 5001, 0), 6, 1500),
+            TrafficClass::Bypass
+        );
+        let all = Classifier {
+            rules: vec![],
+            default: TrafficClass::Opportunistic,
+        };
+        assert_eq!(
+            all.classify(&udp(60, 1, 2, 0), 0, 1500),
+            TrafficClass::Opportunistic
+        );
     }
 
     #[test]
     fn forced_bypass_overrides_rules() {
-        let all = Classifier { rules: vec![], default: TrafficClass::Bundle };
+        let all = Classifier {
+            rules: vec![],
+            default: TrafficClass::Bundle,
+        };
         // larger than half the maximum
-        assert_eq!(all.classify(&udp(750, 1, 2, 0), 0, 1500), TrafficClass::Bundle);
-        assert_eq!(all.classify(&udp(751, 1, 2, 0), 0, 1500), TrafficClass::Bypass);
+        assert_eq!(
+            all.classify(&udp(750, 1, 2, 0), 0, 1500),
+            TrafficClass::Bundle
+        );
+        assert_eq!(
+            all.classify(&udp(751, 1, 2, 0), 0, 1500),
+            TrafficClass::Bypass
+        );
         // fragments
         let mut frag = udp(100, 1, 2, 0);
         frag.fragment = true;
@@ -225,25 +273,78 @@ mod tests {
         let p = udp(100, 1000, 2000, 10);
         let m = |r: Rule| r.matches(&p, 0xF0);
         assert!(m(Rule::default()));
-        assert!(m(Rule { version: Some(4), ..Rule::default() }));
-        assert!(!m(Rule { version: Some(6), ..Rule::default() }));
-        assert!(!m(Rule { protocol: Some(6), ..Rule::default() }));
-        assert!(m(Rule { src_ports: Some(1000..=1000), ..Rule::default() }));
-        assert!(!m(Rule { src_ports: Some(2000..=2000), ..Rule::default() }));
-        assert!(m(Rule { dst_ports: Some(1500..=2500), ..Rule::default() }));
-        assert!(!m(Rule { dst_ports: Some(0..=1999), ..Rule::default() }));
-        assert!(m(Rule { ports: Some(2000..=2000), ..Rule::default() }));
-        assert!(!m(Rule { ports: Some(3000..=4000), ..Rule::default() }));
-        assert!(m(Rule { dscp: Some(8..=10), ..Rule::default() }));
-        assert!(!m(Rule { dscp: Some(46..=46), ..Rule::default() }));
-        assert!(m(Rule { len: Some(0..=100), ..Rule::default() }));
-        assert!(!m(Rule { len: Some(101..=200), ..Rule::default() }));
-        assert!(m(Rule { mark: Some((0x30, 0x30)), ..Rule::default() }));
-        assert!(!m(Rule { mark: Some((0x3, 0x3)), ..Rule::default() }));
+        assert!(m(Rule {
+            version: Some(4),
+            ..Rule::default()
+        }));
+        assert!(!m(Rule {
+            version: Some(6),
+            ..Rule::default()
+        }));
+        assert!(!m(Rule {
+            protocol: Some(6),
+            ..Rule::default()
+        }));
+        assert!(m(Rule {
+            src_ports: Some(1000..=1000),
+            ..Rule::default()
+        }));
+        assert!(!m(Rule {
+            src_ports: Some(2000..=2000),
+            ..Rule::default()
+        }));
+        assert!(m(Rule {
+            dst_ports: Some(1500..=2500),
+            ..Rule::default()
+        }));
+        assert!(!m(Rule {
+            dst_ports: Some(0..=1999),
+            ..Rule::default()
+        }));
+        assert!(m(Rule {
+            ports: Some(2000..=2000),
+            ..Rule::default()
+        }));
+        assert!(!m(Rule {
+            ports: Some(3000..=4000),
+            ..Rule::default()
+        }));
+        assert!(m(Rule {
+            dscp: Some(8..=10),
+            ..Rule::default()
+        }));
+        assert!(!m(Rule {
+            dscp: Some(46..=46),
+            ..Rule::default()
+        }));
+        assert!(m(Rule {
+            len: Some(0..=100),
+            ..Rule::default()
+        }));
+        assert!(!m(Rule {
+            len: Some(101..=200),
+            ..Rule::default()
+        }));
+        assert!(m(Rule {
+            mark: Some((0x30, 0x30)),
+            ..Rule::default()
+        }));
+        assert!(!m(Rule {
+            mark: Some((0x3, 0x3)),
+            ..Rule::default()
+        }));
         let mut noports = p;
         noports.src_port = None;
         noports.dst_port = None;
-        assert!(!Rule { ports: Some(0..=65535), ..Rule::default() }.matches(&noports, 0));
-        assert!(!Rule { dst_ports: Some(0..=65535), ..Rule::default() }.matches(&noports, 0));
+        assert!(!Rule {
+            ports: Some(0..=65535),
+            ..Rule::default()
+        }
+        .matches(&noports, 0));
+        assert!(!Rule {
+            dst_ports: Some(0..=65535),
+            ..Rule::default()
+        }
+        .matches(&noports, 0));
     }
 }

@@ -25,7 +25,9 @@ impl ByteFifo {
         if self.head == self.buf.len() {
             self.buf.clear();
             self.head = 0;
-        } else if self.buf.len() + bytes.len() > self.buf.capacity() && self.head * 2 >= self.buf.len() {
+        } else if self.buf.len() + bytes.len() > self.buf.capacity()
+            && self.head * 2 >= self.buf.len()
+        {
             let live = self.buf.len() - self.head;
             self.buf.copy_within(self.head.., 0);
             self.buf.truncate(live);
@@ -92,7 +94,11 @@ mod tests {
         }
         let live: usize = lens.iter().map(|x| x.0).sum();
         assert_eq!(f.len(), live);
-        assert!(f.capacity() <= 8 * 97 * 11, "capacity {} grew without bound", f.capacity());
+        assert!(
+            f.capacity() <= 8 * 97 * 11,
+            "capacity {} grew without bound",
+            f.capacity()
+        );
         for (l, _) in lens.drain(..) {
             f.pop(l);
         }

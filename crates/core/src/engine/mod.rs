@@ -56,7 +56,9 @@ pub mod stats;
 pub use classify::{Classifier, Rule, TrafficClass};
 pub use stats::{Counters, DropReason, Histogram, Stats};
 
-use crate::wire::{self, ip, Bundle, BundleWriter, DecodeError, Encoding, MAX_BUNDLE, MAX_PACKETS_PER_BUNDLE};
+use crate::wire::{
+    self, ip, Bundle, BundleWriter, DecodeError, Encoding, MAX_BUNDLE, MAX_PACKETS_PER_BUNDLE,
+};
 use crate::Micros;
 use core::cmp::Reverse;
 use core::hash::{BuildHasherDefault, Hasher};
@@ -344,7 +346,9 @@ impl Slot {
     }
 
     fn deadline(&self) -> Option<Micros> {
-        self.q.front().map(|e| e.arrival.saturating_add(self.cfg.hold_time))
+        self.q
+            .front()
+            .map(|e| e.arrival.saturating_add(self.cfg.hold_time))
     }
 }
 
@@ -359,7 +363,11 @@ struct HoldRun {
 impl HoldRun {
     #[inline]
     fn new(h: &Histogram, first: u64) -> Self {
-        HoldRun { bucket: h.bucket(first), count: 0, sum: 0 }
+        HoldRun {
+            bucket: h.bucket(first),
+            count: 0,
+            sum: 0,
+        }
     }
     #[inline]
     fn add(&mut self, peer: &mut Histogram, total: &mut Histogram, hold: u64) {
@@ -610,7 +618,13 @@ impl Engine {
     }
 
     /// Hands one outgoing IP packet to the engine. The bytes are copied.
-    pub fn handle_packet(&mut self, now: Micros, peer: PeerKey, packet: &[u8], mark: u32) -> Verdict {
+    pub fn handle_packet(
+        &mut self,
+        now: Micros,
+        peer: PeerKey,
+        packet: &[u8],
+        mark: u32,
+    ) -> Verdict {
         self.advance(now);
         let len = packet.len();
         self.total.counters.packets_in += 1;
@@ -658,9 +672,20 @@ impl Engine {
         let verdict = if class == TrafficClass::Bypass {
             self.enqueue_bypass(i, packet, info.dscp)
         } else {
-            self.enqueue(i, packet, info.dscp, class == TrafficClass::Opportunistic, carry)
+            self.enqueue(
+                i,
+                packet,
+                info.dscp,
+                class == TrafficClass::Opportunistic,
+                carry,
+            )
         };
-        if max_changed && !matches!(verdict, Verdict::Queued(TrafficClass::Bundle | TrafficClass::Opportunistic)) {
+        if max_changed
+            && !matches!(
+                verdict,
+                Verdict::Queued(TrafficClass::Bundle | TrafficClass::Opportunistic)
+            )
+        {
             // The new maximum may have made this peer's queue full.
             self.refresh(i, false);
         }
@@ -800,7 +825,9 @@ impl Engine {
 
     /// Statistics of one peer.
     pub fn peer_stats(&self, peer: PeerKey) -> Option<&Stats> {
-        self.index.get(&peer).map(|&i| &self.slots[i as usize].stats)
+        self.index
+            .get(&peer)
+            .map(|&i| &self.slots[i as usize].stats)
     }
 
     /// Known peers, in no particular order.
@@ -844,7 +871,12 @@ impl Engine {
         Some(i as usize)
     }
 
-    fn create_peer(&mut self, peer: PeerKey, cfg: PeerConfig, explicit: bool) -> Result<usize, DropReason> {
+    fn create_peer(
+        &mut self,
+        peer: PeerKey,
+        cfg: PeerConfig,
+        explicit: bool,
+    ) -> Result<usize, DropReason> {
         let used = self.slots.len() - self.free.len();
         if used >= self.config.max_peers {
             return Err(DropReason::PeerTableFull);
@@ -899,13 +931,25 @@ impl Engine {
             return self.drop_new(Some(i), DropReason::BypassQueueFull);
         }
         self.bypass_bytes.push(packet);
-        self.bypass.push_back(BypassEntry { len: packet.len() as u32, slot: i as u32, gen: self.slots[i].gen, dscp });
+        self.bypass.push_back(BypassEntry {
+            len: packet.len() as u32,
+            slot: i as u32,
+            gen: self.slots[i].gen,
+            dscp,
+        });
         self.queued_packets += 1;
         self.queued_bytes += packet.len();
         Verdict::Queued(TrafficClass::Bypass)
     }
 
-    fn enqueue(&mut self, i: usize, packet: &[u8], dscp: u8, opportunistic: bool, carry: bool) -> Verdict {
+    fn enqueue(
+        &mut self,
+        i: usize,
+        packet: &[u8],
+        dscp: u8,
+        opportunistic: bool,
+        carry: bool,
+    ) -> Verdict {
         let len = packet.len();
         let s = &self.slots[i];
         if len > s.cfg.queue_limit_bytes {
@@ -915,7 +959,8 @@ impl Engine {
             return self.drop_new(Some(i), DropReason::QueuePackets);
         }
         let mut front_changed = s.q.is_empty();
-        if s.q.len() >= s.cfg.queue_limit_packets || s.queued_bytes + len > s.cfg.queue_limit_bytes {
+        if s.q.len() >= s.cfg.queue_limit_packets || s.queued_bytes + len > s.cfg.queue_limit_bytes
+        {
             while self.slots[i].q.len() >= self.slots[i].cfg.queue_limit_packets {
                 self.drop_front(i, DropReason::QueuePackets);
             }
@@ -930,7 +975,14 @@ impl Engine {
         }
         let c = cost(s.cfg.encoding, len, false);
         s.bytes.push(packet);
-        s.q.push_back(Entry { arrival: self.now, len: len as u32, cost: c as u32, dscp, opportunistic, carry });
+        s.q.push_back(Entry {
+            arrival: self.now,
+            len: len as u32,
+            cost: c as u32,
+            dscp,
+            opportunistic,
+            carry,
+        });
         s.queued_bytes += len;
         s.cost_sum += c;
         s.opportunistic += opportunistic as usize;
@@ -954,7 +1006,9 @@ impl Engine {
         }
         self.queued_packets -= 1;
         self.queued_bytes -= e.len as usize;
-        count(&mut self.total, Some(&mut s.stats), |c| c.dropped[reason.index()] += 1);
+        count(&mut self.total, Some(&mut s.stats), |c| {
+            c.dropped[reason.index()] += 1
+        });
     }
 
     /// Applies a new configuration to slot `i`, keeping its queue.
@@ -991,7 +1045,9 @@ impl Engine {
             self.reset_deadline(i);
         }
         let s = &self.slots[i];
-        if s.ready_reason(self.link_busy, self.config.link_mode).is_some() {
+        if s.ready_reason(self.link_busy, self.config.link_mode)
+            .is_some()
+        {
             self.push_ready(i);
         } else if s.in_ready || self.link_busy {
             self.unready(i);
@@ -1010,7 +1066,8 @@ impl Engine {
             self.deadlines.push(Reverse((d, i as u32, s.dl_gen)));
             if self.deadlines.len() > 2 * self.nonempty + 64 {
                 let slots = &self.slots;
-                self.deadlines.retain(|Reverse((_, j, g))| slots[*j as usize].dl_gen == *g);
+                self.deadlines
+                    .retain(|Reverse((_, j, g))| slots[*j as usize].dl_gen == *g);
             }
         }
     }
@@ -1088,7 +1145,9 @@ impl Engine {
             let ps = (slot.gen == e.gen).then_some(&mut slot.stats);
             if len > buf.len() {
                 self.bypass_bytes.pop(len);
-                count(&mut self.total, ps, |c| c.dropped[DropReason::TooLarge.index()] += 1);
+                count(&mut self.total, ps, |c| {
+                    c.dropped[DropReason::TooLarge.index()] += 1
+                });
                 continue;
             }
             buf[..len].copy_from_slice(self.bypass_bytes.get(0, len));
@@ -1096,7 +1155,13 @@ impl Engine {
             count(&mut self.total, ps, |c| c.bypass_packets += 1);
             let ps = (slot.gen == e.gen).then_some(&mut slot.stats);
             count(&mut self.total, ps, |c| c.bypass_bytes += len as u64);
-            return Some(Transmit { peer: key, len, kind: TransmitKind::Bypass, dscp: e.dscp, reason: Reason::Bypass });
+            return Some(Transmit {
+                peer: key,
+                len,
+                kind: TransmitKind::Bypass,
+                dscp: e.dscp,
+                reason: Reason::Bypass,
+            });
         }
         None
     }
@@ -1170,7 +1235,12 @@ impl Engine {
         let s = &mut self.slots[j];
         let key = s.key;
         let enc = s.cfg.encoding;
-        let limit = s.cfg.max_size.saturating_sub(s.cfg.outer_overhead).min(buf.len()).min(MAX_BUNDLE);
+        let limit = s
+            .cfg
+            .max_size
+            .saturating_sub(s.cfg.outer_overhead)
+            .min(buf.len())
+            .min(MAX_BUNDLE);
         let maxp = s.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE);
         // A bundle only when at least the first two packets go into it (same
         // cost function as the writer's); otherwise the first leaves alone.
@@ -1180,14 +1250,19 @@ impl Engine {
             && s.q.len() >= 2
             && s.q[0].carry
             && s.q[1].carry
-            && header_len(enc) + cost(enc, s.q[0].len as usize, true) + s.q[1].cost as usize <= limit;
+            && header_len(enc) + cost(enc, s.q[0].len as usize, true) + s.q[1].cost as usize
+                <= limit;
         let mut n = 0usize;
         let mut dscp = 0;
         let mut inner_bytes = 0usize;
         let mut removed_cost = 0usize;
         let mut removed_opp = 0usize;
         // (`limit` holds the header and two packets, so the writer exists.)
-        let writer = if bundle { BundleWriter::new(enc, &mut buf[..limit]) } else { None };
+        let writer = if bundle {
+            BundleWriter::new(enc, &mut buf[..limit])
+        } else {
+            None
+        };
         let (len, kind) = if let Some(mut w) = writer {
             // One pass: write each packet (checked at arrival, so the writer
             // need not re-parse it) and take it off the queue. Arrival times
@@ -1208,13 +1283,25 @@ impl Engine {
                 removed_cost += e.cost as usize;
                 removed_opp += e.opportunistic as usize;
                 dscp = dscp.max(e.dscp);
-                run.add(&mut s.stats.hold_time_us, &mut self.total.hold_time_us, now.saturating_sub(e.arrival));
+                run.add(
+                    &mut s.stats.hold_time_us,
+                    &mut self.total.hold_time_us,
+                    now.saturating_sub(e.arrival),
+                );
             }
             run.finish(&mut s.stats.hold_time_us, &mut self.total.hold_time_us);
             debug_assert!(n >= 2, "the first two packets were checked to fit");
-            (w.finish(), TransmitKind::Bundle { packets: n as u16, encoding: enc })
+            (
+                w.finish(),
+                TransmitKind::Bundle {
+                    packets: n as u16,
+                    encoding: enc,
+                },
+            )
         } else {
-            let e = s.q.pop_front().expect("serve is only called on a non-empty queue");
+            let e =
+                s.q.pop_front()
+                    .expect("serve is only called on a non-empty queue");
             let l = e.len as usize;
             n = 1;
             inner_bytes = l;
@@ -1237,7 +1324,9 @@ impl Engine {
                 s.flush_pending = s.flush_pending.saturating_sub(1);
                 self.queued_packets -= 1;
                 self.queued_bytes -= l;
-                count(&mut self.total, Some(&mut s.stats), |c| c.dropped[DropReason::TooLarge.index()] += 1);
+                count(&mut self.total, Some(&mut s.stats), |c| {
+                    c.dropped[DropReason::TooLarge.index()] += 1
+                });
                 return None;
             }
             (l, TransmitKind::Single)
@@ -1271,6 +1360,12 @@ impl Engine {
                 st.bundle_packets.record(n as u64);
             }
         }
-        Some(Transmit { peer: key, len, kind, dscp, reason })
+        Some(Transmit {
+            peer: key,
+            len,
+            kind,
+            dscp,
+            reason,
+        })
     }
 }

@@ -72,13 +72,19 @@ pub struct Histogram {
 /// Bucket bounds for packets per bundle.
 pub const BUNDLE_SIZE_BOUNDS: &[u64] = &[1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 128];
 /// Bucket bounds for hold time in microseconds.
-pub const HOLD_TIME_BOUNDS_US: &[u64] =
-    &[0, 10, 50, 100, 250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000];
+pub const HOLD_TIME_BOUNDS_US: &[u64] = &[
+    0, 10, 50, 100, 250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000,
+];
 
 impl Histogram {
     /// An empty histogram over `bounds` (allocates once, at creation).
     pub fn new(bounds: &'static [u64]) -> Self {
-        Histogram { bounds, counts: vec![0; bounds.len() + 1], sum: 0, total: 0 }
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len() + 1],
+            sum: 0,
+            total: 0,
+        }
     }
     /// Records one value (no allocation).
     pub fn record(&mut self, value: u64) {

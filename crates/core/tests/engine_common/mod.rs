@@ -12,7 +12,15 @@ pub const TCP: u8 = 6;
 /// An IPv4 packet of exactly `total` bytes (>= 28) with a valid header
 /// checksum, carrying a UDP header (or TCP when `protocol == 6`, with `flags`).
 /// `tag` is written into the payload so packets can be told apart.
-pub fn ipv4(protocol: u8, sport: u16, dport: u16, dscp: u8, total: usize, tag: u32, flags: u8) -> Vec<u8> {
+pub fn ipv4(
+    protocol: u8,
+    sport: u16,
+    dport: u16,
+    dscp: u8,
+    total: usize,
+    tag: u32,
+    flags: u8,
+) -> Vec<u8> {
     let l4 = if protocol == TCP { 20 } else { 8 };
     let total = total.max(20 + l4 + 4);
     let mut p = vec![0u8; total];
@@ -83,7 +91,11 @@ pub fn check_accounting(e: &Engine) {
     let (queued, _) = e.queued();
     assert_eq!(
         c.packets_in,
-        c.aggregated_packets + c.unaggregated_packets + c.bypass_packets + c.dropped_total() + queued as u64,
+        c.aggregated_packets
+            + c.unaggregated_packets
+            + c.bypass_packets
+            + c.dropped_total()
+            + queued as u64,
         "accounting identity broken: {c:?}, queued {queued}"
     );
 }
@@ -94,7 +106,11 @@ pub fn check_peer_accounting(s: &Stats, queued: usize) {
     let c = &s.counters;
     assert_eq!(
         c.packets_in,
-        c.aggregated_packets + c.unaggregated_packets + c.bypass_packets + c.dropped_total() + queued as u64,
+        c.aggregated_packets
+            + c.unaggregated_packets
+            + c.bypass_packets
+            + c.dropped_total()
+            + queued as u64,
         "peer accounting identity broken: {c:?}, queued {queued}"
     );
 }
