@@ -194,6 +194,8 @@ pub struct DaemonSection {
     pub transport: Transport,
     /// UDP port when `transport = "udp"`.
     pub udp_port: u16,
+    /// Real-time priority of the daemon (SCHED_FIFO 1-99; 0 = normal scheduling).
+    pub sched_priority: u8,
     /// Inner-source check on received bundles (default: `route` hop-by-hop,
     /// `allowed-ips` end-to-end).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -217,6 +219,7 @@ impl Default for DaemonSection {
             rule_priority: 4150,
             transport: Transport::Ip,
             udp_port: 4150,
+            sched_priority: 0,
             source_check: None,
         }
     }
@@ -880,6 +883,9 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
     }
     if d.rule_priority == 0 || d.rule_priority >= 32766 {
         return Err(at.err("daemon", 0, "rule_priority", format!("{} must be in 1-32765 (0 is the local table, 32766 main)", d.rule_priority)));
+    }
+    if d.sched_priority > 99 {
+        return Err(at.err("daemon", 0, "sched_priority", format!("{} must be 0 (normal) or 1-99 (SCHED_FIFO)", d.sched_priority)));
     }
     if d.transport == Transport::Udp && d.udp_port == 0 {
         return Err(at.err("daemon", 0, "udp_port", "must be non-zero with transport = \"udp\""));

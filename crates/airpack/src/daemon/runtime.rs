@@ -42,6 +42,8 @@ const TOK_MON: u64 = 10;
 const BATCH: usize = 64;
 /// While packets are held and the link is busy, SIOCOUTQ is re-read this often (µs).
 pub const BUSY_RECHECK_US: u64 = 150;
+/// Receive buffer of the bundle sockets (bytes).
+const RCVBUF: i32 = 4 << 20;
 /// Buffers: the largest IP packet.
 const BUF: usize = 65_536;
 /// Upper bound on TUN packets drained at shutdown (the queue holds at most
@@ -103,6 +105,12 @@ impl Sockets {
             poller.add(s.as_raw_fd(), TOK_U6, Interest::READ)?;
         }
         Ok(())
+    }
+
+    fn receive_fds(&self) -> Vec<i32> {
+        let mut v: Vec<i32> = [&self.b4, &self.b6].into_iter().flatten().map(|s| s.as_raw_fd()).collect();
+        v.extend([&self.u4, &self.u6].into_iter().flatten().map(|s| s.as_raw_fd()));
+        v
     }
 
     fn send_bundle(&self, peer: IpAddr, payload: &[u8], dscp: u8) -> io::Result<()> {
@@ -189,6 +197,20 @@ impl Daemon {
             warn!("cannot set txqueuelen {} on {}: {e}", d.tun_txqueuelen, tun.name());
         }
         let sock = Sockets::open(&plan)?;
+        for fd in sock.receive_fds() {
+            if let Err(e) = sys::set_rcvbuf(fd, RCVBUF) {
+                warn!("cannot raise the bundle socket receive buffer: {e}");
+            }
+        }
+        if let Err(e) = sys::set_timer_slack(1_000) {
+            debug!("timer slack: {e}");
+        }
+        if d.sched_priority > 0 {
+            match sys::set_realtime(d.sched_priority) {
+                Ok(()) => info!(priority = d.sched_priority, "running under SCHED_FIFO"),
+                Err(e) => warn!("cannot use SCHED_FIFO priority {}: {e}", d.sched_priority),
+            }
+        }
         let resolver = RouteResolver::new(d.bypass_mark).context("opening the netlink route resolver")?;
         let monitor = RouteMonitor::new().context("opening the netlink route monitor")?;
         let timer = Timer::new()?;
@@ -279,7 +301,12 @@ impl Daemon {
                     TOK_TUN => self.on_tun(now),
                     TOK_B4 | TOK_B6 | TOK_U4 | TOK_U6 => self.on_bundles(ev.token),
                     TOK_TIMER => {
-                        let _ = self.timer.read();
+                        let deadline = self.timer.deadline();
+                        if let (Ok(n), Some(d)) = (self.timer.read(), deadline) {
+                            if n > 0 {
+                                self.counters.timer_late_us.record(now.saturating_sub(d));
+                            }
+                        }
                     }
                     TOK_SIG => {
                         while let Ok(Some(sig)) = self.signals.read() {
@@ -598,6 +625,7 @@ impl Daemon {
             keep!(daemon.transport);
             keep!(daemon.udp_port);
             keep!(daemon.log);
+            keep!(daemon.sched_priority);
             keep!(aggregation.protocol);
             if !kept.is_empty() {
                 warn!("reload: {} only take effect after a restart; keeping the running values", kept.join(", "));

@@ -17,9 +17,15 @@ use serde_json::{json, Map, Value};
 /// Number of [`ErrorKind`] variants (size of per-errno arrays).
 pub const ERR_KINDS: usize = ErrorKind::ALL.len();
 
+/// Bucket bounds (µs) of the timer lateness histogram.
+pub const TIMER_LATE_BOUNDS_US: &[u64] = &[0, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1_000, 2_000, 5_000, 10_000];
+
 /// I/O-side counters kept by the event loop (plain integers; no allocation).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DaemonCounters {
+    /// How late the hold-time timer fired after its deadline (µs): the daemon's
+    /// overshoot of the configured hold time.
+    pub timer_late_us: Histogram,
     /// Packets read from the TUN.
     pub tun_read: u64,
     /// Bytes read from the TUN.
@@ -71,6 +77,55 @@ pub struct DaemonCounters {
     pub control_requests: u64,
 }
 
+impl Default for DaemonCounters {
+    fn default() -> Self {
+        DaemonCounters {
+            timer_late_us: Histogram::new(TIMER_LATE_BOUNDS_US),
+            tun_read: 0,
+            tun_read_bytes: 0,
+            tun_read_errors: 0,
+            tun_unparsable: 0,
+            tun_ignored: 0,
+            tun_looped: 0,
+            tun_written: 0,
+            tun_write_errors: [0; ERR_KINDS],
+            passthrough: 0,
+            passthrough_not_peer: 0,
+            bundles_sent: 0,
+            unchanged_sent: 0,
+            send_errors: [0; ERR_KINDS],
+            rx_datagrams: 0,
+            rx_unknown_peer: 0,
+            rx_spoofed_source: 0,
+            rx_errors: 0,
+            route_changes: 0,
+            link_transitions: 0,
+            busy_transitions: 0,
+            reloads: 0,
+            reload_errors: 0,
+            wakeups: 0,
+            control_requests: 0,
+        }
+    }
+}
+
+/// The value below which a fraction `q` of a histogram's samples fall (the
+/// bucket's upper bound; `None` when empty or in the overflow bucket).
+pub fn quantile(h: &Histogram, q: f64) -> Option<u64> {
+    if h.total == 0 {
+        return None;
+    }
+    let want = (h.total as f64 * q).ceil().max(1.0) as u64;
+    let mut seen = 0;
+    for (i, c) in h.counts.iter().enumerate() {
+        seen += c;
+        if seen >= want {
+            return h.bounds.get(i).copied();
+        }
+    }
+    None
+}
+
 impl DaemonCounters {
     /// Counts a failed send.
     pub fn send_error(&mut self, e: &std::io::Error) {
@@ -119,6 +174,14 @@ pub fn daemon_json(c: &DaemonCounters) -> Value {
         "reload_errors": c.reload_errors,
         "wakeups": c.wakeups,
         "control_requests": c.control_requests,
+        "timer_late_us": {
+            "total": c.timer_late_us.total,
+            "sum": c.timer_late_us.sum,
+            "mean": c.timer_late_us.mean(),
+            "p50": quantile(&c.timer_late_us, 0.5),
+            "p99": quantile(&c.timer_late_us, 0.99),
+            "buckets": histogram_json(&c.timer_late_us)["buckets"].clone(),
+        },
     })
 }
 
@@ -402,6 +465,20 @@ mod tests {
         assert_eq!(t["daemon"]["send_errors"]["enobufs"], 1);
         assert_eq!(t["daemon"]["tun_read"], 0);
         assert_eq!(v["peers"][0]["peer"], "10.0.0.2");
+    }
+
+    #[test]
+    fn timer_lateness_quantiles() {
+        let mut h = Histogram::new(TIMER_LATE_BOUNDS_US);
+        assert_eq!(quantile(&h, 0.5), None);
+        for v in [3, 4, 8, 40, 40, 40, 40, 40, 40, 900] {
+            h.record(v);
+        }
+        assert_eq!(quantile(&h, 0.5), Some(50));
+        assert_eq!(quantile(&h, 0.1), Some(5));
+        assert_eq!(quantile(&h, 0.99), Some(1000));
+        h.record(50_000);
+        assert_eq!(quantile(&h, 1.0), None, "overflow bucket has no bound");
     }
 
     #[test]

@@ -102,6 +102,47 @@ pub fn link_up(name: &str) -> Option<bool> {
     Some(f & libc::IFF_UP != 0 && f & libc::IFF_RUNNING != 0)
 }
 
+/// Raises a socket's receive buffer to `bytes` (SO_RCVBUFFORCE as root, else
+/// SO_RCVBUF up to the sysctl limit): bundles arriving while the loop is busy
+/// wait in the kernel instead of being dropped.
+pub fn set_rcvbuf(fd: std::os::fd::RawFd, bytes: i32) -> io::Result<()> {
+    let set = |opt| {
+        // SAFETY: setsockopt with a valid int value on a caller-owned fd.
+        unsafe {
+            libc::setsockopt(fd, libc::SOL_SOCKET, opt, (&bytes as *const i32).cast(), std::mem::size_of::<i32>() as u32)
+        }
+    };
+    if set(libc::SO_RCVBUFFORCE) == 0 || set(libc::SO_RCVBUF) == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets this thread's timer slack (ns): timerfd deadlines fire this close to
+/// the requested time (the default slack is 50 µs).
+pub fn set_timer_slack(ns: u64) -> io::Result<()> {
+    // SAFETY: prctl(PR_SET_TIMERSLACK) takes a plain integer.
+    let r = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Runs this thread under SCHED_FIFO at `priority` (1-99).
+pub fn set_realtime(priority: u8) -> io::Result<()> {
+    let p = libc::sched_param { sched_priority: priority as libc::c_int };
+    // SAFETY: sched_setscheduler on the calling thread with a valid param.
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +173,15 @@ mod tests {
         for a in ["10.0.0.1", "fd00::1", "2001:db8::1", "ff05::2", "239.1.1.1", "224.0.1.1"] {
             assert!(!link_scoped(a.parse().unwrap()), "{a}");
         }
+    }
+
+    #[test]
+    fn timer_slack_and_rcvbuf() {
+        set_timer_slack(1000).unwrap();
+        // SAFETY: PR_GET_TIMERSLACK returns the current slack.
+        assert_eq!(unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) }, 1000);
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        set_rcvbuf(std::os::fd::AsRawFd::as_raw_fd(&s), 1 << 20).unwrap();
     }
 
     #[test]
