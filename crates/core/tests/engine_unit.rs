@@ -965,3 +965,97 @@ fn hold_time_histogram_buckets_each_packet() {
     let b = &e.stats().bundle_packets;
     assert_eq!((b.total, b.sum, b.counts[3]), (1, 4, 1));
 }
+
+#[test]
+fn reconfigure_updates_on_demand_peers_only() {
+    let mut e = Engine::new(config());
+    let (auto, manual) = (peer(1), peer(2));
+    e.handle_packet(0, auto, &udp4(60, 0, 0), 0);
+    e.set_peer(
+        manual,
+        PeerConfig {
+            hold_time: 7_000,
+            ..PeerConfig::default()
+        },
+    )
+    .unwrap();
+    let mut cfg = config();
+    cfg.peer_defaults.hold_time = 2_000;
+    cfg.peer_defaults.encoding = Encoding::Simplemux;
+    e.reconfigure(cfg);
+    assert_eq!(e.peer(auto).unwrap().hold_time, 2_000);
+    assert_eq!(e.peer(auto).unwrap().encoding, Encoding::Simplemux);
+    assert_eq!(e.peer(manual).unwrap().hold_time, 7_000);
+    assert_eq!(e.peer(manual).unwrap().encoding, Encoding::Native);
+    // the queued packet survived and now follows the new hold time
+    assert_eq!(e.poll_timeout(), Some(2_000));
+    assert_eq!(drain(&mut e, 2_000).len(), 1);
+}
+
+#[test]
+fn encoding_change_keeps_packets_the_new_encoding_cannot_carry() {
+    let mut e = Engine::new(config());
+    let p = peer(1);
+    let pkts = vec![
+        udp4(60, 0, 0),
+        udp6(80, 0, 1),
+        udp4(60, 0, 2),
+        udp4(60, 0, 3),
+    ];
+    for pk in &pkts {
+        assert_eq!(
+            e.handle_packet(0, p, pk, 0),
+            Verdict::Queued(TrafficClass::Bundle)
+        );
+    }
+    // kau cannot carry IPv6: the packets before it and it leave alone, the rest bundled, order kept
+    e.set_peer(
+        p,
+        PeerConfig {
+            encoding: Encoding::Kau,
+            ..PeerConfig::default()
+        },
+    )
+    .unwrap();
+    let out = drain(&mut e, 5_000);
+    let kinds: Vec<_> = out.iter().map(|(t, _)| t.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            TransmitKind::Single,
+            TransmitKind::Single,
+            TransmitKind::Bundle {
+                packets: 2,
+                encoding: Encoding::Kau
+            }
+        ]
+    );
+    let all: Vec<Vec<u8>> = out.iter().flat_map(|(t, b)| inner(t, b)).collect();
+    assert_eq!(all, pkts);
+}
+
+#[test]
+fn opportunistic_in_hold_while_busy_mode() {
+    let mut cfg = config();
+    cfg.link_mode = LinkMode::HoldWhileBusy;
+    let mut e = Engine::new(cfg);
+    let p = peer(1);
+    e.set_link_busy(0, true);
+    e.handle_packet(0, p, &opp4(60, 0), 0);
+    e.handle_packet(1, p, &udp4(60, 0, 1), 0);
+    assert!(
+        drain(&mut e, 1).is_empty(),
+        "busy: both wait for the bundle"
+    );
+    e.set_link_busy(2, false);
+    let out = drain(&mut e, 2);
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        out[0].0.kind,
+        TransmitKind::Bundle {
+            packets: 2,
+            encoding: Encoding::Native
+        }
+    );
+    assert_eq!(out[0].0.reason, Reason::Idle);
+}
