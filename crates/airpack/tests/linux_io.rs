@@ -286,6 +286,41 @@ fn veth_pair(tag: &str) -> (NetNs, NetNs) {
         sh(&["ip", "-n", n.name(), "addr", "add", v6, "dev", dev, "nodad"]);
         sh(&["ip", "-n", n.name(), "link", "set", dev, "up"]);
     }
+    // Static neighbours: the tests are about sockets, not ARP/ND timing
+    // (a lost first neighbour solicitation is retried only after 1 s).
+    let mac = |n: &NetNs, dev: &str| {
+        let out = run_cmd(
+            &["ip", "-n", n.name(), "-br", "link", "show", "dev", dev],
+            None,
+        )
+        .unwrap();
+        out.split_whitespace()
+            .nth(2)
+            .expect("MAC in `ip -br link`")
+            .to_string()
+    };
+    let (mac_a, mac_b) = (mac(&a, "va"), mac(&b, "vb"));
+    for (n, dev, peer_mac, v4, v6) in [
+        (&a, "va", &mac_b, "10.69.0.2", "fd00:69::2"),
+        (&b, "vb", &mac_a, "10.69.0.1", "fd00:69::1"),
+    ] {
+        for ip in [v4, v6] {
+            sh(&[
+                "ip",
+                "-n",
+                n.name(),
+                "neigh",
+                "replace",
+                ip,
+                "lladdr",
+                peer_mac,
+                "dev",
+                dev,
+                "nud",
+                "permanent",
+            ]);
+        }
+    }
     (a, b)
 }
 
@@ -343,6 +378,16 @@ fn tun_read_write_round_trip() {
         })
         .unwrap();
         assert_eq!(seen, vec![0, 1, 2]);
+        // The name is held: a second open fails (EBUSY, after the bounded retry).
+        let t0 = Instant::now();
+        let e = Tun::open("aptun0", 1400).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(3));
+        // Close and reopen at once, repeatedly (a daemon restart): the retry covers the teardown.
+        for _ in 0..10 {
+            let t = Tun::open("aprst0", 1400).unwrap();
+            drop(t);
+        }
         // Empty queue: WouldBlock, not a hang.
         assert_eq!(
             tun.read(&mut b).unwrap_err().kind(),
@@ -618,10 +663,12 @@ fn forwarded_packets_are_steered_and_tun_writes_resteered_only_hop_by_hop() {
         let tag = if steer_from_tun { "hop" } else { "e2e" };
         let bt = b
             .spawn(move || {
-                let tun = Tun::open("apf0", 1500).unwrap();
+                // A fresh name per pass: the previous device may still be unregistering.
+                let name = if steer_from_tun { "apf0" } else { "apf1" };
+                let tun = Tun::open(name, 1500).unwrap();
                 // b routes 10.62.0.0/24 back toward a (so a normal forward is visible on va).
                 sh(&["ip", "route", "replace", "10.62.0.0/24", "via", "10.69.0.1"]);
-                let mut spec = steer_spec("apf0");
+                let mut spec = steer_spec(name);
                 spec.steer_from_tun = steer_from_tun;
                 let st = Steering::install(&spec).unwrap();
                 (tun, st)

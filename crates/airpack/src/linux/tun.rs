@@ -152,6 +152,9 @@ pub fn ifindex(name: &str) -> io::Result<u32> {
     }
 }
 
+/// EBUSY retries of TUNSETIFF, 10 ms apart (1 s in all).
+const TUNSETIFF_RETRIES: u32 = 100;
+
 /// An open TUN device (layer 3, no packet-information header, nonblocking).
 #[derive(Debug)]
 pub struct Tun {
@@ -164,7 +167,8 @@ impl Tun {
     /// Creates (or attaches to) TUN device `name` (a `%d` pattern such as
     /// `"ap%d"` lets the kernel choose), sets `mtu`, brings it up.
     ///
-    /// Errors: EBUSY if another process holds the device, EPERM without
+    /// Errors: EBUSY if another process holds the device (after retrying
+    /// for up to 1 s, in case a previous holder's device is still going away), EPERM without
     /// CAP_NET_ADMIN, ENOENT if `/dev/net/tun` is missing.
     pub fn open(name: &str, mtu: u32) -> io::Result<Tun> {
         let mut req = IfReq::new(name)?;
@@ -178,8 +182,25 @@ impl Tun {
         // SAFETY: fd was just opened and is owned here.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         req.set_short((libc::IFF_TUN | libc::IFF_NO_PI) as i16);
-        // SAFETY: TUNSETIFF reads and updates (the name) a struct ifreq we own.
-        cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req) })?;
+        // A device of the same name closed a moment ago (a restart, a crashed
+        // run) may still be unregistering: EBUSY for a few milliseconds. Retry,
+        // bounded; a device held by a live process stays EBUSY and fails.
+        let mut tries = 0;
+        loop {
+            let mut attempt = req;
+            // SAFETY: TUNSETIFF reads and updates (the name) a struct ifreq we own.
+            match cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut attempt) }) {
+                Ok(_) => {
+                    req = attempt;
+                    break;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < TUNSETIFF_RETRIES => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) => return Err(e),
+            }
+        }
         let name = req.name_string();
         set_mtu(&name, mtu)?;
         set_link_up(&name, true)?;
