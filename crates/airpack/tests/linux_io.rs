@@ -229,7 +229,7 @@ fn captured(fd: &OwnedFd, proto: u8, ms: i32) -> Option<Vec<u8>> {
             )
         };
         // Only what arrives on the link, not what this side sends.
-        if n <= 0 || sll.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+        if n <= 0 || sll.sll_pkttype == libc::PACKET_OUTGOING {
             continue;
         }
         let p = &buf[..n as usize];
