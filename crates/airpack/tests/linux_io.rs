@@ -1104,3 +1104,101 @@ fn signals_arrive_through_signalfd() {
     .join()
     .unwrap();
 }
+
+/// Rates of the primitives the data path is built from (numbers, no
+/// pass/fail; ignored by default). Run with:
+/// `cargo test -p airpack --test linux_io -- --ignored --nocapture bench_primitives`
+#[test]
+#[ignore]
+fn bench_primitives() {
+    if !can_run(&["ip"]) {
+        return;
+    }
+    const SECS: f64 = 1.0;
+    let n = ns("bench");
+    let ns_name = n.name().to_string();
+    n.run(move || {
+        let tun = Tun::open("apbn0", 1500).unwrap();
+        sh(&["ip", "addr", "add", "10.61.0.1/24", "dev", "apbn0"]);
+        airpack::linux::tun::set_txqueuelen("apbn0", 10_000).unwrap();
+
+        // 1. Daemon -> kernel: 60-byte UDP packets written into the TUN, delivered to a local socket.
+        let rx = UdpSocket::bind("10.61.0.1:7100").unwrap();
+        airpack::linux::set_buffer(rx.as_raw_fd(), 8 << 20, false).unwrap();
+        rx.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        let drain = std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            let mut got = 0u64;
+            while rx.recv(&mut buf).is_ok() {
+                got += 1;
+            }
+            got
+        });
+        let pkt = udp_packet("10.61.0.2".parse().unwrap(), "10.61.0.1".parse().unwrap(), 7101, 7100, &[0u8; 32]);
+        assert_eq!(pkt.len(), 60);
+        let t0 = Instant::now();
+        let mut written = 0u64;
+        while t0.elapsed().as_secs_f64() < SECS {
+            for _ in 0..256 {
+                if tun.write(&pkt).is_ok() {
+                    written += 1;
+                }
+            }
+        }
+        let wsecs = t0.elapsed().as_secs_f64();
+        let delivered = drain.join().unwrap();
+        eprintln!(
+            "TUN write of 60-byte UDP packets: {:.0} packets/s ({written} written, {delivered} delivered to the socket)",
+            written as f64 / wsecs
+        );
+
+        // 2. Kernel -> daemon: UDP sends routed into the TUN, read back in batches.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let sender = std::thread::spawn(move || {
+            airpack::linux::netns::enter(&ns_name).unwrap();
+            let s = UdpSocket::bind("10.61.0.1:0").unwrap();
+            let mut sent = 0u64;
+            while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                if s.send_to(&[0u8; 32], "10.61.0.2:7200").is_ok() {
+                    sent += 1;
+                }
+            }
+            sent
+        });
+        let mut buf = [0u8; 2048];
+        let t0 = Instant::now();
+        let mut read = 0u64;
+        while t0.elapsed().as_secs_f64() < SECS {
+            if readable(tun.as_raw_fd(), 100) {
+                read += tun.read_batch(&mut buf, 64, |_| {}).unwrap_or(0) as u64;
+            }
+        }
+        let rsecs = t0.elapsed().as_secs_f64();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let sent = sender.join().unwrap();
+        let drops = RouteResolver::new(0).unwrap().link_stats(tun.ifindex()).unwrap().tx_dropped;
+        eprintln!(
+            "TUN read (kernel-routed UDP, 2 threads): {:.0} packets/s read ({sent} sent, {drops} dropped at the TUN queue)",
+            read as f64 / rsecs
+        );
+
+        // 3. Timer + epoll round trip cost.
+        let mut t = Timer::new().unwrap();
+        let p = Poller::new().unwrap();
+        p.add(t.as_raw_fd(), 1, Interest::READ).unwrap();
+        let mut ev = Events::with_capacity(1);
+        let t0 = Instant::now();
+        let mut fires = 0u64;
+        while t0.elapsed().as_secs_f64() < SECS / 4.0 {
+            t.arm_at(1).unwrap();
+            p.wait(&mut ev, Some(10)).unwrap();
+            fires += t.read().unwrap();
+        }
+        eprintln!(
+            "timerfd arm + epoll_wait + read: {:.2} µs per cycle",
+            t0.elapsed().as_secs_f64() * 1e6 / fires as f64
+        );
+    })
+    .unwrap();
+}
