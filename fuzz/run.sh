@@ -4,6 +4,8 @@
 # Usage: fuzz/run.sh [seconds] [target...]
 set -euo pipefail
 cd "$(dirname "$0")"
+# An empty CARGO_TARGET_DIR makes cargo fail; treat it as unset.
+[ -n "${CARGO_TARGET_DIR:-}" ] || unset CARGO_TARGET_DIR
 secs="${1:-60}"
 shift || true
 targets=("$@")
