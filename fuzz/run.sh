@@ -10,11 +10,19 @@ secs="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(ip_inspect decode_native decode_kau decode_simplemux)
+  targets=(ip_inspect decode_native decode_kau decode_simplemux rtp_parse)
 fi
-if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
-  echo "fuzz/run.sh: cargo-fuzz (nightly) not installed: cargo install cargo-fuzz" >&2
-  exit 2
+# cargo-fuzz needs nightly rustc flags: use the nightly toolchain when rustup has
+# it, else the stable one with RUSTC_BOOTSTRAP=1 (same flags, no download needed).
+if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+  tc=(+nightly)
+else
+  tc=(); export RUSTC_BOOTSTRAP=1
+  echo "fuzz/run.sh: no nightly toolchain; using stable with RUSTC_BOOTSTRAP=1" >&2
+fi
+if ! cargo "${tc[@]}" fuzz --version >/dev/null 2>&1; then
+  echo "fuzz/run.sh: installing cargo-fuzz" >&2
+  cargo install cargo-fuzz --locked --quiet
 fi
 for t in "${targets[@]}"; do
   mkdir -p "corpus/$t"
@@ -45,6 +53,6 @@ PY
   esac
   echo "== fuzzing $t for ${secs}s"
   # -rss_limit_mb bounds memory; libFuzzer exits non-zero on a crash, leak or timeout.
-  cargo +nightly fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10
+  cargo "${tc[@]}" fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10
 done
 echo "fuzz/run.sh: all targets ran ${secs}s without a crash"
