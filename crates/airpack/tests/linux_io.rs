@@ -619,6 +619,123 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
     .unwrap();
 }
 
+fn set_tos(s: &UdpSocket, tos: libc::c_int) {
+    // SAFETY: tos is a c_int living across the call.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_TOS,
+            (&tos as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "IP_TOS: {}", io::Error::last_os_error());
+}
+
+/// Every kind of class condition the config can express is accepted by nft,
+/// and a DSCP/length/mark class steers only what it should.
+#[test]
+fn steering_accepts_every_match_kind() {
+    if !can_run(&["ip", "nft"]) {
+        return;
+    }
+    let n = ns("kinds");
+    n.run(|| {
+        let tun = Tun::open("apk0", 1500).unwrap();
+        mkdev("d0");
+        sh(&["ip", "addr", "add", "10.60.0.1/24", "dev", "d0"]);
+        sh(&["ip", "link", "set", "d0", "up"]);
+        let m = Match::default;
+        let mut spec = steer_spec("apk0");
+        spec.matches = vec![
+            Match {
+                steer: false,
+                mark: Some((0x10, 0xff)),
+                ..m()
+            },
+            Match {
+                steer: true,
+                protocol: Some(17),
+                dscp: Some((46, 46)),
+                version: Some(4),
+                ..m()
+            },
+            Match {
+                steer: true,
+                dscp: Some((40, 47)),
+                len: Some((0, 300)),
+                ..m()
+            },
+            Match {
+                steer: true,
+                ports: Some((5004, 5005)),
+                ..m()
+            },
+            Match {
+                steer: true,
+                protocol: Some(6),
+                src_ports: Some((1, 1024)),
+                dst_ports: Some((80, 80)),
+                ..m()
+            },
+            Match {
+                steer: true,
+                protocol: Some(1),
+                version: Some(4),
+                ..m()
+            },
+            Match {
+                steer: true,
+                protocol: Some(58),
+                version: Some(6),
+                ..m()
+            },
+        ];
+        let st = Steering::install(&spec).unwrap();
+        let listed = run_cmd(&["nft", "list", "table", "inet", "airpack"], None).unwrap();
+        assert!(listed.contains("dscp"), "{listed}");
+        // DSCP 46 (EF) steered; best effort with the same port not; a large
+        // DSCP-40 packet is over the length bound.
+        let s = UdpSocket::bind("10.60.0.1:0").unwrap();
+        set_tos(&s, 46 << 2);
+        s.send_to(b"ef", "10.60.0.2:9100").unwrap();
+        assert!(
+            tun_next(&tun, 1000, |p| is_udp_to(p, 9100)).is_some(),
+            "EF steered"
+        );
+        let s = UdpSocket::bind("10.60.0.1:0").unwrap();
+        s.send_to(b"be", "10.60.0.2:9101").unwrap();
+        set_tos(&s, 40 << 2);
+        s.send_to(&[0u8; 600], "10.60.0.2:9102").unwrap();
+        s.send_to(&[0u8; 100], "10.60.0.2:9103").unwrap();
+        let p = tun_next(&tun, 1000, |p| {
+            is_udp_to(p, 9101) || is_udp_to(p, 9102) || is_udp_to(p, 9103)
+        });
+        assert!(
+            p.is_some_and(|p| is_udp_to(&p, 9103)),
+            "only the short DSCP-40 packet is steered"
+        );
+        // Either-port class: source port 5004 matches.
+        let s = UdpSocket::bind("10.60.0.1:5004").unwrap();
+        s.send_to(b"rtp", "10.60.0.2:9200").unwrap();
+        assert!(
+            tun_next(&tun, 1000, |p| is_udp_to(p, 9200)).is_some(),
+            "source port class steered"
+        );
+        // The bypass class (mark 0x10/0xff) wins over the later port class.
+        let s = UdpSocket::bind("10.60.0.1:0").unwrap();
+        nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::Mark, &0x310).unwrap();
+        s.send_to(b"marked", "10.60.0.2:5005").unwrap();
+        assert!(
+            tun_next(&tun, 300, |p| is_udp_to(p, 5005)).is_none(),
+            "bypass class first"
+        );
+        st.remove().unwrap();
+    })
+    .unwrap();
+}
+
 #[test]
 fn steering_without_ipv6_on_the_tun_still_steers_ipv4() {
     if !can_run(&["ip", "nft"]) {
