@@ -142,7 +142,7 @@ pub struct Point {
 }
 
 /// A point whose senders lagged more than this (ms) is re-measured.
-pub const MAX_SEND_LAG_MS: f64 = 20.0;
+pub const MAX_SEND_LAG_MS: f64 = 50.0;
 
 /// Capacity of one setup plus its points.
 #[derive(Debug, Clone, Serialize)]

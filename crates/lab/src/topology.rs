@@ -362,7 +362,11 @@ impl Mesh {
                 "net.ipv6.conf.radio0.disable_ipv6=1",
             ])?;
             ns.ip(&["addr", "add", &format!("{}/32", node.addr), "dev", RADIO])?;
-            // neighbour filter + optional random loss, before the link comes up
+            // Marks do not cross the air: macvlan and the hub's veth pair keep
+            // skb->mark, so a sender's SO_MARK (e.g. the daemon's bypass mark)
+            // would reach the receiver's netfilter. Clear it on reception.
+            // Then the neighbour filter and optional random loss, before the
+            // link comes up.
             let nbs = self.topo.neighbours(&node.name);
             let macs: Vec<String> = nbs.iter().map(|n| mac_str(Topology::mac_of(idx[n.as_str()]))).collect();
             let nb_rule = if macs.is_empty() {
@@ -377,7 +381,7 @@ impl Mesh {
                 String::new()
             };
             let rules = format!(
-                "table netdev airlab {{\n counter nonneighbour {{ }}\n counter randomloss {{ }}\n chain rx {{\n  type filter hook ingress device \"{RADIO}\" priority -500; policy accept;\n  {nb_rule}\n  {loss_rule}\n }}\n}}\n"
+                "table netdev airlab {{\n counter nonneighbour {{ }}\n counter randomloss {{ }}\n chain rx {{\n  type filter hook ingress device \"{RADIO}\" priority -500; policy accept;\n  meta mark set 0x0\n  {nb_rule}\n  {loss_rule}\n }}\n}}\n"
             );
             ns.nft(&rules)?;
             ns.ip(&["link", "set", RADIO, "up"])?;

@@ -101,6 +101,29 @@ fn air_capacity_matches_airtime_and_neighbours_filter() {
     let frames = mesh.frames_on_air().unwrap();
     assert!(frames["A"] >= 2000 && frames["C"] >= c2 as u64, "{frames:?}");
 
+    // marks do not cross the air: a frame sent with SO_MARK 0x77 arrives unmarked
+    let c = mesh.node("C").unwrap();
+    c.ns.nft("table ip marktest {\n counter marked { }\n chain pre {\n  type filter hook prerouting priority -400; policy accept;\n  meta mark 0x77 counter name marked\n }\n}\n").unwrap();
+    let caddr = c.addr;
+    let marked = mesh
+        .node("A")
+        .unwrap()
+        .ns
+        .run_in(move || {
+            let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+            nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::Mark, &0x77).unwrap();
+            for _ in 0..20 {
+                s.send_to(&[1u8; 32], SocketAddrV4::new(caddr, 5001)).unwrap();
+            }
+        })
+        .unwrap();
+    let _ = marked;
+    std::thread::sleep(Duration::from_millis(300));
+    let seen = c.ns.exec("nft", &["list", "counter", "ip", "marktest", "marked"]).unwrap();
+    assert!(seen.contains("packets 0 "), "a sender's mark crossed the air: {seen}");
+    let rx_all = c.ns.exec("nft", &["list", "chain", "netdev", "airlab", "rx"]).unwrap();
+    assert!(rx_all.contains("meta mark set"), "{rx_all}");
+
     // non-neighbours: make A send straight to D; D must not hear it
     let a = mesh.node("A").unwrap();
     let d = mesh.node("D").unwrap();
