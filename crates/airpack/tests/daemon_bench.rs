@@ -53,7 +53,13 @@ fn cpu_seconds(pid: i32) -> f64 {
 fn rcvbuf(fd: i32, bytes: i32) {
     // SAFETY: valid int option.
     unsafe {
-        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&bytes as *const i32).cast(), 4);
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&bytes as *const i32).cast(),
+            4,
+        );
     }
 }
 
@@ -76,8 +82,13 @@ fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
         tx.send(()).unwrap();
         const N: usize = 64;
         let mut bufs = vec![[0u8; 64]; N];
-        let mut iov: Vec<libc::iovec> =
-            bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: 64 }).collect();
+        let mut iov: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: 64,
+            })
+            .collect();
         // SAFETY: zeroed mmsghdr is valid; pointers set below stay valid during the calls.
         let mut msgs: Vec<libc::mmsghdr> = (0..N).map(|_| unsafe { std::mem::zeroed() }).collect();
         for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
@@ -86,7 +97,15 @@ fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
         }
         while !s2.load(Ordering::Relaxed) {
             // SAFETY: msgs/iovecs point into live buffers.
-            let n = unsafe { libc::recvmmsg(s.as_raw_fd(), msgs.as_mut_ptr(), N as u32, 0, std::ptr::null_mut()) };
+            let n = unsafe {
+                libc::recvmmsg(
+                    s.as_raw_fd(),
+                    msgs.as_mut_ptr(),
+                    N as u32,
+                    0,
+                    std::ptr::null_mut(),
+                )
+            };
             if n > 0 {
                 r2.fetch_add(n as u64, Ordering::Relaxed);
             }
@@ -98,7 +117,8 @@ fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
         let socks: Vec<UdpSocket> = (0..16)
             .map(|i| {
                 let s = UdpSocket::bind(format!("{A}:{}", 17000 + i)).unwrap();
-                s.connect(SocketAddr::new(B.parse().unwrap(), 20000)).unwrap();
+                s.connect(SocketAddr::new(B.parse().unwrap(), 20000))
+                    .unwrap();
                 s
             })
             .collect();
@@ -111,7 +131,13 @@ fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
             let seg: libc::c_int = 32;
             // SAFETY: valid int option on our socket.
             let r = unsafe {
-                libc::setsockopt(s.as_raw_fd(), libc::SOL_UDP, libc::UDP_SEGMENT, (&seg as *const libc::c_int).cast(), 4)
+                libc::setsockopt(
+                    s.as_raw_fd(),
+                    libc::SOL_UDP,
+                    libc::UDP_SEGMENT,
+                    (&seg as *const libc::c_int).cast(),
+                    4,
+                )
             };
             assert_eq!(r, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
         }
@@ -137,7 +163,11 @@ fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
     receiver.join().unwrap();
-    Throughput { received: received.load(Ordering::Relaxed), sent, secs: secs_sent }
+    Throughput {
+        received: received.load(Ordering::Relaxed),
+        sent,
+        secs: secs_sent,
+    }
 }
 
 #[test]
@@ -252,12 +282,19 @@ fn bench_delay() {
     println!("BENCH delay baseline (no airpack): median {b50:.1} µs, p99 {b99:.1} µs");
     let rt: &[&str] = &["--log", "warn", "--set", "daemon.sched_priority=50"];
     let normal: &[&str] = &["--log", "warn"];
-    for (mode, hold, args) in
-        [("fixed", 5000u64, normal), ("hold-while-busy", 5000, normal), ("fixed", 5000, rt), ("hold-while-busy", 5000, rt)]
-    {
+    for (mode, hold, args) in [
+        ("fixed", 5000u64, normal),
+        ("hold-while-busy", 5000, normal),
+        ("fixed", 5000, rt),
+        ("hold-while-busy", 5000, rt),
+    ] {
         let mut da = net.daemon(&a, &cfg(B, hold, mode), args);
         let mut db = net.daemon(&b, &cfg(A, hold, mode), args);
-        let sched = if args.len() > 2 { "SCHED_FIFO 50" } else { "normal scheduling" };
+        let sched = if args.len() > 2 {
+            "SCHED_FIFO 50"
+        } else {
+            "normal scheduling"
+        };
         let mut d = delays(&a, &b, n);
         assert_eq!(d.len(), n as usize, "{mode}: lost packets");
         let (m50, m99) = (pct(&mut d, 0.5), pct(&mut d, 0.99));
@@ -267,7 +304,10 @@ fn bench_delay() {
             m99 - b50
         );
         if mode == "fixed" {
-            print!("; end-to-end p99 overshoot of the hold time {:.1} µs", m99 - b50 - hold as f64);
+            print!(
+                "; end-to-end p99 overshoot of the hold time {:.1} µs",
+                m99 - b50 - hold as f64
+            );
         }
         let late = &da.stats()["total"]["daemon"]["timer_late_us"];
         println!(

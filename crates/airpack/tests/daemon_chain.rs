@@ -1,8 +1,10 @@
 //! A three-node chain A - B - C (issue 3, point 12):
+//!
 //! - hop-by-hop: every node runs airpack; A aggregates toward B, B decodes,
 //!   the kernel forwards the inner packets and B re-aggregates them toward C;
 //! - end-to-end: A and C tunnel to each other; B (also running airpack)
 //!   only forwards the bundles, never decoding them.
+//!
 //! In both, the UDP flows arrive complete, byte-identical and in order.
 
 mod common;
@@ -57,7 +59,9 @@ fn chain_hop_by_hop_reaggregates() {
     }
     let ch = chain("hbh");
     let cfg = |peers: &[&str]| {
-        let mut s = format!("[daemon]\nmode = \"hop-by-hop\"\n[aggregation]\nhold_time_us = 5000\n{VOICE_CLASS}");
+        let mut s = format!(
+            "[daemon]\nmode = \"hop-by-hop\"\n[aggregation]\nhold_time_us = 5000\n{VOICE_CLASS}"
+        );
         for p in peers {
             s.push_str(&format!("[[peer]]\naddress = \"{p}\"\n"));
         }
@@ -68,23 +72,48 @@ fn chain_hop_by_hop_reaggregates() {
     let mut dc = ch.net.daemon(&ch.c, &cfg(&["10.92.2.2"]), &[]);
 
     let l = load();
-    let rx = receive_load(&ch.c, l.clone(), l.total(), Duration::from_secs(3), Duration::from_secs(60));
+    let rx = receive_load(
+        &ch.c,
+        l.clone(),
+        l.total(),
+        Duration::from_secs(3),
+        Duration::from_secs(60),
+    );
     assert_eq!(send_load(&ch.a, l.clone()).join().unwrap(), l.total());
     rx.join().unwrap().assert_complete(l.flows, l.per_flow);
 
     let (sa, sb, sc) = (da.stats(), db.stats(), dc.stats());
     // Hop 1: A -> B.
     let a_to_b = peer(&sa, "10.92.1.2");
-    assert!(a_to_b["aggregation_ratio"].as_f64().unwrap() >= 5.0, "A->B {a_to_b}");
-    assert_eq!(peer(&sb, "10.92.1.1")["bundles_received"], a_to_b["bundles"]);
+    assert!(
+        a_to_b["aggregation_ratio"].as_f64().unwrap() >= 5.0,
+        "A->B {a_to_b}"
+    );
+    assert_eq!(
+        peer(&sb, "10.92.1.1")["bundles_received"],
+        a_to_b["bundles"]
+    );
     // Hop 2: B decoded, the kernel forwarded, B re-aggregated toward C.
     let b_to_c = peer(&sb, "10.92.2.3");
-    assert_eq!(b_to_c["packets_in"].as_u64().unwrap(), l.total(), "B re-steered every packet: {b_to_c}");
-    assert!(b_to_c["aggregation_ratio"].as_f64().unwrap() >= 5.0, "B->C {b_to_c}");
-    assert_eq!(peer(&sc, "10.92.2.2")["bundles_received"], b_to_c["bundles"]);
+    assert_eq!(
+        b_to_c["packets_in"].as_u64().unwrap(),
+        l.total(),
+        "B re-steered every packet: {b_to_c}"
+    );
+    assert!(
+        b_to_c["aggregation_ratio"].as_f64().unwrap() >= 5.0,
+        "B->C {b_to_c}"
+    );
+    assert_eq!(
+        peer(&sc, "10.92.2.2")["bundles_received"],
+        b_to_c["bundles"]
+    );
     assert_eq!(sc["total"]["packets_received"].as_u64().unwrap(), l.total());
     for s in [&sa, &sb, &sc] {
-        assert_eq!(s["total"]["daemon"]["rx_rejected"]["spoofed_source"], 0, "{s}");
+        assert_eq!(
+            s["total"]["daemon"]["rx_rejected"]["spoofed_source"], 0,
+            "{s}"
+        );
         assert_eq!(s["total"]["dropped_total"], 0);
     }
     println!(
@@ -110,31 +139,70 @@ fn chain_end_to_end_b_only_forwards() {
     }
     let ch = chain("e2e");
     let cfg = |peers: &[(&str, &str)]| {
-        let mut s = format!("[daemon]\nmode = \"end-to-end\"\n[aggregation]\nhold_time_us = 5000\n{VOICE_CLASS}");
+        let mut s = format!(
+            "[daemon]\nmode = \"end-to-end\"\n[aggregation]\nhold_time_us = 5000\n{VOICE_CLASS}"
+        );
         for (p, ips) in peers {
-            s.push_str(&format!("[[peer]]\naddress = \"{p}\"\nallowed_ips = [\"{ips}\"]\n"));
+            s.push_str(&format!(
+                "[[peer]]\naddress = \"{p}\"\nallowed_ips = [\"{ips}\"]\n"
+            ));
         }
         s
     };
-    let mut da = ch.net.daemon(&ch.a, &cfg(&[("10.92.2.3", "10.92.2.0/24")]), &[]);
-    let mut db = ch.net.daemon(&ch.b, &cfg(&[("10.92.1.1", "10.92.1.1/32"), ("10.92.2.3", "10.92.2.3/32")]), &[]);
-    let mut dc = ch.net.daemon(&ch.c, &cfg(&[("10.92.1.1", "10.92.1.0/24")]), &[]);
+    let mut da = ch
+        .net
+        .daemon(&ch.a, &cfg(&[("10.92.2.3", "10.92.2.0/24")]), &[]);
+    let mut db = ch.net.daemon(
+        &ch.b,
+        &cfg(&[("10.92.1.1", "10.92.1.1/32"), ("10.92.2.3", "10.92.2.3/32")]),
+        &[],
+    );
+    let mut dc = ch
+        .net
+        .daemon(&ch.c, &cfg(&[("10.92.1.1", "10.92.1.0/24")]), &[]);
 
     let l = load();
-    let rx = receive_load(&ch.c, l.clone(), l.total(), Duration::from_secs(3), Duration::from_secs(60));
+    let rx = receive_load(
+        &ch.c,
+        l.clone(),
+        l.total(),
+        Duration::from_secs(3),
+        Duration::from_secs(60),
+    );
     assert_eq!(send_load(&ch.a, l.clone()).join().unwrap(), l.total());
     rx.join().unwrap().assert_complete(l.flows, l.per_flow);
 
     let (sa, sb, sc) = (da.stats(), db.stats(), dc.stats());
     let a_to_c = peer(&sa, "10.92.2.3");
-    assert!(a_to_c["aggregation_ratio"].as_f64().unwrap() >= 5.0, "A->C {a_to_c}");
-    assert_eq!(peer(&sc, "10.92.1.1")["bundles_received"], a_to_c["bundles"]);
+    assert!(
+        a_to_c["aggregation_ratio"].as_f64().unwrap() >= 5.0,
+        "A->C {a_to_c}"
+    );
+    assert_eq!(
+        peer(&sc, "10.92.1.1")["bundles_received"],
+        a_to_c["bundles"]
+    );
     assert_eq!(sc["total"]["packets_received"].as_u64().unwrap(), l.total());
     // B saw the bundles only as forwarded IP packets.
-    assert_eq!(sb["total"]["packets_in"], 0, "B must not re-aggregate: {}", sb["total"]);
-    assert_eq!(sb["total"]["bundles_received"], 0, "B must not decode: {}", sb["total"]);
-    assert_eq!(sb["total"]["daemon"]["tun_read"].as_u64().unwrap(), sb["total"]["daemon"]["tun_ignored"].as_u64().unwrap());
-    println!("end-to-end: A->C {} bundles (ratio {:.1})", a_to_c["bundles"], a_to_c["aggregation_ratio"].as_f64().unwrap());
+    assert_eq!(
+        sb["total"]["packets_in"], 0,
+        "B must not re-aggregate: {}",
+        sb["total"]
+    );
+    assert_eq!(
+        sb["total"]["bundles_received"], 0,
+        "B must not decode: {}",
+        sb["total"]
+    );
+    assert_eq!(
+        sb["total"]["daemon"]["tun_read"].as_u64().unwrap(),
+        sb["total"]["daemon"]["tun_ignored"].as_u64().unwrap()
+    );
+    println!(
+        "end-to-end: A->C {} bundles (ratio {:.1})",
+        a_to_c["bundles"],
+        a_to_c["aggregation_ratio"].as_f64().unwrap()
+    );
     let (s, r, same) = tcp_transfer(&ch.a, &ch.c, "10.92.2.3".parse().unwrap(), 5003, 1 << 20);
     assert!(s == r && same);
     assert_eq!(ping(&ch.a, "10.92.2.3".parse().unwrap(), 3), 3);

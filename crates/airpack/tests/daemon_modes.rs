@@ -19,7 +19,9 @@ fn ipv6_two_nodes() {
         net.ip(ns, &["-6", "addr", "add", addr, "dev", ifn, "nodad"]);
         net.sysctl(ns, "net.ipv6.conf.all.forwarding", "1");
     }
-    let cfg = |peer: &str| format!("[aggregation]\nhold_time_us = 5000\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n");
+    let cfg = |peer: &str| {
+        format!("[aggregation]\nhold_time_us = 5000\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n")
+    };
     let mut da = net.daemon(&a, &cfg("fd00:98::2"), &[]);
     let mut db = net.daemon(&b, &cfg("fd00:98::1"), &[]);
     let l = Load {
@@ -32,14 +34,23 @@ fn ipv6_two_nodes() {
         payload_len: 12, // 40 + 8 + 12 = 60-byte IPv6 packets
         pps: 8000,
     };
-    let rx = receive_load(&b, l.clone(), l.total(), Duration::from_secs(3), Duration::from_secs(30));
+    let rx = receive_load(
+        &b,
+        l.clone(),
+        l.total(),
+        Duration::from_secs(3),
+        Duration::from_secs(30),
+    );
     assert_eq!(send_load(&a, l.clone()).join().unwrap(), l.total());
     rx.join().unwrap().assert_complete(l.flows, l.per_flow);
     let s = da.stats();
     let p = &s["peers"][0];
     assert_eq!(p["peer"], "fd00:98::2");
     assert!(p["aggregation_ratio"].as_f64().unwrap() >= 5.0, "{p}");
-    assert_eq!(db.stats()["total"]["packets_received"].as_u64().unwrap(), l.total());
+    assert_eq!(
+        db.stats()["total"]["packets_received"].as_u64().unwrap(),
+        l.total()
+    );
     assert_eq!(da.stop(), 0);
     assert_eq!(db.stop(), 0);
 }
@@ -70,15 +81,31 @@ fn udp_transport() {
         payload_len: 32,
         pps: 8000,
     };
-    let rx = receive_load(&b, l.clone(), l.total(), Duration::from_secs(3), Duration::from_secs(30));
+    let rx = receive_load(
+        &b,
+        l.clone(),
+        l.total(),
+        Duration::from_secs(3),
+        Duration::from_secs(30),
+    );
     assert_eq!(send_load(&a, l.clone()).join().unwrap(), l.total());
     rx.join().unwrap().assert_complete(l.flows, l.per_flow);
     let s = da.stats();
-    assert!(s["total"]["aggregation_ratio"].as_f64().unwrap() >= 5.0, "{}", s["total"]);
+    assert!(
+        s["total"]["aggregation_ratio"].as_f64().unwrap() >= 5.0,
+        "{}",
+        s["total"]
+    );
     let peers = da.peers();
     assert_eq!(peers["peers"][0]["encoding"], "simplemux");
-    assert_eq!(peers["peers"][0]["outer_overhead"], 28, "UDP over IPv4 overhead");
-    assert_eq!(db.stats()["total"]["bundles_received"], s["total"]["bundles"]);
+    assert_eq!(
+        peers["peers"][0]["outer_overhead"], 28,
+        "UDP over IPv4 overhead"
+    );
+    assert_eq!(
+        db.stats()["total"]["bundles_received"],
+        s["total"]["bundles"]
+    );
     assert_eq!(da.stop(), 0);
     assert_eq!(db.stop(), 0);
 }
@@ -111,29 +138,65 @@ fn hold_while_busy_follows_the_link() {
         payload_len: 32,
         pps: 50,
     };
-    let rx = receive_load(&b, l.clone(), l.total(), Duration::from_secs(3), Duration::from_secs(10));
+    let rx = receive_load(
+        &b,
+        l.clone(),
+        l.total(),
+        Duration::from_secs(3),
+        Duration::from_secs(10),
+    );
     assert_eq!(send_load(&a, l.clone()).join().unwrap(), l.total());
     rx.join().unwrap().assert_complete(1, 50);
     let s = da.stats();
     let t = &s["total"];
-    assert_eq!(t["sent_on_timeout"], 0, "an idle link must not make packets wait: {t}");
+    assert_eq!(
+        t["sent_on_timeout"], 0,
+        "an idle link must not make packets wait: {t}"
+    );
     let mean = t["hold_time_us"]["mean"].as_f64().unwrap();
     assert!(mean < 2000.0, "mean hold {mean} µs on an idle link: {t}");
 
     // A slow link (token bucket, 1 Mbit/s): the qdisc backlog makes the link
     // busy, so packets are held and bundled while it drains.
-    net.exec(&a, &["tc", "qdisc", "add", "dev", "va", "root", "tbf", "rate", "1mbit", "burst", "3000", "limit", "300000"]);
+    net.exec(
+        &a,
+        &[
+            "tc", "qdisc", "add", "dev", "va", "root", "tbf", "rate", "1mbit", "burst", "3000",
+            "limit", "300000",
+        ],
+    );
     let before = da.stats()["total"].clone();
-    let l2 = Load { src_port: 18000, dst_port: 21000, flows: 4, per_flow: 300, pps: 2400, ..l };
-    let rx = receive_load(&b, l2.clone(), l2.total(), Duration::from_secs(3), Duration::from_secs(30));
+    let l2 = Load {
+        src_port: 18000,
+        dst_port: 21000,
+        flows: 4,
+        per_flow: 300,
+        pps: 2400,
+        ..l
+    };
+    let rx = receive_load(
+        &b,
+        l2.clone(),
+        l2.total(),
+        Duration::from_secs(3),
+        Duration::from_secs(30),
+    );
     assert_eq!(send_load(&a, l2.clone()).join().unwrap(), l2.total());
     let got = rx.join().unwrap();
     let after = da.stats();
     let t2 = &after["total"];
     let bundles = t2["bundles"].as_u64().unwrap() - before["bundles"].as_u64().unwrap();
-    let aggregated = t2["aggregated_packets"].as_u64().unwrap() - before["aggregated_packets"].as_u64().unwrap();
-    assert!(t2["daemon"]["busy_transitions"].as_u64().unwrap() > 0, "{}", t2["daemon"]);
-    assert!(bundles > 0 && aggregated as f64 / bundles as f64 >= 2.0, "busy link: {aggregated} packets in {bundles} bundles");
+    let aggregated =
+        t2["aggregated_packets"].as_u64().unwrap() - before["aggregated_packets"].as_u64().unwrap();
+    assert!(
+        t2["daemon"]["busy_transitions"].as_u64().unwrap() > 0,
+        "{}",
+        t2["daemon"]
+    );
+    assert!(
+        bundles > 0 && aggregated as f64 / bundles as f64 >= 2.0,
+        "busy link: {aggregated} packets in {bundles} bundles"
+    );
     println!(
         "hold-while-busy: idle mean hold {mean:.0} µs; busy link {aggregated} packets in {bundles} bundles, {} of {} delivered",
         got.total,

@@ -59,7 +59,13 @@ fn two_nodes_one_hop() {
         payload_len: 32,
         pps: 10_000,
     };
-    let rx = receive_load(&b, load.clone(), load.total(), Duration::from_secs(3), Duration::from_secs(60));
+    let rx = receive_load(
+        &b,
+        load.clone(),
+        load.total(),
+        Duration::from_secs(3),
+        Duration::from_secs(60),
+    );
     let sent = send_load(&a, load.clone()).join().unwrap();
     assert_eq!(sent, load.total());
     let log = rx.join().unwrap();
@@ -73,13 +79,26 @@ fn two_nodes_one_hop() {
     let ratio = t["aggregation_ratio"].as_f64().unwrap();
     assert!(ratio >= 5.0, "aggregation ratio {ratio} < 5: {t}");
     assert_eq!(t["dropped_total"], 0, "{t}");
-    assert_eq!(sb["total"]["bundles_received"], t["bundles"], "B received every bundle A sent");
-    assert_eq!(sb["total"]["packets_received"].as_u64().unwrap(), load.total());
-    assert_eq!(sb["total"]["daemon"]["tun_written"].as_u64().unwrap(), load.total());
+    assert_eq!(
+        sb["total"]["bundles_received"], t["bundles"],
+        "B received every bundle A sent"
+    );
+    assert_eq!(
+        sb["total"]["packets_received"].as_u64().unwrap(),
+        load.total()
+    );
+    assert_eq!(
+        sb["total"]["daemon"]["tun_written"].as_u64().unwrap(),
+        load.total()
+    );
     assert_eq!(sb["total"]["decode_errors_total"], 0);
     assert_eq!(sb["total"]["daemon"]["rx_rejected"]["unknown_peer"], 0);
     assert_eq!(sb["total"]["daemon"]["rx_rejected"]["spoofed_source"], 0);
-    println!("two nodes: {} packets in {} bundles, ratio {ratio:.1}", load.total(), t["bundles"]);
+    println!(
+        "two nodes: {} packets in {} bundles, ratio {ratio:.1}",
+        load.total(),
+        t["bundles"]
+    );
 
     // TCP (steered as opportunistic) and ping through the same nodes.
     let (s, r, same) = tcp_transfer(&a, &b, "10.91.0.2".parse().unwrap(), 5001, 2 << 20);
@@ -94,7 +113,10 @@ fn two_nodes_one_hop() {
 
     // CLI tables and JSON.
     let table = da.cli(&["stats"]);
-    assert!(table.contains("aggregation_ratio") && table.contains("10.91.0.2"), "{table}");
+    assert!(
+        table.contains("aggregation_ratio") && table.contains("10.91.0.2"),
+        "{table}"
+    );
     let peers = da.cli(&["peers", "--json"]);
     let pv: serde_json::Value = serde_json::from_str(&peers).unwrap();
     assert_eq!(pv["peers"][0]["peer"], "10.91.0.2");
@@ -117,12 +139,18 @@ fn two_nodes_one_hop() {
     .unwrap();
     assert!(metrics.starts_with("HTTP/1.0 200 OK"), "{metrics}");
     assert!(metrics.contains("\nairpack_bundles "), "{metrics}");
-    assert!(metrics.contains("airpack_peer_packets_in{peer=\"10.91.0.2\"}"), "{metrics}");
+    assert!(
+        metrics.contains("airpack_peer_packets_in{peer=\"10.91.0.2\"}"),
+        "{metrics}"
+    );
 
     // Clean stop: exit 0, nothing left in the kernel.
     assert_eq!(da.stop(), 0, "log:\n{}", da.log_text());
     assert_eq!(db.stop(), 0, "log:\n{}", db.log_text());
-    assert!(steering_gone(&net, &a) && steering_gone(&net, &b), "steering left behind");
+    assert!(
+        steering_gone(&net, &a) && steering_gone(&net, &b),
+        "steering left behind"
+    );
     assert!(!da.socket.exists(), "control socket left behind");
 }
 
@@ -132,20 +160,46 @@ fn config_error_exits_nonzero_naming_key_and_line() {
     let dir = std::env::temp_dir().join(format!("apdt-cfg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let f = dir.join("bad.toml");
-    std::fs::write(&f, "[daemon]\nmode = \"hop-by-hop\"\n\n[aggregation]\nhold_tme_us = 5000\n").unwrap();
-    let out = std::process::Command::new(BIN).args(["run", "--config"]).arg(&f).output().unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.toml:5") && err.contains("hold_tme_us"), "{err}");
-    // --check prints the effective config, flags included.
-    std::fs::write(&f, "[aggregation]\nhold_time_us = 5000\n").unwrap();
+    std::fs::write(
+        &f,
+        "[daemon]\nmode = \"hop-by-hop\"\n\n[aggregation]\nhold_tme_us = 5000\n",
+    )
+    .unwrap();
     let out = std::process::Command::new(BIN)
-        .args(["run", "--check", "--hold-time-us", "1234", "--set", "daemon.tun=ap9", "--config"])
+        .args(["run", "--config"])
         .arg(&f)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.toml:5") && err.contains("hold_tme_us"),
+        "{err}"
+    );
+    // --check prints the effective config, flags included.
+    std::fs::write(&f, "[aggregation]\nhold_time_us = 5000\n").unwrap();
+    let out = std::process::Command::new(BIN)
+        .args([
+            "run",
+            "--check",
+            "--hold-time-us",
+            "1234",
+            "--set",
+            "daemon.tun=ap9",
+            "--config",
+        ])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("hold_time_us = 1234") && text.contains("tun = \"ap9\""), "{text}");
+    assert!(
+        text.contains("hold_time_us = 1234") && text.contains("tun = \"ap9\""),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

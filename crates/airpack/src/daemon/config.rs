@@ -9,15 +9,15 @@
 //! Must not touch: sockets, the kernel, the engine at run time. Parsing is
 //! pure so it is unit-tested without root.
 
-use airpack_core::engine::{Classifier, LinkMode, Rule, TrafficClass};
 use crate::linux::{Match, SteerSpec};
+use airpack_core::engine::{Classifier, LinkMode, Rule, TrafficClass};
 use airpack_core::{Encoding, EngineConfig, PeerConfig};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::IpAddr;
 use std::ops::RangeInclusive;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 // ---------------------------------------------------------------------------
 // Schema
@@ -379,7 +379,9 @@ impl<'de> Deserialize<'de> for Spec {
                 Ok(Spec::Int(v))
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Spec, E> {
-                i64::try_from(v).map(Spec::Int).map_err(|_| E::custom("integer out of range"))
+                i64::try_from(v)
+                    .map(Spec::Int)
+                    .map_err(|_| E::custom("integer out of range"))
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Spec, E> {
                 Ok(Spec::Str(v.to_owned()))
@@ -409,10 +411,16 @@ impl Cidr {
             Some((a, p)) => (a, Some(p)),
             None => (s, None),
         };
-        let addr: IpAddr = a.trim().parse().map_err(|_| format!("{s:?} is not an IP address or prefix"))?;
+        let addr: IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not an IP address or prefix"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match p {
-            Some(p) => p.trim().parse::<u8>().map_err(|_| format!("{s:?}: bad prefix length"))?,
+            Some(p) => p
+                .trim()
+                .parse::<u8>()
+                .map_err(|_| format!("{s:?}: bad prefix length"))?,
             None => max,
         };
         if prefix > max {
@@ -420,7 +428,10 @@ impl Cidr {
         }
         let c = Cidr { addr, prefix };
         if c.network() != addr {
-            return Err(format!("{s:?} has host bits set (did you mean {}/{prefix}?)", c.network()));
+            return Err(format!(
+                "{s:?} has host bits set (did you mean {}/{prefix}?)",
+                c.network()
+            ));
         }
         Ok(c)
     }
@@ -475,12 +486,15 @@ pub struct AllowedIps {
 impl AllowedIps {
     /// Builds the table; entries with longer prefixes win.
     pub fn new(mut entries: Vec<(Cidr, IpAddr)>) -> Self {
-        entries.sort_by(|a, b| b.0.prefix.cmp(&a.0.prefix));
+        entries.sort_by_key(|e| std::cmp::Reverse(e.0.prefix));
         AllowedIps { entries }
     }
     /// The endpoint for `dst`, if any prefix contains it.
     pub fn lookup(&self, dst: IpAddr) -> Option<IpAddr> {
-        self.entries.iter().find(|(c, _)| c.contains(dst)).map(|(_, p)| *p)
+        self.entries
+            .iter()
+            .find(|(c, _)| c.contains(dst))
+            .map(|(_, p)| *p)
     }
     /// Number of prefixes.
     pub fn len(&self) -> usize {
@@ -568,7 +582,11 @@ impl Plan {
 
 /// Maps a byte offset in `src` to a 1-based line number.
 fn line_of(src: &str, offset: usize) -> usize {
-    src[..offset.min(src.len())].bytes().filter(|&b| b == b'\n').count() + 1
+    src[..offset.min(src.len())]
+        .bytes()
+        .filter(|&b| b == b'\n')
+        .count()
+        + 1
 }
 
 /// The dotted key written on a line (`[section]` context + `key =`), if any.
@@ -584,7 +602,11 @@ fn key_at_line(src: &str, line: usize) -> Option<String> {
                 return Some(section);
             }
             let key = t.split_once('=')?.0.trim().trim_matches('"');
-            return Some(if section.is_empty() { key.to_owned() } else { format!("{section}.{key}") });
+            return Some(if section.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{section}.{key}")
+            });
         }
     }
     None
@@ -638,7 +660,11 @@ struct Located<'a> {
 
 impl Located<'_> {
     fn err(&self, section: &str, index: usize, key: &str, msg: impl fmt::Display) -> anyhow::Error {
-        let dotted = if section.is_empty() { key.to_owned() } else { format!("{section}.{key}") };
+        let dotted = if section.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{section}.{key}")
+        };
         let shown = if matches!(section, "class" | "peer") {
             format!("{section}[{index}].{key}")
         } else {
@@ -656,7 +682,9 @@ impl Located<'_> {
 fn parse_override_value(v: &str) -> toml::Value {
     let doc = format!("v = {v}");
     match doc.parse::<toml::Table>() {
-        Ok(mut t) => t.remove("v").unwrap_or_else(|| toml::Value::String(v.to_owned())),
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(v.to_owned())),
         Err(_) => toml::Value::String(v.to_owned()),
     }
 }
@@ -673,23 +701,34 @@ pub fn apply_override(table: &mut toml::Table, assignment: &str) -> anyhow::Resu
             let t = table
                 .entry(section.to_string())
                 .or_insert_with(|| toml::Value::Table(Default::default()));
-            let t = t.as_table_mut().with_context(|| format!("--set {path}: `{section}` is not a table"))?;
+            let t = t
+                .as_table_mut()
+                .with_context(|| format!("--set {path}: `{section}` is not a table"))?;
             t.insert(key.to_string(), value);
             Ok(())
         }
         [section, idx, key] => {
-            let i: usize = idx.parse().with_context(|| format!("--set {path}: {idx:?} is not an index"))?;
+            let i: usize = idx
+                .parse()
+                .with_context(|| format!("--set {path}: {idx:?} is not an index"))?;
             let arr = table
                 .entry(section.to_string())
                 .or_insert_with(|| toml::Value::Array(Vec::new()));
-            let arr = arr.as_array_mut().with_context(|| format!("--set {path}: `{section}` is not an array"))?;
+            let arr = arr
+                .as_array_mut()
+                .with_context(|| format!("--set {path}: `{section}` is not an array"))?;
             if i > arr.len() || i > 4096 {
-                bail!("--set {path}: index {i} skips entries ({} exist)", arr.len());
+                bail!(
+                    "--set {path}: index {i} skips entries ({} exist)",
+                    arr.len()
+                );
             }
             if i == arr.len() {
                 arr.push(toml::Value::Table(Default::default()));
             }
-            let t = arr[i].as_table_mut().with_context(|| format!("--set {path}: entry is not a table"))?;
+            let t = arr[i]
+                .as_table_mut()
+                .with_context(|| format!("--set {path}: entry is not a table"))?;
             t.insert(key.to_string(), value);
             Ok(())
         }
@@ -714,8 +753,12 @@ pub fn add_peer_override(table: &mut toml::Table, spec: &str) -> anyhow::Result<
             .collect();
         peer.insert("allowed_ips".into(), toml::Value::Array(list));
     }
-    let arr = table.entry("peer".to_owned()).or_insert_with(|| toml::Value::Array(Vec::new()));
-    arr.as_array_mut().context("`peer` is not an array")?.push(toml::Value::Table(peer));
+    let arr = table
+        .entry("peer".to_owned())
+        .or_insert_with(|| toml::Value::Array(Vec::new()));
+    arr.as_array_mut()
+        .context("`peer` is not an array")?
+        .push(toml::Value::Table(peer));
     Ok(())
 }
 
@@ -736,7 +779,8 @@ impl Source {
         let (name, text) = match &self.file {
             Some(p) => (
                 p.display().to_string(),
-                std::fs::read_to_string(p).with_context(|| format!("reading config {}", p.display()))?,
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("reading config {}", p.display()))?,
             ),
             None => ("<no config file>".to_owned(), String::new()),
         };
@@ -806,9 +850,9 @@ fn spec_protocol(s: &Spec) -> Result<u8, String> {
             "icmpv6" | "ipv6-icmp" => Ok(58),
             "sctp" => Ok(132),
             "udplite" => Ok(136),
-            other => other
-                .parse::<u8>()
-                .map_err(|_| format!("unknown protocol {t:?} (udp, tcp, icmp, icmpv6, sctp, udplite or 0-255)")),
+            other => other.parse::<u8>().map_err(|_| {
+                format!("unknown protocol {t:?} (udp, tcp, icmp, icmpv6, sctp, udplite or 0-255)")
+            }),
         },
     }
 }
@@ -824,7 +868,9 @@ fn spec_mark(s: &Spec) -> Result<(u32, u32), String> {
         v.map_err(|_| format!("{t:?} is not a 32-bit number"))
     };
     match s {
-        Spec::Int(i) => u32::try_from(*i).map(|v| (v, u32::MAX)).map_err(|_| format!("mark {i} out of range")),
+        Spec::Int(i) => u32::try_from(*i)
+            .map(|v| (v, u32::MAX))
+            .map_err(|_| format!("mark {i} out of range")),
         Spec::Str(t) => match t.split_once('/') {
             Some((v, m)) => {
                 let (v, m) = (num(v)?, num(m)?);
@@ -843,7 +889,8 @@ fn valid_ifname(n: &str) -> bool {
         && n.len() <= 15
         && n != "."
         && n != ".."
-        && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
 /// Checks ranges and cross-key rules, and builds the [`Plan`].
@@ -853,17 +900,40 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
     let a = &config.aggregation;
 
     if !valid_ifname(&d.tun) {
-        return Err(at.err("daemon", 0, "tun", format!("{:?} is not a valid interface name (1-15 of [A-Za-z0-9-_.])", d.tun)));
+        return Err(at.err(
+            "daemon",
+            0,
+            "tun",
+            format!(
+                "{:?} is not a valid interface name (1-15 of [A-Za-z0-9-_.])",
+                d.tun
+            ),
+        ));
     }
     if !(576..=65_535).contains(&d.tun_mtu) {
-        return Err(at.err("daemon", 0, "tun_mtu", format!("{} must be in 576-65535", d.tun_mtu)));
+        return Err(at.err(
+            "daemon",
+            0,
+            "tun_mtu",
+            format!("{} must be in 576-65535", d.tun_mtu),
+        ));
     }
     if !(16..=1_000_000).contains(&d.tun_txqueuelen) {
-        return Err(at.err("daemon", 0, "tun_txqueuelen", format!("{} must be in 16-1000000", d.tun_txqueuelen)));
+        return Err(at.err(
+            "daemon",
+            0,
+            "tun_txqueuelen",
+            format!("{} must be in 16-1000000", d.tun_txqueuelen),
+        ));
     }
     for i in &d.interfaces {
         if !valid_ifname(i) {
-            return Err(at.err("daemon", 0, "interfaces", format!("{i:?} is not a valid interface name")));
+            return Err(at.err(
+                "daemon",
+                0,
+                "interfaces",
+                format!("{i:?} is not a valid interface name"),
+            ));
         }
     }
     if d.control_socket.as_os_str().is_empty() {
@@ -879,34 +949,95 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
         return Err(at.err("daemon", 0, "bypass_mark", "must differ from fwmark"));
     }
     if d.route_table == 0 || (253..=255).contains(&d.route_table) {
-        return Err(at.err("daemon", 0, "route_table", format!("{} is reserved (0, 253 default, 254 main, 255 local)", d.route_table)));
+        return Err(at.err(
+            "daemon",
+            0,
+            "route_table",
+            format!(
+                "{} is reserved (0, 253 default, 254 main, 255 local)",
+                d.route_table
+            ),
+        ));
     }
     if d.rule_priority == 0 || d.rule_priority >= 32766 {
-        return Err(at.err("daemon", 0, "rule_priority", format!("{} must be in 1-32765 (0 is the local table, 32766 main)", d.rule_priority)));
+        return Err(at.err(
+            "daemon",
+            0,
+            "rule_priority",
+            format!(
+                "{} must be in 1-32765 (0 is the local table, 32766 main)",
+                d.rule_priority
+            ),
+        ));
     }
     if d.sched_priority > 99 {
-        return Err(at.err("daemon", 0, "sched_priority", format!("{} must be 0 (normal) or 1-99 (SCHED_FIFO)", d.sched_priority)));
+        return Err(at.err(
+            "daemon",
+            0,
+            "sched_priority",
+            format!(
+                "{} must be 0 (normal) or 1-99 (SCHED_FIFO)",
+                d.sched_priority
+            ),
+        ));
     }
     if d.transport == Transport::Udp && d.udp_port == 0 {
-        return Err(at.err("daemon", 0, "udp_port", "must be non-zero with transport = \"udp\""));
+        return Err(at.err(
+            "daemon",
+            0,
+            "udp_port",
+            "must be non-zero with transport = \"udp\"",
+        ));
     }
     let prometheus = match &d.prometheus {
         None => None,
-        Some(s) => Some(
-            s.parse::<std::net::SocketAddr>()
-                .map_err(|_| at.err("daemon", 0, "prometheus", format!("{s:?} is not ADDR:PORT (e.g. \"127.0.0.1:9477\")")))?,
-        ),
+        Some(s) => Some(s.parse::<std::net::SocketAddr>().map_err(|_| {
+            at.err(
+                "daemon",
+                0,
+                "prometheus",
+                format!("{s:?} is not ADDR:PORT (e.g. \"127.0.0.1:9477\")"),
+            )
+        })?),
     };
 
     if matches!(a.protocol, 0 | 1 | 4 | 6 | 17 | 41 | 58 | 255) {
-        return Err(at.err("aggregation", 0, "protocol", format!("{} is a protocol the kernel or other traffic uses; pick an unused one such as 253", a.protocol)));
+        return Err(at.err(
+            "aggregation",
+            0,
+            "protocol",
+            format!(
+                "{} is a protocol the kernel or other traffic uses; pick an unused one such as 253",
+                a.protocol
+            ),
+        ));
     }
-    check_sizes(&at, "aggregation", 0, a.min_size, a.max_size, a.max_packets, a.hold_time_us, a.queue_limit_bytes, a.queue_limit_packets)?;
+    check_sizes(
+        &at,
+        "aggregation",
+        0,
+        a.min_size,
+        a.max_size,
+        a.max_packets,
+        a.hold_time_us,
+        a.queue_limit_bytes,
+        a.queue_limit_packets,
+    )?;
     if a.max_peers == 0 || a.max_peers > 65_536 {
-        return Err(at.err("aggregation", 0, "max_peers", format!("{} must be in 1-65536", a.max_peers)));
+        return Err(at.err(
+            "aggregation",
+            0,
+            "max_peers",
+            format!("{} must be in 1-65536", a.max_peers),
+        ));
     }
     if a.bypass_queue_limit == 0 || a.bypass_queue_limit > 65_536 {
-        return Err(at.err("aggregation", 0, "bypass_queue_limit", format!("{} must be in 1-65536", a.bypass_queue_limit)));
+        return Err(at.err(
+            "aggregation",
+            0,
+            "bypass_queue_limit",
+            format!("{} must be in 1-65536", a.bypass_queue_limit),
+        ));
     }
 
     // Classes.
@@ -919,7 +1050,12 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
             Some(v @ (4 | 6)) => Some(v),
             Some(v) => return Err(e("version", format!("{v} must be 4 or 6"))),
         };
-        let protocol = c.protocol.as_ref().map(spec_protocol).transpose().map_err(|m| e("protocol", m))?;
+        let protocol = c
+            .protocol
+            .as_ref()
+            .map(spec_protocol)
+            .transpose()
+            .map_err(|m| e("protocol", m))?;
         let port = |key: &str, s: &Option<Spec>| -> anyhow::Result<Option<RangeInclusive<u16>>> {
             s.as_ref()
                 .map(|s| spec_range(s, 65_535).map(|r| *r.start() as u16..=*r.end() as u16))
@@ -932,8 +1068,17 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
         if (ports.is_some() || src_ports.is_some() || dst_ports.is_some())
             && !matches!(protocol, Some(6 | 17 | 132 | 136 | 33))
         {
-            let key = if ports.is_some() { "ports" } else if src_ports.is_some() { "src_ports" } else { "dst_ports" };
-            return Err(e(key, "port matches need protocol = \"udp\", \"tcp\", \"sctp\" or \"udplite\"".into()));
+            let key = if ports.is_some() {
+                "ports"
+            } else if src_ports.is_some() {
+                "src_ports"
+            } else {
+                "dst_ports"
+            };
+            return Err(e(
+                key,
+                "port matches need protocol = \"udp\", \"tcp\", \"sctp\" or \"udplite\"".into(),
+            ));
         }
         let dscp = c
             .dscp
@@ -947,7 +1092,12 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
             .map(|s| spec_range(s, 65_535).map(|r| *r.start() as usize..=*r.end() as usize))
             .transpose()
             .map_err(|m| e("len", m))?;
-        let mark = c.mark.as_ref().map(spec_mark).transpose().map_err(|m| e("mark", m))?;
+        let mark = c
+            .mark
+            .as_ref()
+            .map(spec_mark)
+            .transpose()
+            .map_err(|m| e("mark", m))?;
         let class: TrafficClass = c.class.into();
         rules.push(Rule {
             class,
@@ -994,25 +1144,40 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
     for (i, p) in config.peers.iter().enumerate() {
         let e = |key: &str, m: String| at.err("peer", i, key, m);
         if p.address.is_unspecified() || p.address.is_multicast() || p.address.is_loopback() {
-            return Err(e("address", format!("{} cannot be a peer (unspecified, multicast or loopback)", p.address)));
+            return Err(e(
+                "address",
+                format!(
+                    "{} cannot be a peer (unspecified, multicast or loopback)",
+                    p.address
+                ),
+            ));
         }
         if peers.iter().any(|q| q.address == p.address) {
             return Err(e("address", format!("{} is configured twice", p.address)));
         }
         if peers.len() >= a.max_peers {
-            return Err(e("address", format!("more peers than aggregation.max_peers = {}", a.max_peers)));
+            return Err(e(
+                "address",
+                format!("more peers than aggregation.max_peers = {}", a.max_peers),
+            ));
         }
         let mut allowed = Vec::new();
         for s in &p.allowed_ips {
             let c = Cidr::parse(s).map_err(|m| e("allowed_ips", m))?;
             if let Some((_, other)) = table.iter().find(|(t, _): &&(Cidr, IpAddr)| *t == c) {
-                return Err(e("allowed_ips", format!("{c} is already routed to peer {other}")));
+                return Err(e(
+                    "allowed_ips",
+                    format!("{c} is already routed to peer {other}"),
+                ));
             }
             allowed.push(c);
             table.push((c, p.address));
         }
         if d.mode == Mode::EndToEnd && allowed.is_empty() {
-            return Err(e("allowed_ips", format!("end-to-end mode needs allowed_ips for peer {}", p.address)));
+            return Err(e(
+                "allowed_ips",
+                format!("end-to-end mode needs allowed_ips for peer {}", p.address),
+            ));
         }
         let mut pc = base.clone();
         if let Some(x) = p.encoding {
@@ -1037,11 +1202,31 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
             pc.queue_limit_packets = x;
         }
         pc.outer_overhead = Plan::outer_overhead(d.transport, p.address);
-        check_sizes(&at, "peer", i, pc.min_size, pc.max_size, pc.max_packets, pc.hold_time, pc.queue_limit_bytes, pc.queue_limit_packets)?;
+        check_sizes(
+            &at,
+            "peer",
+            i,
+            pc.min_size,
+            pc.max_size,
+            pc.max_packets,
+            pc.hold_time,
+            pc.queue_limit_bytes,
+            pc.queue_limit_packets,
+        )?;
         if pc.max_size <= pc.outer_overhead + 28 {
-            return Err(e("max_size", format!("{} leaves no room after the {}-byte outer header", pc.max_size, pc.outer_overhead)));
+            return Err(e(
+                "max_size",
+                format!(
+                    "{} leaves no room after the {}-byte outer header",
+                    pc.max_size, pc.outer_overhead
+                ),
+            ));
         }
-        peers.push(PeerPlan { address: p.address, allowed_ips: allowed, config: pc });
+        peers.push(PeerPlan {
+            address: p.address,
+            allowed_ips: allowed,
+            config: pc,
+        });
     }
 
     let source_check = d.source_check.unwrap_or(match d.mode {
@@ -1049,7 +1234,12 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
         Mode::EndToEnd => SourceCheck::AllowedIps,
     });
     if source_check == SourceCheck::AllowedIps && peers.iter().any(|p| p.allowed_ips.is_empty()) {
-        return Err(at.err("daemon", 0, "source_check", "\"allowed-ips\" needs allowed_ips on every peer"));
+        return Err(at.err(
+            "daemon",
+            0,
+            "source_check",
+            "\"allowed-ips\" needs allowed_ips on every peer",
+        ));
     }
 
     let mut defaults = base;
@@ -1059,7 +1249,10 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
         max_peers: a.max_peers,
         peer_defaults: defaults,
         link_mode,
-        classifier: Classifier { rules, default: TrafficClass::Bypass },
+        classifier: Classifier {
+            rules,
+            default: TrafficClass::Bypass,
+        },
         dynamic_marking: a.dynamic_marking,
         bypass_queue_limit: a.bypass_queue_limit,
     };
@@ -1087,22 +1280,58 @@ fn check_sizes(
     qp: usize,
 ) -> anyhow::Result<()> {
     if !(68..=65_535).contains(&max_size) {
-        return Err(at.err(section, i, "max_size", format!("{max_size} must be in 68-65535")));
+        return Err(at.err(
+            section,
+            i,
+            "max_size",
+            format!("{max_size} must be in 68-65535"),
+        ));
     }
     if min_size > max_size {
-        return Err(at.err(section, i, "min_size", format!("{min_size} is larger than max_size = {max_size}")));
+        return Err(at.err(
+            section,
+            i,
+            "min_size",
+            format!("{min_size} is larger than max_size = {max_size}"),
+        ));
     }
     if max_packets == 0 || max_packets > airpack_core::wire::MAX_PACKETS_PER_BUNDLE {
-        return Err(at.err(section, i, "max_packets", format!("{max_packets} must be in 1-{}", airpack_core::wire::MAX_PACKETS_PER_BUNDLE)));
+        return Err(at.err(
+            section,
+            i,
+            "max_packets",
+            format!(
+                "{max_packets} must be in 1-{}",
+                airpack_core::wire::MAX_PACKETS_PER_BUNDLE
+            ),
+        ));
     }
     if hold > 1_000_000 {
-        return Err(at.err(section, i, "hold_time_us", format!("{hold} µs is more than 1 s; voice is useless that late")));
+        return Err(at.err(
+            section,
+            i,
+            "hold_time_us",
+            format!("{hold} µs is more than 1 s; voice is useless that late"),
+        ));
     }
     if qb < max_size.min(1500) || qb > 16 << 20 {
-        return Err(at.err(section, i, "queue_limit_bytes", format!("{qb} must be in {}-16777216 (at least one full packet)", max_size.min(1500))));
+        return Err(at.err(
+            section,
+            i,
+            "queue_limit_bytes",
+            format!(
+                "{qb} must be in {}-16777216 (at least one full packet)",
+                max_size.min(1500)
+            ),
+        ));
     }
     if qp == 0 || qp > 65_536 {
-        return Err(at.err(section, i, "queue_limit_packets", format!("{qp} must be in 1-65536")));
+        return Err(at.err(
+            section,
+            i,
+            "queue_limit_packets",
+            format!("{qp} must be in 1-65536"),
+        ));
     }
     Ok(())
 }
@@ -1141,7 +1370,9 @@ pub fn known_keys() -> Vec<String> {
     if let toml::Value::Table(t) = v {
         for (section, val) in t {
             match val {
-                toml::Value::Table(inner) => out.extend(inner.keys().map(|k| format!("{section}.{k}"))),
+                toml::Value::Table(inner) => {
+                    out.extend(inner.keys().map(|k| format!("{section}.{k}")))
+                }
                 toml::Value::Array(arr) => {
                     if let Some(toml::Value::Table(inner)) = arr.first() {
                         out.extend(inner.keys().map(|k| format!("{section}.{k}")));
@@ -1158,11 +1389,6 @@ pub fn known_keys() -> Vec<String> {
 /// Renders the effective configuration as TOML (for `airpack run --check`).
 pub fn render(config: &Config) -> String {
     toml::to_string_pretty(config).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
-}
-
-/// Reads a config file path for error messages.
-pub fn display_path(p: &Path) -> String {
-    p.display().to_string()
 }
 
 #[cfg(test)]
@@ -1182,14 +1408,19 @@ mod tests {
         let plan = p("").unwrap();
         assert_eq!(plan.config, Config::default());
         assert_eq!(plan.engine.peer_defaults.hold_time, 5000);
-        assert!(!plan.engine.peer_defaults.accepts_bundles, "unconfigured peers must not get bundles");
+        assert!(
+            !plan.engine.peer_defaults.accepts_bundles,
+            "unconfigured peers must not get bundles"
+        );
         assert!(plan.steer.is_empty());
         assert_eq!(plan.source_check, SourceCheck::Route);
     }
 
     #[test]
     fn unknown_key_names_key_and_line() {
-        let e = err("[daemon]\nmode = \"hop-by-hop\"\n\n[aggregation]\nhold_time_us = 5000\nhodl = 3\n");
+        let e = err(
+            "[daemon]\nmode = \"hop-by-hop\"\n\n[aggregation]\nhold_time_us = 5000\nhodl = 3\n",
+        );
         assert!(e.contains("test.toml:6"), "{e}");
         assert!(e.contains("hodl"), "{e}");
         assert!(e.contains("aggregation.hodl"), "{e}");
@@ -1219,20 +1450,35 @@ mod tests {
     #[test]
     fn bad_enum_value() {
         let e = err("[daemon]\nmode = \"sideways\"\n");
-        assert!(e.contains("test.toml:2") && e.contains("daemon.mode"), "{e}");
+        assert!(
+            e.contains("test.toml:2") && e.contains("daemon.mode"),
+            "{e}"
+        );
         assert!(e.contains("end-to-end"), "lists the choices: {e}");
         let e = err("[aggregation]\nencoding = \"zip\"\n");
-        assert!(e.contains("test.toml:2") && e.contains("aggregation.encoding"), "{e}");
+        assert!(
+            e.contains("test.toml:2") && e.contains("aggregation.encoding"),
+            "{e}"
+        );
     }
 
     #[test]
     fn validation_errors_name_key_and_line() {
         let e = err("[aggregation]\nmax_size = 1500\nmin_size = 2000\n");
-        assert!(e.contains("test.toml:3") && e.contains("aggregation.min_size"), "{e}");
+        assert!(
+            e.contains("test.toml:3") && e.contains("aggregation.min_size"),
+            "{e}"
+        );
         let e = err("[daemon]\nfwmark = 5\nbypass_mark = 5\n");
-        assert!(e.contains("test.toml:3") && e.contains("bypass_mark"), "{e}");
+        assert!(
+            e.contains("test.toml:3") && e.contains("bypass_mark"),
+            "{e}"
+        );
         let e = err("[daemon]\nroute_table = 254\n");
-        assert!(e.contains("daemon.route_table") && e.contains("reserved"), "{e}");
+        assert!(
+            e.contains("daemon.route_table") && e.contains("reserved"),
+            "{e}"
+        );
         let e = err("[daemon]\ntun = \"a-very-long-interface-name\"\n");
         assert!(e.contains("daemon.tun"), "{e}");
         let e = err("[aggregation]\nprotocol = 17\n");
@@ -1244,9 +1490,15 @@ mod tests {
     #[test]
     fn peer_errors() {
         let e = err("[[peer]]\naddress = \"10.0.0.300\"\n");
-        assert!(e.contains("test.toml:2") && e.contains("peer.address"), "{e}");
+        assert!(
+            e.contains("test.toml:2") && e.contains("peer.address"),
+            "{e}"
+        );
         let e = err("[[peer]]\naddress = \"10.0.0.2\"\n[[peer]]\naddress = \"10.0.0.2\"\n");
-        assert!(e.contains("test.toml:4") && e.contains("peer[1].address") && e.contains("twice"), "{e}");
+        assert!(
+            e.contains("test.toml:4") && e.contains("peer[1].address") && e.contains("twice"),
+            "{e}"
+        );
         let e = err("[[peer]]\naddress = \"10.0.0.2\"\nallowed_ips = [\"10.1.0.1/24\"]\n");
         assert!(e.contains("test.toml:3") && e.contains("host bits"), "{e}");
         let e = err("[[peer]]\naddress = \"10.0.0.2\"\nallowed_ips = [\"10.1.0.0/33\"]\n");
@@ -1262,15 +1514,24 @@ mod tests {
     #[test]
     fn class_errors() {
         let e = err("[[class]]\nclass = \"bundle\"\nprotocol = \"udp\"\nports = \"32000-16000\"\n");
-        assert!(e.contains("test.toml:4") && e.contains("class[0].ports") && e.contains("empty"), "{e}");
+        assert!(
+            e.contains("test.toml:4") && e.contains("class[0].ports") && e.contains("empty"),
+            "{e}"
+        );
         let e = err("[[class]]\nclass = \"bundle\"\nports = \"5060\"\n");
-        assert!(e.contains("class[0].ports") && e.contains("protocol"), "{e}");
+        assert!(
+            e.contains("class[0].ports") && e.contains("protocol"),
+            "{e}"
+        );
         let e = err("[[class]]\nclass = \"bundle\"\ndscp = \"70\"\n");
         assert!(e.contains("class[0].dscp") && e.contains("63"), "{e}");
         let e = err("[[class]]\nclass = \"bundle\"\nprotocol = \"gre\"\n");
         assert!(e.contains("class[0].protocol"), "{e}");
         let e = err("[[class]]\nclass = \"sometimes\"\n");
-        assert!(e.contains("test.toml:2") && e.contains("class.class"), "{e}");
+        assert!(
+            e.contains("test.toml:2") && e.contains("class.class"),
+            "{e}"
+        );
         let e = err("[[class]]\nclass = \"bundle\"\nmark = \"0x11/0x10\"\n");
         assert!(e.contains("class[0].mark"), "{e}");
     }
@@ -1346,8 +1607,14 @@ encoding = "native"
         assert_eq!(plan.steer[1].ports, Some((16000, 32000)));
         assert_eq!(plan.steer[1].mark, Some((0x10, 0xff)));
         let spec = plan.steer_spec();
-        assert_eq!((spec.fwmark, spec.bypass_mark, spec.table, spec.priority), (0x10, 0x11, 4150, 4150));
-        assert!(spec.steer_from_tun, "hop-by-hop re-aggregates forwarded packets");
+        assert_eq!(
+            (spec.fwmark, spec.bypass_mark, spec.table, spec.priority),
+            (0x10, 0x11, 4150, 4150)
+        );
+        assert!(
+            spec.steer_from_tun,
+            "hop-by-hop re-aggregates forwarded packets"
+        );
         // Peers: overrides and transport overhead per family.
         assert_eq!(plan.peers.len(), 2);
         let p0 = &plan.peers[0].config;
@@ -1375,10 +1642,19 @@ allowed_ips = ["10.1.2.0/24", "fd00:1::/64"]
 "#)
         .unwrap();
         let t = &plan.allowed_ips;
-        assert_eq!(t.lookup("10.1.2.9".parse().unwrap()), Some("10.0.0.3".parse().unwrap()));
-        assert_eq!(t.lookup("10.1.3.9".parse().unwrap()), Some("10.0.0.2".parse().unwrap()));
+        assert_eq!(
+            t.lookup("10.1.2.9".parse().unwrap()),
+            Some("10.0.0.3".parse().unwrap())
+        );
+        assert_eq!(
+            t.lookup("10.1.3.9".parse().unwrap()),
+            Some("10.0.0.2".parse().unwrap())
+        );
         assert_eq!(t.lookup("10.2.0.1".parse().unwrap()), None);
-        assert_eq!(t.lookup("fd00:1::5".parse().unwrap()), Some("10.0.0.3".parse().unwrap()));
+        assert_eq!(
+            t.lookup("fd00:1::5".parse().unwrap()),
+            Some("10.0.0.3".parse().unwrap())
+        );
         assert_eq!(t.lookup("fd00:2::5".parse().unwrap()), None);
         assert_eq!(plan.source_check, SourceCheck::AllowedIps);
     }
@@ -1392,7 +1668,9 @@ allowed_ips = ["10.1.2.0/24", "fd00:1::/64"]
         assert_eq!(c.prefix, 32);
         assert!(c.contains("10.0.0.7".parse().unwrap()));
         assert!(!c.contains("10.0.0.8".parse().unwrap()));
-        assert!(Cidr::parse("::/0").unwrap().contains("fd00::1".parse().unwrap()));
+        assert!(Cidr::parse("::/0")
+            .unwrap()
+            .contains("fd00::1".parse().unwrap()));
         assert!(Cidr::parse("fd00::1/64").is_err());
         assert!(Cidr::parse("x/3").is_err());
     }
@@ -1420,7 +1698,13 @@ allowed_ips = ["10.1.2.0/24", "fd00:1::/64"]
         assert_eq!(plan.peers[0].address, "10.0.0.9".parse::<IpAddr>().unwrap());
         assert_eq!(plan.peers[0].allowed_ips.len(), 2);
         // A bad override is an error that names the flag.
-        let e = parse("t.toml", text, &["aggregation.hold_time_us=soon".into()], &[]).unwrap_err();
+        let e = parse(
+            "t.toml",
+            text,
+            &["aggregation.hold_time_us=soon".into()],
+            &[],
+        )
+        .unwrap_err();
         assert!(format!("{e:#}").contains("override"), "{e:#}");
         let e = parse("t.toml", text, &["aggregation.nope=1".into()], &[]).unwrap_err();
         assert!(format!("{e:#}").contains("nope"), "{e:#}");
@@ -1430,12 +1714,21 @@ allowed_ips = ["10.1.2.0/24", "fd00:1::/64"]
     #[test]
     fn known_keys_cover_the_schema() {
         let keys = known_keys();
-        for k in ["daemon.mode", "daemon.prometheus", "daemon.source_check", "aggregation.hold_time_us",
-                  "class.mark", "peer.allowed_ips", "peer.queue_limit_packets"] {
+        for k in [
+            "daemon.mode",
+            "daemon.prometheus",
+            "daemon.source_check",
+            "aggregation.hold_time_us",
+            "class.mark",
+            "peer.allowed_ips",
+            "peer.queue_limit_packets",
+        ] {
             assert!(keys.iter().any(|x| x == k), "{k} missing from {keys:?}");
         }
         // Every known key is accepted by the parser (no key listed that the schema rejects).
-        assert!(!keys.iter().any(|k| k.ends_with(".classes") || k.ends_with(".peers")));
+        assert!(!keys
+            .iter()
+            .any(|k| k.ends_with(".classes") || k.ends_with(".peers")));
     }
 
     #[test]

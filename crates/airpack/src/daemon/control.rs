@@ -101,26 +101,39 @@ impl Server {
     pub fn bind(path: &Path, metrics: Option<SocketAddr>) -> anyhow::Result<Server> {
         if let Some(dir) = path.parent() {
             if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
             }
         }
         if path.exists() {
             if UnixStream::connect(path).is_ok() {
-                anyhow::bail!("another daemon is already serving control socket {}", path.display());
+                anyhow::bail!(
+                    "another daemon is already serving control socket {}",
+                    path.display()
+                );
             }
-            std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display()))?;
+            std::fs::remove_file(path)
+                .with_context(|| format!("removing stale socket {}", path.display()))?;
         }
-        let control = UnixListener::bind(path).with_context(|| format!("binding control socket {}", path.display()))?;
+        let control = UnixListener::bind(path)
+            .with_context(|| format!("binding control socket {}", path.display()))?;
         control.set_nonblocking(true)?;
         let metrics = match metrics {
             Some(a) => {
-                let l = TcpListener::bind(a).with_context(|| format!("binding metrics endpoint {a}"))?;
+                let l = TcpListener::bind(a)
+                    .with_context(|| format!("binding metrics endpoint {a}"))?;
                 l.set_nonblocking(true)?;
                 Some(l)
             }
             None => None,
         };
-        Ok(Server { control, path: path.to_owned(), metrics, conns: (0..MAX_CONNS).map(|_| None).collect(), serial: 0 })
+        Ok(Server {
+            control,
+            path: path.to_owned(),
+            metrics,
+            conns: (0..MAX_CONNS).map(|_| None).collect(),
+            serial: 0,
+        })
     }
 
     /// Registers the listeners with the poller.
@@ -173,7 +186,10 @@ impl Server {
                     oldest
                 }
             };
-            if poller.add(stream.fd(), TOK_CONN_BASE + slot as u64, Interest::READ).is_err() {
+            if poller
+                .add(stream.fd(), TOK_CONN_BASE + slot as u64, Interest::READ)
+                .is_err()
+            {
                 continue;
             }
             self.serial += 1;
@@ -239,11 +255,11 @@ impl Server {
                 _ => Request::Bad(first.chars().take(80).collect()),
             }
         } else {
-            let Some(end) = conn.inbuf.iter().position(|&b| b == b'\n').or(if eof { Some(conn.inbuf.len()) } else { None })
-            else {
-                return None;
-            };
-            let line = String::from_utf8_lossy(&conn.inbuf[..end]).trim().to_owned();
+            let newline = conn.inbuf.iter().position(|&b| b == b'\n');
+            let end = newline.or(eof.then_some(conn.inbuf.len()))?;
+            let line = String::from_utf8_lossy(&conn.inbuf[..end])
+                .trim()
+                .to_owned();
             match line.as_str() {
                 "stats" => Request::Stats,
                 "peers" => Request::Peers,
@@ -261,7 +277,9 @@ impl Server {
     /// Sends `body` as the answer on `slot` (HTTP framing added for metrics
     /// clients), then closes the connection once written.
     pub fn respond(&mut self, poller: &Poller, slot: usize, status_ok: bool, body: &[u8]) {
-        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return };
+        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
         let body = &body[..body.len().min(MAX_RESPONSE)];
         conn.out.clear();
         if conn.http {
@@ -276,12 +294,18 @@ impl Server {
         }
         conn.out.extend_from_slice(body);
         conn.written = 0;
-        let _ = poller.modify(conn.stream.fd(), TOK_CONN_BASE + slot as u64, Interest::WRITE);
+        let _ = poller.modify(
+            conn.stream.fd(),
+            TOK_CONN_BASE + slot as u64,
+            Interest::WRITE,
+        );
         self.flush(poller, slot);
     }
 
     fn flush(&mut self, poller: &Poller, slot: usize) {
-        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return };
+        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
         while conn.written < conn.out.len() {
             match conn.stream.write(&conn.out[conn.written..]) {
                 Ok(0) => break,
@@ -327,16 +351,22 @@ pub struct PeersArgs {
 
 /// Sends one request line and returns the parsed JSON answer.
 pub fn query(socket: &Path, request: &str) -> anyhow::Result<serde_json::Value> {
-    let mut s = UnixStream::connect(socket)
-        .with_context(|| format!("connecting to {} (is `airpack run` running?)", socket.display()))?;
+    let mut s = UnixStream::connect(socket).with_context(|| {
+        format!(
+            "connecting to {} (is `airpack run` running?)",
+            socket.display()
+        )
+    })?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
     s.write_all(format!("{request}\n").as_bytes())?;
     s.shutdown(std::net::Shutdown::Write)?;
     let mut text = String::new();
-    s.take(MAX_RESPONSE as u64).read_to_string(&mut text).context("reading the daemon's answer")?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("daemon answered non-JSON: {:.200}", text))?;
+    s.take(MAX_RESPONSE as u64)
+        .read_to_string(&mut text)
+        .context("reading the daemon's answer")?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("daemon answered non-JSON: {:.200}", text))?;
     if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
         anyhow::bail!("daemon: {e}");
     }

@@ -121,15 +121,24 @@ impl RunArgs {
             s("aggregation.max_size", v.to_string());
         }
         sets.extend(self.set.iter().cloned());
-        config::Source { file: self.config.clone(), sets, peers: self.peer.clone() }
+        config::Source {
+            file: self.config.clone(),
+            sets,
+            peers: self.peer.clone(),
+        }
     }
 }
 
 fn init_logging(level: config::LogLevel) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level.as_str()));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level.as_str()));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// Runs the daemon until SIGTERM/SIGINT (exit 0 after flushing), reloading on SIGHUP.
@@ -185,7 +194,10 @@ mod tests {
         assert_eq!(c.daemon.control_socket, PathBuf::from("/tmp/x.sock"));
         assert_eq!(plan.peers.len(), 1);
         assert!(warnings(&plan).iter().any(|w| w.contains("class")));
-        let bad = RunArgs { link_mode: Some("sometimes".into()), ..Default::default() };
+        let bad = RunArgs {
+            link_mode: Some("sometimes".into()),
+            ..Default::default()
+        };
         assert!(bad.source().load().is_err());
     }
 }

@@ -17,8 +17,8 @@ use super::control::{Request, Server, TOK_CONN_BASE, TOK_CONTROL, TOK_METRICS};
 use super::stats::{self, DaemonCounters};
 use super::sys;
 use crate::linux::{
-    monotonic_micros, BundleSocket, Events, Family, Interest, Poller, RawIpSender, RouteMonitor, RouteResolver,
-    Signals, Steering, Timer, Tun, UdpBundleSocket,
+    monotonic_micros, BundleSocket, Events, Family, Interest, Poller, RawIpSender, RouteMonitor,
+    RouteResolver, Signals, Steering, Timer, Tun, UdpBundleSocket,
 };
 use airpack_core::{Encoding, Engine, TransmitKind};
 use anyhow::Context;
@@ -68,11 +68,15 @@ impl Sockets {
         let d = &plan.config.daemon;
         let mark = d.bypass_mark;
         let proto = plan.config.aggregation.protocol;
-        let raw = RawIpSender::open(mark).context("opening the raw IP sender (needs CAP_NET_RAW)")?;
+        let raw =
+            RawIpSender::open(mark).context("opening the raw IP sender (needs CAP_NET_RAW)")?;
         let (mut b4, mut b6, mut u4, mut u6) = (None, None, None, None);
         match d.transport {
             Transport::Ip => {
-                b4 = Some(BundleSocket::open(Family::V4, proto, mark).context("opening the IPv4 bundle socket")?);
+                b4 = Some(
+                    BundleSocket::open(Family::V4, proto, mark)
+                        .context("opening the IPv4 bundle socket")?,
+                );
                 match BundleSocket::open(Family::V6, proto, mark) {
                     Ok(s) => b6 = Some(s),
                     Err(e) => warn!("no IPv6 bundle socket ({e}); IPv6 peers cannot get bundles"),
@@ -80,15 +84,27 @@ impl Sockets {
             }
             Transport::Udp => {
                 let a4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), d.udp_port);
-                u4 = Some(UdpBundleSocket::bind(a4, mark).with_context(|| format!("binding UDP {a4}"))?);
+                u4 = Some(
+                    UdpBundleSocket::bind(a4, mark).with_context(|| format!("binding UDP {a4}"))?,
+                );
                 let a6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), d.udp_port);
                 match UdpBundleSocket::bind(a6, mark) {
                     Ok(s) => u6 = Some(s),
-                    Err(e) => warn!("no IPv6 UDP bundle socket ({e}); IPv6 peers cannot get bundles"),
+                    Err(e) => {
+                        warn!("no IPv6 UDP bundle socket ({e}); IPv6 peers cannot get bundles")
+                    }
                 }
             }
         }
-        Ok(Sockets { transport: d.transport, udp_port: d.udp_port, b4, b6, u4, u6, raw })
+        Ok(Sockets {
+            transport: d.transport,
+            udp_port: d.udp_port,
+            b4,
+            b6,
+            u4,
+            u6,
+            raw,
+        })
     }
 
     fn register(&self, poller: &Poller) -> io::Result<()> {
@@ -108,22 +124,43 @@ impl Sockets {
     }
 
     fn receive_fds(&self) -> Vec<i32> {
-        let mut v: Vec<i32> = [&self.b4, &self.b6].into_iter().flatten().map(|s| s.as_raw_fd()).collect();
-        v.extend([&self.u4, &self.u6].into_iter().flatten().map(|s| s.as_raw_fd()));
+        let mut v: Vec<i32> = [&self.b4, &self.b6]
+            .into_iter()
+            .flatten()
+            .map(|s| s.as_raw_fd())
+            .collect();
+        v.extend(
+            [&self.u4, &self.u6]
+                .into_iter()
+                .flatten()
+                .map(|s| s.as_raw_fd()),
+        );
         v
     }
 
     fn send_bundle(&self, peer: IpAddr, payload: &[u8], dscp: u8) -> io::Result<()> {
         let unsupported = || io::Error::from_raw_os_error(libc::EAFNOSUPPORT);
         match (self.transport, peer.is_ipv4()) {
-            (Transport::Ip, true) => self.b4.as_ref().ok_or_else(unsupported)?.send_to(peer, payload, dscp),
-            (Transport::Ip, false) => self.b6.as_ref().ok_or_else(unsupported)?.send_to(peer, payload, dscp),
-            (Transport::Udp, true) => {
-                self.u4.as_ref().ok_or_else(unsupported)?.send_to(SocketAddr::new(peer, self.udp_port), payload, dscp)
-            }
-            (Transport::Udp, false) => {
-                self.u6.as_ref().ok_or_else(unsupported)?.send_to(SocketAddr::new(peer, self.udp_port), payload, dscp)
-            }
+            (Transport::Ip, true) => self
+                .b4
+                .as_ref()
+                .ok_or_else(unsupported)?
+                .send_to(peer, payload, dscp),
+            (Transport::Ip, false) => self
+                .b6
+                .as_ref()
+                .ok_or_else(unsupported)?
+                .send_to(peer, payload, dscp),
+            (Transport::Udp, true) => self.u4.as_ref().ok_or_else(unsupported)?.send_to(
+                SocketAddr::new(peer, self.udp_port),
+                payload,
+                dscp,
+            ),
+            (Transport::Udp, false) => self.u6.as_ref().ok_or_else(unsupported)?.send_to(
+                SocketAddr::new(peer, self.udp_port),
+                payload,
+                dscp,
+            ),
         }
     }
 
@@ -182,7 +219,10 @@ pub struct Daemon {
 }
 
 fn peer_map(plan: &Plan) -> HashMap<IpAddr, Encoding> {
-    plan.peers.iter().map(|p| (p.address, p.config.encoding)).collect()
+    plan.peers
+        .iter()
+        .map(|p| (p.address, p.config.encoding))
+        .collect()
 }
 
 impl Daemon {
@@ -191,10 +231,18 @@ impl Daemon {
     /// main thread before any other thread.
     pub fn start(source: Source, plan: Plan, signals: Signals) -> anyhow::Result<Daemon> {
         let d = &plan.config.daemon;
-        let tun = Tun::open(&d.tun, d.tun_mtu)
-            .with_context(|| format!("opening TUN device {:?} (needs CAP_NET_ADMIN and /dev/net/tun)", d.tun))?;
+        let tun = Tun::open(&d.tun, d.tun_mtu).with_context(|| {
+            format!(
+                "opening TUN device {:?} (needs CAP_NET_ADMIN and /dev/net/tun)",
+                d.tun
+            )
+        })?;
         if let Err(e) = sys::set_txqueuelen(tun.name(), d.tun_txqueuelen) {
-            warn!("cannot set txqueuelen {} on {}: {e}", d.tun_txqueuelen, tun.name());
+            warn!(
+                "cannot set txqueuelen {} on {}: {e}",
+                d.tun_txqueuelen,
+                tun.name()
+            );
         }
         let sock = Sockets::open(&plan)?;
         for fd in sock.receive_fds() {
@@ -211,7 +259,8 @@ impl Daemon {
                 Err(e) => warn!("cannot use SCHED_FIFO priority {}: {e}", d.sched_priority),
             }
         }
-        let resolver = RouteResolver::new(d.bypass_mark).context("opening the netlink route resolver")?;
+        let resolver =
+            RouteResolver::new(d.bypass_mark).context("opening the netlink route resolver")?;
         let monitor = RouteMonitor::new().context("opening the netlink route monitor")?;
         let timer = Timer::new()?;
         let poller = Poller::new()?;
@@ -219,9 +268,9 @@ impl Daemon {
 
         let mut engine = Engine::new(plan.engine.clone());
         for p in &plan.peers {
-            engine
-                .set_peer(p.address, p.config.clone())
-                .map_err(|r| anyhow::anyhow!("engine refused peer {}: {}", p.address, r.reason()))?;
+            engine.set_peer(p.address, p.config.clone()).map_err(|r| {
+                anyhow::anyhow!("engine refused peer {}: {}", p.address, r.reason())
+            })?;
         }
         let now = monotonic_micros();
         if plan.config.aggregation.link_mode == LinkModeCfg::HoldWhileBusy {
@@ -238,7 +287,10 @@ impl Daemon {
         let links = d
             .interfaces
             .iter()
-            .map(|n| Link { name: n.clone(), up: link_state(n) })
+            .map(|n| Link {
+                name: n.clone(),
+                up: link_state(n),
+            })
             .collect::<Vec<_>>();
         for l in &links {
             match l.up {
@@ -248,7 +300,8 @@ impl Daemon {
         }
 
         let spec = plan.steer_spec();
-        let steering = Steering::install(&spec).context("installing kernel steering (nftables + policy routing)")?;
+        let steering = Steering::install(&spec)
+            .context("installing kernel steering (nftables + policy routing)")?;
         info!(
             tun = %tun.name(),
             mode = ?d.mode,
@@ -460,8 +513,16 @@ impl Daemon {
             let r = match token {
                 TOK_B4 => self.sock.b4.as_ref().map(|s| s.recv_from(&mut self.rx_buf)),
                 TOK_B6 => self.sock.b6.as_ref().map(|s| s.recv_from(&mut self.rx_buf)),
-                TOK_U4 => self.sock.u4.as_ref().map(|s| s.recv_from(&mut self.rx_buf).map(|(r, _)| r)),
-                _ => self.sock.u6.as_ref().map(|s| s.recv_from(&mut self.rx_buf).map(|(r, _)| r)),
+                TOK_U4 => self
+                    .sock
+                    .u4
+                    .as_ref()
+                    .map(|s| s.recv_from(&mut self.rx_buf).map(|(r, _)| r)),
+                _ => self
+                    .sock
+                    .u6
+                    .as_ref()
+                    .map(|s| s.recv_from(&mut self.rx_buf).map(|(r, _)| r)),
             };
             match r {
                 None => return,
@@ -628,7 +689,10 @@ impl Daemon {
             keep!(daemon.sched_priority);
             keep!(aggregation.protocol);
             if !kept.is_empty() {
-                warn!("reload: {} only take effect after a restart; keeping the running values", kept.join(", "));
+                warn!(
+                    "reload: {} only take effect after a restart; keeping the running values",
+                    kept.join(", ")
+                );
             }
         }
         new.prometheus = self.plan.prometheus;
@@ -668,7 +732,9 @@ impl Daemon {
                 error!("reload: engine refused peer {}: {}", p.address, r.reason());
             }
         }
-        if self.hold_while_busy() != (new.config.aggregation.link_mode == LinkModeCfg::HoldWhileBusy) {
+        if self.hold_while_busy()
+            != (new.config.aggregation.link_mode == LinkModeCfg::HoldWhileBusy)
+        {
             self.link_busy = false;
             self.engine.set_link_busy(now, false);
         }
@@ -688,15 +754,46 @@ impl Daemon {
                 error!("removing steering: {e}");
             }
         }
-        let now = monotonic_micros();
-        let mut drained = 0;
-        let limit = SHUTDOWN_DRAIN_MAX.min(self.plan.config.daemon.tun_txqueuelen as usize * 2 + BATCH);
-        while drained < limit && monotonic_micros() < now + SHUTDOWN_DRAIN_US && self.read_tun_one(now) {
-            drained += 1;
+        // Two passes: packets that were already on their way into the TUN when
+        // the steering went away arrive a moment later; catch them too.
+        let (mut drained, mut sent) = (0usize, 0u64);
+        for pass in 0..2 {
+            if pass == 1 {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            let now = monotonic_micros();
+            let limit =
+                SHUTDOWN_DRAIN_MAX.min(self.plan.config.daemon.tun_txqueuelen as usize * 2 + BATCH);
+            let mut n = 0;
+            while n < limit
+                && monotonic_micros() < now + SHUTDOWN_DRAIN_US
+                && self.read_tun_one(now)
+            {
+                n += 1;
+            }
+            drained += n;
+            self.engine.flush();
+            sent += self.drain_all(now);
         }
-        self.engine.flush();
+        self.control.remove_socket_file();
+        let c = &self.engine.stats().counters;
+        info!(
+            packets_in = c.packets_in,
+            bundles = c.bundles,
+            aggregated = c.aggregated_packets,
+            dropped = c.dropped_total(),
+            tun_drained = drained,
+            flushed = sent,
+            "stopped"
+        );
+        Ok(())
+    }
+
+    /// Sends everything the engine holds (after `flush`); bounded.
+    fn drain_all(&mut self, now: u64) -> u64 {
         let mut sent = 0u64;
-        let limit = self.engine.queued().0 as u64 + 1 + self.engine.config().bypass_queue_limit as u64;
+        let limit =
+            self.engine.queued().0 as u64 + 1 + self.engine.config().bypass_queue_limit as u64;
         while let Some(t) = self.engine.poll_transmit(now, &mut self.tx_buf) {
             let data = &self.tx_buf[..t.len.min(self.tx_buf.len())];
             let r = match t.kind {
@@ -714,18 +811,7 @@ impl Daemon {
                 break;
             }
         }
-        self.control.remove_socket_file();
-        let c = &self.engine.stats().counters;
-        info!(
-            packets_in = c.packets_in,
-            bundles = c.bundles,
-            aggregated = c.aggregated_packets,
-            dropped = c.dropped_total(),
-            tun_drained = drained,
-            flushed = sent,
-            "stopped"
-        );
-        Ok(())
+        sent
     }
 
     fn answer(&self, req: Request) -> (bool, Vec<u8>) {
@@ -755,7 +841,11 @@ impl Daemon {
             .sorted_peers()
             .into_iter()
             .map(|p| {
-                let mut m = self.engine.peer_stats(p).map(stats::stats_json).unwrap_or_default();
+                let mut m = self
+                    .engine
+                    .peer_stats(p)
+                    .map(stats::stats_json)
+                    .unwrap_or_default();
                 m.insert("peer".into(), p.to_string().into());
                 m.insert("configured".into(), self.peers.contains_key(&p).into());
                 Value::Object(m)

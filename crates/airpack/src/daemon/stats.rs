@@ -18,7 +18,9 @@ use serde_json::{json, Map, Value};
 pub const ERR_KINDS: usize = ErrorKind::ALL.len();
 
 /// Bucket bounds (µs) of the timer lateness histogram.
-pub const TIMER_LATE_BOUNDS_US: &[u64] = &[0, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1_000, 2_000, 5_000, 10_000];
+pub const TIMER_LATE_BOUNDS_US: &[u64] = &[
+    0, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1_000, 2_000, 5_000, 10_000,
+];
 
 /// I/O-side counters kept by the event loop (plain integers; no allocation).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -257,10 +259,17 @@ pub fn prometheus(doc: &Value) -> String {
             out.push_str(&format!("airpack_{name}{labels} {x}\n"));
         }
     };
-    fn walk(prefix: &str, labels: &[(String, String)], v: &Value, emit: &mut dyn FnMut(&str, &str, &Value)) {
+    fn walk(
+        prefix: &str,
+        labels: &[(String, String)],
+        v: &Value,
+        emit: &mut dyn FnMut(&str, &str, &Value),
+    ) {
         let lab = |extra: Option<(&str, &str)>| {
-            let mut parts: Vec<String> =
-                labels.iter().map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))).collect();
+            let mut parts: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
+                .collect();
             if let Some((k, v)) = extra {
                 parts.push(format!("{k}=\"{v}\""));
             }
@@ -272,7 +281,11 @@ pub fn prometheus(doc: &Value) -> String {
         };
         let Some(obj) = v.as_object() else { return };
         for (k, val) in obj {
-            let name = if prefix.is_empty() { k.clone() } else { format!("{prefix}_{k}") };
+            let name = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}_{k}")
+            };
             match val {
                 Value::Number(_) => emit(&name, &lab(None), val),
                 Value::Object(inner) if inner.contains_key("buckets") => {
@@ -297,7 +310,11 @@ pub fn prometheus(doc: &Value) -> String {
     }
     if let Some(Value::Array(peers)) = doc.get("peers") {
         for p in peers {
-            let name = p.get("peer").and_then(Value::as_str).unwrap_or("?").to_owned();
+            let name = p
+                .get("peer")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_owned();
             walk("peer", &[("peer".into(), name)], p, &mut emit);
         }
     }
@@ -316,8 +333,12 @@ pub fn human_stats(doc: &Value) -> String {
         doc.get("version").and_then(Value::as_str).unwrap_or("?"),
         doc.get("mode").and_then(Value::as_str).unwrap_or("?"),
         doc.get("uptime_s").and_then(Value::as_f64).unwrap_or(0.0),
-        doc.pointer("/queued/packets").and_then(Value::as_u64).unwrap_or(0),
-        doc.pointer("/queued/bytes").and_then(Value::as_u64).unwrap_or(0),
+        doc.pointer("/queued/packets")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+        doc.pointer("/queued/bytes")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
     ));
     let rows = [
         "packets_in",
@@ -337,7 +358,15 @@ pub fn human_stats(doc: &Value) -> String {
         "decode_errors_total",
     ];
     let cols: Vec<(String, &Value)> = std::iter::once(("total".to_owned(), &total))
-        .chain(peers.iter().map(|p| (p.get("peer").and_then(Value::as_str).unwrap_or("?").to_owned(), p)))
+        .chain(peers.iter().map(|p| {
+            (
+                p.get("peer")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?")
+                    .to_owned(),
+                p,
+            )
+        }))
         .collect();
     let fmt = |v: Option<&Value>| match v {
         Some(Value::Number(n)) if n.is_f64() => format!("{:.2}", n.as_f64().unwrap_or(0.0)),
@@ -357,7 +386,9 @@ pub fn human_stats(doc: &Value) -> String {
         out.push('\n');
     }
     let nonzero = |v: Option<&Value>| -> String {
-        let Some(Value::Object(m)) = v else { return String::new() };
+        let Some(Value::Object(m)) = v else {
+            return String::new();
+        };
         let parts: Vec<String> = m
             .iter()
             .filter(|(_, n)| n.as_u64().unwrap_or(0) > 0)
@@ -369,8 +400,14 @@ pub fn human_stats(doc: &Value) -> String {
             parts.join(" ")
         }
     };
-    out.push_str(&format!("\ndropped:        {}\n", nonzero(total.get("dropped"))));
-    out.push_str(&format!("decode errors:  {}\n", nonzero(total.get("decode_errors"))));
+    out.push_str(&format!(
+        "\ndropped:        {}\n",
+        nonzero(total.get("dropped"))
+    ));
+    out.push_str(&format!(
+        "decode errors:  {}\n",
+        nonzero(total.get("decode_errors"))
+    ));
     if let Some(d) = total.get("daemon") {
         out.push_str(&format!(
             "tun:            read={} written={} write_errors: {}\n",
@@ -402,11 +439,24 @@ pub fn human_peers(doc: &Value) -> String {
     );
     let empty = Vec::new();
     for p in doc.get("peers").and_then(Value::as_array).unwrap_or(&empty) {
-        let s = |k: &str| p.get(k).map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).unwrap_or_default();
+        let s = |k: &str| {
+            p.get(k)
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| v.to_string())
+                })
+                .unwrap_or_default()
+        };
         let ips: Vec<String> = p
             .get("allowed_ips")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
             .unwrap_or_default();
         out.push_str(&format!(
             "{:<28} {:<10} {:<8} {:>8} {:>6} {:>10} {:>10} {:>8.2}  {}\n",
@@ -417,7 +467,9 @@ pub fn human_peers(doc: &Value) -> String {
             s("max_size"),
             s("packets_in"),
             s("bundles"),
-            p.get("aggregation_ratio").and_then(Value::as_f64).unwrap_or(1.0),
+            p.get("aggregation_ratio")
+                .and_then(Value::as_f64)
+                .unwrap_or(1.0),
             ips.join(",")
         ));
     }
@@ -429,16 +481,20 @@ mod tests {
     use super::*;
 
     fn sample() -> Value {
-        let mut c = Counters::default();
-        c.packets_in = 100;
-        c.aggregated_packets = 90;
-        c.bundles = 9;
-        c.unaggregated_packets = 10;
+        let mut c = Counters {
+            packets_in: 100,
+            aggregated_packets: 90,
+            bundles: 9,
+            unaggregated_packets: 10,
+            ..Default::default()
+        };
         c.dropped[DropReason::QueueBytes.index()] = 3;
         c.decode_errors[DecodeError::Truncated.index()] = 2;
         let mut total = counters_json(&c);
-        let mut d = DaemonCounters::default();
-        d.rx_spoofed_source = 4;
+        let mut d = DaemonCounters {
+            rx_spoofed_source: 4,
+            ..Default::default()
+        };
         d.send_error(&std::io::Error::from_raw_os_error(libc::ENOBUFS));
         total.insert("daemon".into(), daemon_json(&d));
         let mut peer = counters_json(&c);
@@ -451,9 +507,24 @@ mod tests {
     fn json_has_contract_fields() {
         let v = sample();
         let t = &v["total"];
-        for k in ["packets_in", "bytes_in", "aggregated_packets", "aggregated_bytes", "bundles", "bundle_wire_bytes",
-                  "unaggregated_packets", "unaggregated_bytes", "bypass_packets", "bypass_bytes", "sent_on_timeout",
-                  "sent_on_size", "sent_on_idle", "sent_on_flush", "bundles_received", "packets_received"] {
+        for k in [
+            "packets_in",
+            "bytes_in",
+            "aggregated_packets",
+            "aggregated_bytes",
+            "bundles",
+            "bundle_wire_bytes",
+            "unaggregated_packets",
+            "unaggregated_bytes",
+            "bypass_packets",
+            "bypass_bytes",
+            "sent_on_timeout",
+            "sent_on_size",
+            "sent_on_idle",
+            "sent_on_flush",
+            "bundles_received",
+            "packets_received",
+        ] {
             assert!(t[k].is_u64(), "total.{k} missing");
         }
         // (90 + 10) / (9 + 10)
@@ -485,10 +556,22 @@ mod tests {
     fn prometheus_text() {
         let text = prometheus(&sample());
         assert!(text.contains("airpack_packets_in 100\n"), "{text}");
-        assert!(text.contains("airpack_dropped{reason=\"queue_bytes\"} 3\n"), "{text}");
-        assert!(text.contains("airpack_daemon_rx_rejected{reason=\"spoofed_source\"} 4\n"), "{text}");
-        assert!(text.contains("airpack_daemon_send_errors{reason=\"enobufs\"} 1\n"), "{text}");
-        assert!(text.contains("airpack_peer_packets_in{peer=\"10.0.0.2\"} 100\n"), "{text}");
+        assert!(
+            text.contains("airpack_dropped{reason=\"queue_bytes\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("airpack_daemon_rx_rejected{reason=\"spoofed_source\"} 4\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("airpack_daemon_send_errors{reason=\"enobufs\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("airpack_peer_packets_in{peer=\"10.0.0.2\"} 100\n"),
+            "{text}"
+        );
         assert!(text.contains("airpack_queued_packets 1\n"), "{text}");
         // Every line is `name{labels} value` or `name value`.
         for line in text.lines() {
@@ -505,7 +588,9 @@ mod tests {
         assert!(s.contains("10.0.0.2"), "{s}");
         assert!(s.contains("queue_bytes=3"), "{s}");
         assert!(s.contains("spoofed_source=4"), "{s}");
-        let p = human_peers(&json!({"peers": [{"peer": "10.0.0.2", "encoding": "native", "allowed_ips": ["10.1.0.0/24"]}]}));
+        let p = human_peers(
+            &json!({"peers": [{"peer": "10.0.0.2", "encoding": "native", "allowed_ips": ["10.1.0.0/24"]}]}),
+        );
         assert!(p.contains("10.0.0.2") && p.contains("10.1.0.0/24"), "{p}");
     }
 }

@@ -51,9 +51,16 @@ pub fn set_txqueuelen(name: &str, len: u32) -> io::Result<()> {
     }
     let bytes = name.as_bytes();
     if bytes.is_empty() || bytes.len() > 15 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad interface name"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "bad interface name",
+        ));
     }
-    let mut req = IfReqQlen { name: [0; 16], qlen: len.min(i32::MAX as u32) as libc::c_int, _pad: [0; 20] };
+    let mut req = IfReqQlen {
+        name: [0; 16],
+        qlen: len.min(i32::MAX as u32) as libc::c_int,
+        _pad: [0; 20],
+    };
     req.name[..bytes.len()].copy_from_slice(bytes);
     // SAFETY: plain socket(2) call; the fd is closed below.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
@@ -84,7 +91,11 @@ pub fn link_up(name: &str) -> Option<bool> {
     if bytes.is_empty() || bytes.len() > 15 {
         return None;
     }
-    let mut req = IfReqFlags { name: [0; 16], flags: 0, _pad: [0; 22] };
+    let mut req = IfReqFlags {
+        name: [0; 16],
+        flags: 0,
+        _pad: [0; 22],
+    };
     req.name[..bytes.len()].copy_from_slice(bytes);
     // SAFETY: plain socket(2) call; the fd is closed below.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
@@ -109,7 +120,13 @@ pub fn set_rcvbuf(fd: std::os::fd::RawFd, bytes: i32) -> io::Result<()> {
     let set = |opt| {
         // SAFETY: setsockopt with a valid int value on a caller-owned fd.
         unsafe {
-            libc::setsockopt(fd, libc::SOL_SOCKET, opt, (&bytes as *const i32).cast(), std::mem::size_of::<i32>() as u32)
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&bytes as *const i32).cast(),
+                std::mem::size_of::<i32>() as u32,
+            )
         }
     };
     if set(libc::SO_RCVBUFFORCE) == 0 || set(libc::SO_RCVBUF) == 0 {
@@ -133,7 +150,9 @@ pub fn set_timer_slack(ns: u64) -> io::Result<()> {
 
 /// Runs this thread under SCHED_FIFO at `priority` (1-99).
 pub fn set_realtime(priority: u8) -> io::Result<()> {
-    let p = libc::sched_param { sched_priority: priority as libc::c_int };
+    let p = libc::sched_param {
+        sched_priority: priority as libc::c_int,
+    };
     // SAFETY: sched_setscheduler on the calling thread with a valid param.
     let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) };
     if r < 0 {
@@ -153,13 +172,19 @@ mod tests {
         v4[0] = 0x45;
         v4[12..16].copy_from_slice(&[10, 0, 0, 1]);
         v4[16..20].copy_from_slice(&[10, 0, 0, 2]);
-        assert_eq!(addrs(&v4), Some(("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap())));
+        assert_eq!(
+            addrs(&v4),
+            Some(("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()))
+        );
         assert_eq!(addrs(&v4[..19]), None);
         let mut v6 = [0u8; 40];
         v6[0] = 0x60;
         v6[23] = 1;
         v6[39] = 2;
-        assert_eq!(addrs(&v6), Some(("::1".parse().unwrap(), "::2".parse().unwrap())));
+        assert_eq!(
+            addrs(&v6),
+            Some(("::1".parse().unwrap(), "::2".parse().unwrap()))
+        );
         assert_eq!(addrs(&v6[..39]), None);
         assert_eq!(addrs(&[]), None);
         assert_eq!(addrs(&[0x50; 60]), None);
@@ -167,10 +192,25 @@ mod tests {
 
     #[test]
     fn link_scope() {
-        for a in ["fe80::1", "ff02::16", "ff02::2", "ff01::1", "169.254.1.1", "224.0.0.22", "255.255.255.255"] {
+        for a in [
+            "fe80::1",
+            "ff02::16",
+            "ff02::2",
+            "ff01::1",
+            "169.254.1.1",
+            "224.0.0.22",
+            "255.255.255.255",
+        ] {
             assert!(link_scoped(a.parse().unwrap()), "{a}");
         }
-        for a in ["10.0.0.1", "fd00::1", "2001:db8::1", "ff05::2", "239.1.1.1", "224.0.1.1"] {
+        for a in [
+            "10.0.0.1",
+            "fd00::1",
+            "2001:db8::1",
+            "ff05::2",
+            "239.1.1.1",
+            "224.0.1.1",
+        ] {
             assert!(!link_scoped(a.parse().unwrap()), "{a}");
         }
     }
@@ -179,7 +219,10 @@ mod tests {
     fn timer_slack_and_rcvbuf() {
         set_timer_slack(1000).unwrap();
         // SAFETY: PR_GET_TIMERSLACK returns the current slack.
-        assert_eq!(unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) }, 1000);
+        assert_eq!(
+            unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) },
+            1000
+        );
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         set_rcvbuf(std::os::fd::AsRawFd::as_raw_fd(&s), 1 << 20).unwrap();
     }

@@ -31,7 +31,12 @@ pub fn can_run(test: &str) -> bool {
         return false;
     }
     for tool in ["ip", "nft"] {
-        let ok = Command::new(tool).arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+        let ok = Command::new(tool)
+            .arg("-V")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok();
         if !ok {
             println!("SKIP: {test}: needs `{tool}` (run scripts/setup.sh)");
             eprintln!("SKIP: {test}: needs `{tool}` (run scripts/setup.sh)");
@@ -49,7 +54,10 @@ static SERIAL: AtomicU32 = AtomicU32::new(0);
 
 /// Runs a command, panicking with its stderr on failure.
 pub fn sh(argv: &[&str]) -> String {
-    let out = Command::new(argv[0]).args(&argv[1..]).output().unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let out = Command::new(argv[0])
+        .args(&argv[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
     if !out.status.success() {
         panic!("{argv:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     }
@@ -71,13 +79,20 @@ impl Net {
         let dir = std::env::temp_dir().join(&prefix);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        Net { prefix, dir, namespaces: Vec::new() }
+        Net {
+            prefix,
+            dir,
+            namespaces: Vec::new(),
+        }
     }
 
     /// Creates namespace `<prefix>-<name>` with loopback up and forwarding on; returns its name.
     pub fn ns(&mut self, name: &str) -> String {
         let ns = format!("{}-{name}", self.prefix);
-        let _ = Command::new("ip").args(["netns", "del", &ns]).stderr(Stdio::null()).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &ns])
+            .stderr(Stdio::null())
+            .status();
         sh(&["ip", "netns", "add", &ns]);
         self.namespaces.push(ns.clone());
         sh(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
@@ -89,12 +104,23 @@ impl Net {
 
     /// Sets a sysctl inside `ns`.
     pub fn sysctl(&self, ns: &str, key: &str, val: &str) {
-        sh(&["ip", "netns", "exec", ns, "sysctl", "-q", "-w", &format!("{key}={val}")]);
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "sysctl",
+            "-q",
+            "-w",
+            &format!("{key}={val}"),
+        ]);
     }
 
     /// A veth pair between two namespaces, with an IPv4 address (CIDR) on each end, up.
     pub fn link(&self, a: &str, a_if: &str, a_cidr: &str, b: &str, b_if: &str, b_cidr: &str) {
-        sh(&["ip", "link", "add", a_if, "netns", a, "type", "veth", "peer", "name", b_if, "netns", b]);
+        sh(&[
+            "ip", "link", "add", a_if, "netns", a, "type", "veth", "peer", "name", b_if, "netns", b,
+        ]);
         for (ns, ifn, cidr) in [(a, a_if, a_cidr), (b, b_if, b_cidr)] {
             sh(&["ip", "-n", ns, "addr", "add", cidr, "dev", ifn]);
             sh(&["ip", "-n", ns, "link", "set", ifn, "up"]);
@@ -142,17 +168,29 @@ impl Net {
             .stdin(Stdio::null())
             .stdout(logf.try_clone().unwrap())
             .stderr(logf)
-            .env("RUST_LOG", std::env::var("AIRPACK_TEST_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("AIRPACK_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .spawn()
             .expect("spawn airpack run");
-        let mut d = Daemon { ns: ns.into(), child: Some(child), socket, log, config: cfg };
+        let mut d = Daemon {
+            ns: ns.into(),
+            child: Some(child),
+            socket,
+            log,
+            config: cfg,
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if d.socket.exists() && airpack::daemon::control::query(&d.socket, "stats").is_ok() {
                 break;
             }
             if let Some(st) = d.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("daemon in {ns} exited at start ({st}); log:\n{}", d.log_text());
+                panic!(
+                    "daemon in {ns} exited at start ({st}); log:\n{}",
+                    d.log_text()
+                );
             }
             if Instant::now() > deadline {
                 panic!("daemon in {ns} did not come up; log:\n{}", d.log_text());
@@ -175,7 +213,10 @@ impl Drop for Net {
                     }
                 }
             }
-            let _ = Command::new("ip").args(["netns", "del", ns]).stderr(Stdio::null()).status();
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(Stdio::null())
+                .status();
         }
         if std::env::var_os("AIRPACK_TEST_KEEP").is_none() && !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
@@ -207,7 +248,9 @@ impl Daemon {
     /// A number from the stats JSON by pointer (e.g. "/total/bundles").
     pub fn stat(&self, pointer: &str) -> f64 {
         let v = self.stats();
-        v.pointer(pointer).and_then(Value::as_f64).unwrap_or_else(|| panic!("{pointer} missing in {v}"))
+        v.pointer(pointer)
+            .and_then(Value::as_f64)
+            .unwrap_or_else(|| panic!("{pointer} missing in {v}"))
     }
 
     /// Runs the CLI (`airpack stats`/`peers`) against this daemon; returns stdout.
@@ -243,7 +286,11 @@ impl Daemon {
             }
             if Instant::now() > deadline {
                 self.signal(libc::SIGKILL);
-                panic!("daemon in {} did not stop within 15 s; log:\n{}", self.ns, self.log_text());
+                panic!(
+                    "daemon in {} did not stop within 15 s; log:\n{}",
+                    self.ns,
+                    self.log_text()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -264,7 +311,10 @@ impl Drop for Daemon {
 }
 
 /// Runs `f` on a thread that entered network namespace `ns` first.
-pub fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+pub fn in_ns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
     let path = format!("/run/netns/{ns}");
     std::thread::spawn(move || {
         let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -281,7 +331,10 @@ pub fn payload(flow: u16, seq: u32, len: usize, out: &mut [u8]) {
     out[..2].copy_from_slice(&flow.to_be_bytes());
     out[2..6].copy_from_slice(&seq.to_be_bytes());
     for (i, b) in out[6..len].iter_mut().enumerate() {
-        *b = (flow as u32).wrapping_mul(31).wrapping_add(seq.wrapping_mul(7)).wrapping_add(i as u32) as u8;
+        *b = (flow as u32)
+            .wrapping_mul(31)
+            .wrapping_add(seq.wrapping_mul(7))
+            .wrapping_add(i as u32) as u8;
     }
 }
 
@@ -311,8 +364,10 @@ pub fn send_load(ns: &str, load: Load) -> std::thread::JoinHandle<u64> {
     in_ns(ns, move || {
         let socks: Vec<UdpSocket> = (0..load.flows)
             .map(|i| {
-                let s = UdpSocket::bind(SocketAddr::new(load.src, load.src_port + i)).expect("bind sender");
-                s.connect(SocketAddr::new(load.dst, load.dst_port + i)).expect("connect sender");
+                let s = UdpSocket::bind(SocketAddr::new(load.src, load.src_port + i))
+                    .expect("bind sender");
+                s.connect(SocketAddr::new(load.dst, load.dst_port + i))
+                    .expect("connect sender");
                 s
             })
             .collect();
@@ -379,12 +434,19 @@ impl RxLog {
 
 /// Receives a [`Load`] inside `ns` until `expect` packets arrived or nothing
 /// came for `idle` (bounded overall by `max`).
-pub fn receive_load(ns: &str, load: Load, expect: u64, idle: Duration, max: Duration) -> std::thread::JoinHandle<RxLog> {
+pub fn receive_load(
+    ns: &str,
+    load: Load,
+    expect: u64,
+    idle: Duration,
+    max: Duration,
+) -> std::thread::JoinHandle<RxLog> {
     let (tx, rx) = std::sync::mpsc::channel();
     let h = in_ns(ns, move || {
         let socks: Vec<UdpSocket> = (0..load.flows)
             .map(|i| {
-                let s = UdpSocket::bind(SocketAddr::new(load.dst, load.dst_port + i)).expect("bind receiver");
+                let s = UdpSocket::bind(SocketAddr::new(load.dst, load.dst_port + i))
+                    .expect("bind receiver");
                 s.set_nonblocking(true).unwrap();
                 let sz: libc::c_int = 4 << 20;
                 // SAFETY: setsockopt with a valid int option value.
@@ -433,13 +495,20 @@ pub fn receive_load(ns: &str, load: Load, expect: u64, idle: Duration, max: Dura
         }
         log
     });
-    rx.recv_timeout(Duration::from_secs(10)).expect("receiver bound its sockets");
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("receiver bound its sockets");
     h
 }
 
 /// Sends `bytes` over TCP from `ns_a` to a listener in `ns_b` at `dst:port`;
 /// returns (bytes sent, bytes received, received == sent content).
-pub fn tcp_transfer(ns_a: &str, ns_b: &str, dst: IpAddr, port: u16, bytes: usize) -> (usize, usize, bool) {
+pub fn tcp_transfer(
+    ns_a: &str,
+    ns_b: &str,
+    dst: IpAddr,
+    port: u16,
+    bytes: usize,
+) -> (usize, usize, bool) {
     let (tx, rx) = std::sync::mpsc::channel();
     let server = in_ns(ns_b, move || {
         let l = TcpListener::bind(SocketAddr::new(dst, port)).unwrap();
@@ -454,7 +523,8 @@ pub fn tcp_transfer(ns_a: &str, ns_b: &str, dst: IpAddr, port: u16, bytes: usize
     let data: Vec<u8> = (0..bytes).map(|i| (i * 7 + i / 251) as u8).collect();
     let d2 = data.clone();
     let client = in_ns(ns_a, move || {
-        let mut c = TcpStream::connect_timeout(&SocketAddr::new(dst, port), Duration::from_secs(5)).unwrap();
+        let mut c = TcpStream::connect_timeout(&SocketAddr::new(dst, port), Duration::from_secs(5))
+            .unwrap();
         c.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
         c.write_all(&d2).unwrap();
         d2.len()
@@ -469,11 +539,24 @@ pub fn ping(ns: &str, dst: std::net::Ipv4Addr, count: u16) -> u16 {
     in_ns(ns, move || {
         // SAFETY: plain socket(2); closed at the end.
         let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP) };
-        assert!(fd >= 0, "raw ICMP socket: {}", std::io::Error::last_os_error());
-        let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
+        assert!(
+            fd >= 0,
+            "raw ICMP socket: {}",
+            std::io::Error::last_os_error()
+        );
+        let tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 200_000,
+        };
         // SAFETY: valid option value.
         unsafe {
-            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), 16)
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                16,
+            )
         };
         let id: u16 = (std::process::id() & 0xffff) as u16 ^ 0x5a5a;
         let mut ok = 0;
@@ -490,12 +573,21 @@ pub fn ping(ns: &str, dst: std::net::Ipv4Addr, count: u16) -> u16 {
             let sa = libc::sockaddr_in {
                 sin_family: libc::AF_INET as u16,
                 sin_port: 0,
-                sin_addr: libc::in_addr { s_addr: u32::from(dst).to_be() },
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(dst).to_be(),
+                },
                 sin_zero: [0; 8],
             };
             // SAFETY: valid buffer and sockaddr_in.
             unsafe {
-                libc::sendto(fd, pkt.as_ptr().cast(), pkt.len(), 0, (&sa as *const libc::sockaddr_in).cast(), 16)
+                libc::sendto(
+                    fd,
+                    pkt.as_ptr().cast(),
+                    pkt.len(),
+                    0,
+                    (&sa as *const libc::sockaddr_in).cast(),
+                    16,
+                )
             };
             let deadline = Instant::now() + Duration::from_secs(1);
             while Instant::now() < deadline {
@@ -507,7 +599,11 @@ pub fn ping(ns: &str, dst: std::net::Ipv4Addr, count: u16) -> u16 {
                 }
                 let ihl = ((buf[0] & 0x0f) as usize) * 4;
                 let icmp = &buf[ihl..n as usize];
-                if icmp.len() >= 8 && icmp[0] == 0 && icmp[4..6] == id.to_be_bytes() && icmp[6..8] == seq.to_be_bytes() {
+                if icmp.len() >= 8
+                    && icmp[0] == 0
+                    && icmp[4..6] == id.to_be_bytes()
+                    && icmp[6..8] == seq.to_be_bytes()
+                {
                     ok += 1;
                     break;
                 }
@@ -525,7 +621,11 @@ pub fn ping(ns: &str, dst: std::net::Ipv4Addr, count: u16) -> u16 {
 pub fn checksum(data: &[u8]) -> u16 {
     let mut sum = 0u32;
     for c in data.chunks(2) {
-        let w = if c.len() == 2 { u16::from_be_bytes([c[0], c[1]]) } else { u16::from_be_bytes([c[0], 0]) };
+        let w = if c.len() == 2 {
+            u16::from_be_bytes([c[0], c[1]])
+        } else {
+            u16::from_be_bytes([c[0], 0])
+        };
         sum += w as u32;
     }
     while sum > 0xffff {
@@ -535,7 +635,13 @@ pub fn checksum(data: &[u8]) -> u16 {
 }
 
 /// A minimal IPv4/UDP packet (checksums filled).
-pub fn udp4_packet(src: std::net::Ipv4Addr, dst: std::net::Ipv4Addr, sport: u16, dport: u16, body: &[u8]) -> Vec<u8> {
+pub fn udp4_packet(
+    src: std::net::Ipv4Addr,
+    dst: std::net::Ipv4Addr,
+    sport: u16,
+    dport: u16,
+    body: &[u8],
+) -> Vec<u8> {
     let total = 28 + body.len();
     let mut p = vec![0u8; total];
     p[0] = 0x45;
@@ -556,7 +662,13 @@ pub fn udp4_packet(src: std::net::Ipv4Addr, dst: std::net::Ipv4Addr, sport: u16,
 
 /// Sends raw IP payloads with protocol `proto` from inside `ns`, bound to
 /// source `src`, to `dst` (the kernel builds the IPv4 header).
-pub fn send_raw(ns: &str, src: std::net::Ipv4Addr, dst: std::net::Ipv4Addr, proto: u8, payloads: Vec<Vec<u8>>) {
+pub fn send_raw(
+    ns: &str,
+    src: std::net::Ipv4Addr,
+    dst: std::net::Ipv4Addr,
+    proto: u8,
+    payloads: Vec<Vec<u8>>,
+) {
     in_ns(ns, move || {
         // SAFETY: plain socket(2).
         let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, proto as i32) };
@@ -564,7 +676,9 @@ pub fn send_raw(ns: &str, src: std::net::Ipv4Addr, dst: std::net::Ipv4Addr, prot
         let bind = libc::sockaddr_in {
             sin_family: libc::AF_INET as u16,
             sin_port: 0,
-            sin_addr: libc::in_addr { s_addr: u32::from(src).to_be() },
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(src).to_be(),
+            },
             sin_zero: [0; 8],
         };
         // SAFETY: valid sockaddr_in.
@@ -573,12 +687,23 @@ pub fn send_raw(ns: &str, src: std::net::Ipv4Addr, dst: std::net::Ipv4Addr, prot
         let sa = libc::sockaddr_in {
             sin_family: libc::AF_INET as u16,
             sin_port: 0,
-            sin_addr: libc::in_addr { s_addr: u32::from(dst).to_be() },
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(dst).to_be(),
+            },
             sin_zero: [0; 8],
         };
         for p in payloads {
             // SAFETY: valid buffer and sockaddr.
-            let n = unsafe { libc::sendto(fd, p.as_ptr().cast(), p.len(), 0, (&sa as *const libc::sockaddr_in).cast(), 16) };
+            let n = unsafe {
+                libc::sendto(
+                    fd,
+                    p.as_ptr().cast(),
+                    p.len(),
+                    0,
+                    (&sa as *const libc::sockaddr_in).cast(),
+                    16,
+                )
+            };
             assert!(n >= 0, "sendto: {}", std::io::Error::last_os_error());
         }
         // SAFETY: fd opened above.
@@ -601,7 +726,9 @@ pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
 pub fn steering_gone(net: &Net, ns: &str) -> bool {
     let rules = net.ip(ns, &["rule"]);
     let nft = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "list", "table", "inet", "airpack"])
+        .args([
+            "netns", "exec", ns, "nft", "list", "table", "inet", "airpack",
+        ])
         .output()
         .map(|o| o.status.success())
         .unwrap_or(true);
@@ -609,4 +736,5 @@ pub fn steering_gone(net: &Net, ns: &str) -> bool {
 }
 
 /// Standard class rule for the tests: UDP with either port in 16000-32000.
-pub const VOICE_CLASS: &str = "[[class]]\nclass = \"bundle\"\nprotocol = \"udp\"\nports = \"16000-32000\"\n";
+pub const VOICE_CLASS: &str =
+    "[[class]]\nclass = \"bundle\"\nprotocol = \"udp\"\nports = \"16000-32000\"\n";
