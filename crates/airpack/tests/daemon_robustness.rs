@@ -357,3 +357,46 @@ fn sighup_reloads_without_losing_queued_packets() {
     assert_eq!(da.stop(), 0);
     assert_eq!(db.stop(), 0);
 }
+
+#[test]
+fn restart_after_crash_cleans_leftovers() {
+    if !can_run("restart_after_crash_cleans_leftovers") {
+        return;
+    }
+    let (net, a, b, ip_a, ip_b) = two("crash", 102);
+    let config = cfg("va", 5000, &[&ip_b.to_string()]);
+    let mut d1 = net.daemon(&a, &config, &[]);
+    d1.signal(libc::SIGKILL);
+    wait_until("crashed daemon gone", Duration::from_secs(5), || {
+        !d1.alive()
+    });
+    // The crash left the kernel state and the control socket behind.
+    assert!(
+        !steering_gone(&net, &a),
+        "a SIGKILLed daemon cannot clean up"
+    );
+    assert!(d1.socket.exists());
+    // A new run starts cleanly over the leftovers and works.
+    let mut d2 = net.daemon(&a, &config, &[]);
+    let rules = net.ip(&a, &["rule"]);
+    assert_eq!(
+        rules.matches("fwmark 0x4150").count(),
+        1,
+        "no duplicate rules: {rules}"
+    );
+    let mut db = net.daemon(&b, &cfg("vb", 5000, &[&ip_a.to_string()]), &[]);
+    let l = load(ip_a, ip_b, 4, 100, 4000);
+    let rx = receive_load(
+        &b,
+        l.clone(),
+        l.total(),
+        Duration::from_secs(3),
+        Duration::from_secs(30),
+    );
+    assert_eq!(send_load(&a, l.clone()).join().unwrap(), l.total());
+    rx.join().unwrap().assert_complete(l.flows, l.per_flow);
+    assert!(d2.stats()["total"]["bundles"].as_u64().unwrap() > 0);
+    assert_eq!(d2.stop(), 0);
+    assert!(steering_gone(&net, &a));
+    assert_eq!(db.stop(), 0);
+}
