@@ -198,7 +198,7 @@ fn check_v4(p: &[u8]) -> Result<usize, DecodeError> {
     if total < ihl || total != p.len() {
         return Err(DecodeError::BadInnerHeader);
     }
-    if checksum(&p[..ihl]) != 0 {
+    if !ipv4_checksum_ok(&p[..ihl]) {
         return Err(DecodeError::BadIpv4Checksum);
     }
     Ok(ihl)
@@ -240,8 +240,9 @@ struct V6Walk {
     first_fragment: bool,
 }
 
-/// All IPv6 validity checks and the bounded extension-header walk.
-#[inline]
+/// All IPv6 validity checks and the bounded extension-header walk (out of
+/// line, so the IPv4 checks inline into their callers without it).
+#[inline(never)]
 fn walk_v6(p: &[u8]) -> Result<V6Walk, DecodeError> {
     if p.len() < IPV6_HEADER_LEN {
         return Err(DecodeError::Truncated);
@@ -350,6 +351,7 @@ fn inspect_v6(p: &[u8]) -> Result<PacketInfo, DecodeError> {
 /// Store it big-endian (`checksum(..).to_be_bytes()`). Over a header that
 /// already holds a correct checksum the result is 0. An odd trailing byte is
 /// padded with a zero byte, as RFC 1071 says.
+#[inline]
 pub fn checksum(data: &[u8]) -> u16 {
     // Sum 32-bit big-endian words into a 64-bit accumulator and fold at the
     // end (RFC 1071 2(A)/(B): the one's-complement sum is independent of word
@@ -365,10 +367,35 @@ pub fn checksum(data: &[u8]) -> u16 {
         [a, b, c] => sum += u64::from(u16::from_be_bytes([a, b])) + (u64::from(c) << 8),
         _ => {}
     }
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
+    !fold(sum)
+}
+
+/// Folds a 64-bit one's-complement sum to 16 bits, in a fixed number of
+/// steps (no data-dependent loop).
+#[inline]
+fn fold(sum: u64) -> u16 {
+    // 64 -> 33 -> 32 bits, then 32 -> 17 -> 16 bits; each step adds the
+    // carries back in (end-around carry), and the bounds shown make a third
+    // step unnecessary.
+    let s = (sum & 0xffff_ffff) + (sum >> 32); // < 2^33
+    let s = (s & 0xffff_ffff) + (s >> 32); // < 2^32
+    let s = (s & 0xffff) + (s >> 16); // < 2^17
+    let s = (s & 0xffff) + (s >> 16); // <= 0xffff
+    s as u16
+}
+
+/// True when an IPv4 header (`hdr.len()` = the IHL in bytes) holds a correct
+/// checksum, i.e. [`checksum`] over it is 0. The common 20-byte header gets a
+/// straight-line sum of its five words.
+#[inline]
+fn ipv4_checksum_ok(hdr: &[u8]) -> bool {
+    match <&[u8; IPV4_HEADER_LEN]>::try_from(hdr) {
+        Ok(h) => {
+            let w = |i: usize| u64::from(u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
+            !fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0
+        }
+        Err(_) => checksum(hdr) == 0,
     }
-    !(sum as u16)
 }
 
 /// Writes a 20-byte IPv4 header (no options, DF clear, checksum filled) for a
@@ -506,6 +533,38 @@ mod tests {
         }
         assert_eq!(checksum(&[0xff; 64]), naive(&[0xff; 64]));
         assert_eq!(checksum(&[0u8; 7]), 0xffff);
+    }
+
+    #[test]
+    fn ipv4_checksum_ok_agrees_with_checksum() {
+        // The 20-byte straight-line path and the general path both say
+        // "valid" exactly when `checksum` is 0: random headers, the same
+        // headers with their checksum fixed, and one bit flipped after that.
+        let mut x: u32 = 0x9e37_79b9;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        for round in 0..2_000 {
+            let len = [20, 24, 40, 60][round % 4];
+            let mut h: Vec<u8> = (0..len).map(|_| rnd() as u8).collect();
+            if round % 7 == 0 {
+                h.iter_mut().for_each(|b| *b = 0xff);
+            }
+            assert_eq!(ipv4_checksum_ok(&h), checksum(&h) == 0, "{h:02x?}");
+            h[10] = 0;
+            h[11] = 0;
+            let c = checksum(&h);
+            h[10..12].copy_from_slice(&c.to_be_bytes());
+            assert!(ipv4_checksum_ok(&h), "fixed checksum accepted: {h:02x?}");
+            let bit = rnd() as usize % (len * 8);
+            h[bit / 8] ^= 1 << (bit % 8);
+            assert!(!ipv4_checksum_ok(&h), "one flipped bit rejected: {h:02x?}");
+            assert_eq!(checksum(&h) == 0, ipv4_checksum_ok(&h));
+        }
+        assert!(!ipv4_checksum_ok(&[0u8; 20]), "all-zero header sums to 0, not 0xffff");
     }
 
     #[test]

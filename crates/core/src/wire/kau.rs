@@ -41,6 +41,7 @@ pub fn cost(packet_len: usize, _first: bool) -> usize {
 }
 
 /// Writes the separator and the packet; `out.len() == cost(packet.len(), first)`.
+#[inline]
 pub fn write_packet(out: &mut [u8], packet: &[u8], _first: bool) {
     out.copy_from_slice(packet);
 }
@@ -106,6 +107,7 @@ pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
 }
 
 /// Splits the next packet off an already validated body; `None` only if invalid.
+#[inline]
 pub(crate) fn split_next(rest: &[u8], _first: bool) -> Option<(&[u8], &[u8])> {
     let len = next_len(rest).ok()?;
     Some(rest.split_at(len))

@@ -272,6 +272,7 @@ pub struct Packets<'a> {
 
 impl<'a> Iterator for Packets<'a> {
     type Item = &'a [u8];
+    #[inline]
     fn next(&mut self) -> Option<&'a [u8]> {
         if self.left == 0 {
             return None;
@@ -335,6 +336,7 @@ impl<'a> BundleWriter<'a> {
     }
 
     /// Bytes that appending a packet of `packet_len` bytes would add (separator + packet).
+    #[inline]
     pub fn cost(&self, packet_len: usize) -> usize {
         match self.encoding {
             Encoding::Native => native::cost(packet_len, self.count == 0),
@@ -365,15 +367,17 @@ impl<'a> BundleWriter<'a> {
     /// so when it queues a packet), skipping the second header check; room and
     /// the packet-count bound are still checked. A packet that was not checked
     /// cannot corrupt memory, but may make the whole bundle undecodable.
+    #[inline]
     pub fn push_checked(&mut self, packet: &[u8]) -> Result<(), EncodeError> {
         if self.count >= MAX_PACKETS_PER_BUNDLE || packet.len() > ip::MAX_PACKET {
             return Err(EncodeError::Unsupported);
         }
         let cost = self.cost(packet.len());
-        if cost > self.remaining() {
+        let free = &mut self.buf[self.len..];
+        if cost > free.len() {
             return Err(EncodeError::NoRoom);
         }
-        let out = &mut self.buf[self.len..self.len + cost];
+        let out = &mut free[..cost];
         let first = self.count == 0;
         match self.encoding {
             Encoding::Native => native::write_packet(out, packet, first),

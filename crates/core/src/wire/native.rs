@@ -74,22 +74,24 @@ pub fn cost(packet_len: usize, _first: bool) -> usize {
 }
 
 /// Writes the separator and the packet; `out.len() == cost(packet.len(), first)`.
+#[inline]
 pub fn write_packet(out: &mut [u8], packet: &[u8], _first: bool) {
     let len = packet.len();
-    let p = prefix_len(len);
-    match p {
-        1 => out[0] = len as u8,
-        2 => {
-            out[0] = 0x80 | (len >> 8) as u8;
-            out[1] = len as u8;
+    let (prefix, body) = out.split_at_mut(prefix_len(len));
+    match prefix {
+        [a] => *a = len as u8,
+        [a, b] => {
+            *a = 0x80 | (len >> 8) as u8;
+            *b = len as u8;
         }
-        _ => {
-            out[0] = 0xc0;
-            out[1] = (len >> 8) as u8;
-            out[2] = len as u8;
+        [a, b, c] => {
+            *a = 0xc0;
+            *b = (len >> 8) as u8;
+            *c = len as u8;
         }
+        _ => unreachable!("prefix_len is 1, 2 or 3"),
     }
-    out[p..p + len].copy_from_slice(packet);
+    body.copy_from_slice(packet);
 }
 
 /// Completes the format header in `buf[..HEADER_LEN]` once `count` packets are written.
@@ -189,6 +191,7 @@ pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
 }
 
 /// Splits the next packet off an already validated body; `None` only if invalid.
+#[inline]
 pub(crate) fn split_next(rest: &[u8], _first: bool) -> Option<(&[u8], &[u8])> {
     let (len, p) = read_prefix(rest).ok()?;
     let after = rest.get(p..)?;
