@@ -1,7 +1,8 @@
-//! Byte storage for queued packets: one contiguous FIFO per queue.
+//! Storage for queued packets: one contiguous byte FIFO per queue
+//! ([`ByteFifo`]) and a ring of per-packet records ([`Ring`]).
 //!
-//! Owns: where a queued packet's bytes live between `handle_packet` and
-//! `poll_transmit`. Packets are appended at the tail and removed at the head,
+//! Owns: where a queued packet's bytes and metadata live between
+//! `handle_packet` and `poll_transmit`. Packets are appended at the tail and removed at the head,
 //! so each queue's packets lie back to back from `head`; the metadata queue
 //! only needs each packet's length. The buffer keeps its capacity, so steady
 //! state does not allocate; dead space at the front is reclaimed by one
@@ -42,6 +43,12 @@ impl ByteFifo {
         &self.buf[self.head + offset..self.head + offset + len]
     }
 
+    /// All live bytes, head first.
+    #[inline]
+    pub(crate) fn live(&self) -> &[u8] {
+        &self.buf[self.head..]
+    }
+
     /// Removes `len` bytes from the head.
     #[inline]
     pub(crate) fn pop(&mut self, len: usize) {
@@ -65,9 +72,171 @@ impl ByteFifo {
     }
 }
 
+/// A FIFO of small `Copy` records in a ring whose capacity is a power of two
+/// (so an index wraps with one mask, no branch). It doubles when full
+/// (amortised; steady state does not allocate) and never shrinks, so its
+/// capacity stays below twice the longest queue seen.
+#[derive(Debug)]
+pub(crate) struct Ring<T> {
+    /// Capacity zero or a power of two; slots outside the live range hold stale values.
+    buf: Vec<T>,
+    head: usize,
+    len: usize,
+}
+
+impl<T> Default for Ring<T> {
+    fn default() -> Self {
+        Ring {
+            buf: Vec::new(),
+            head: 0,
+            len: 0,
+        }
+    }
+}
+
+impl<T: Copy + Default> Ring<T> {
+    /// Records queued.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when nothing is queued.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline]
+    fn mask(&self) -> usize {
+        self.buf.len().wrapping_sub(1)
+    }
+
+    /// The `i`-th record from the front.
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> Option<&T> {
+        if i < self.len {
+            Some(&self.buf[(self.head + i) & self.mask()])
+        } else {
+            None
+        }
+    }
+
+    /// The oldest record.
+    #[inline]
+    pub(crate) fn front(&self) -> Option<&T> {
+        self.get(0)
+    }
+
+    /// Appends `v` at the back.
+    #[inline]
+    pub(crate) fn push_back(&mut self, v: T) {
+        if self.len == self.buf.len() {
+            self.grow();
+        }
+        let i = (self.head + self.len) & self.mask();
+        self.buf[i] = v;
+        self.len += 1;
+    }
+
+    /// Removes and returns the oldest record.
+    #[inline]
+    pub(crate) fn pop_front(&mut self) -> Option<T> {
+        if self.len == 0 {
+            return None;
+        }
+        let v = self.buf[self.head];
+        self.head = (self.head + 1) & self.mask();
+        self.len -= 1;
+        Some(v)
+    }
+
+    /// Removes the `n` oldest records (`n <= len`).
+    #[inline]
+    pub(crate) fn drop_front(&mut self, n: usize) {
+        assert!(n <= self.len, "drop_front past the end");
+        self.head = (self.head + n) & self.mask();
+        self.len -= n;
+    }
+
+    /// Every record, front to back.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        let at = self.head.min(self.buf.len());
+        let (wrapped, tail) = self.buf.split_at_mut(at);
+        let first = self.len.min(tail.len());
+        let rest = self.len - first;
+        tail[..first].iter_mut().chain(wrapped[..rest].iter_mut())
+    }
+
+    /// Doubles the capacity (at least 8), moving the live records to the start.
+    #[cold]
+    fn grow(&mut self) {
+        let cap = (self.buf.len() * 2).max(8);
+        let mut v = Vec::with_capacity(cap);
+        for i in 0..self.len {
+            v.push(self.buf[(self.head + i) & self.mask()]);
+        }
+        v.resize(cap, T::default());
+        self.buf = v;
+        self.head = 0;
+    }
+
+    /// Allocated records.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ByteFifo;
+    use super::{ByteFifo, Ring};
+
+    #[test]
+    fn ring_matches_vecdeque() {
+        // Pushes, pops, multi-drops and in-place edits across many wrap-arounds
+        // and growths, against std's VecDeque as the model.
+        let mut r: Ring<u32> = Ring::default();
+        let mut m = std::collections::VecDeque::new();
+        let mut x = 12345u32;
+        let mut next = 0u32;
+        let mut peak = 0;
+        for step in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            match x % 8 {
+                0..=3 => {
+                    r.push_back(next);
+                    m.push_back(next);
+                    next += 1;
+                }
+                4 | 5 => assert_eq!(r.pop_front(), m.pop_front()),
+                6 => {
+                    let n = (x as usize / 8) % (m.len() + 1);
+                    r.drop_front(n);
+                    m.drain(..n);
+                }
+                _ => {
+                    for v in r.iter_mut() {
+                        *v ^= 1;
+                    }
+                    for v in m.iter_mut() {
+                        *v ^= 1;
+                    }
+                }
+            }
+            assert_eq!(r.len(), m.len());
+            peak = peak.max(m.len());
+            assert_eq!(r.is_empty(), m.is_empty());
+            assert_eq!(r.front(), m.front());
+            let k = step as usize % (m.len() + 1);
+            assert_eq!(r.get(k), m.get(k));
+            assert!(r.capacity() <= (2 * peak).max(8), "capacity {} for peak {peak}", r.capacity());
+        }
+        let all: Vec<u32> = r.iter_mut().map(|v| *v).collect();
+        assert_eq!(all, m.iter().copied().collect::<Vec<_>>());
+    }
 
     #[test]
     fn fifo_order_and_bounded_capacity() {

@@ -63,8 +63,8 @@ use crate::Micros;
 use core::cmp::Reverse;
 use core::hash::{BuildHasherDefault, Hasher};
 use core::net::IpAddr;
-use fifo::ByteFifo;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use fifo::{ByteFifo, Ring};
+use std::collections::{BinaryHeap, HashMap};
 
 /// Who a queue is for: the next hop (hop-by-hop) or the tunnel endpoint (end-to-end).
 pub type PeerKey = IpAddr;
@@ -218,7 +218,7 @@ pub enum Verdict {
 
 /// Metadata of one queued packet; its bytes are in the peer's [`ByteFifo`],
 /// back to back in queue order.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Entry {
     arrival: Micros,
     len: u32,
@@ -232,7 +232,7 @@ struct Entry {
 }
 
 /// One bypass packet (bytes in the bypass [`ByteFifo`]).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct BypassEntry {
     len: u32,
     /// Peer slot and its generation, to charge the peer's statistics (if it still exists).
@@ -254,7 +254,7 @@ struct Slot {
     /// Bumped when the slot is freed, so bypass entries stop charging its statistics.
     gen: u32,
     cfg: PeerConfig,
-    q: VecDeque<Entry>,
+    q: Ring<Entry>,
     bytes: ByteFifo,
     queued_bytes: usize,
     /// Sum of `Entry::cost` over `q`.
@@ -283,7 +283,7 @@ impl Slot {
             explicit,
             gen: 0,
             cfg,
-            q: VecDeque::new(),
+            q: Ring::default(),
             bytes: ByteFifo::default(),
             queued_bytes: 0,
             cost_sum: 0,
@@ -489,7 +489,7 @@ pub struct Engine {
     ready_count: usize,
     nonempty: usize,
     wake: Vec<u32>,
-    bypass: VecDeque<BypassEntry>,
+    bypass: Ring<BypassEntry>,
     bypass_bytes: ByteFifo,
     bypass_turn: bool,
     link_busy: bool,
@@ -522,7 +522,7 @@ impl Engine {
             ready_count: 0,
             nonempty: 0,
             wake: Vec::new(),
-            bypass: VecDeque::new(),
+            bypass: Ring::default(),
             bypass_bytes: ByteFifo::default(),
             bypass_turn: false,
             link_busy: false,
@@ -1247,11 +1247,15 @@ impl Engine {
         let bundle = s.cfg.accepts_bundles
             && !s.draining
             && maxp >= 2
-            && s.q.len() >= 2
-            && s.q[0].carry
-            && s.q[1].carry
-            && header_len(enc) + cost(enc, s.q[0].len as usize, true) + s.q[1].cost as usize
-                <= limit;
+            && match (s.q.get(0), s.q.get(1)) {
+                (Some(a), Some(b)) => {
+                    a.carry
+                        && b.carry
+                        && header_len(enc) + cost(enc, a.len as usize, true) + b.cost as usize
+                            <= limit
+                }
+                _ => false,
+            };
         let mut n = 0usize;
         let mut dscp = 0;
         let mut inner_bytes = 0usize;
@@ -1265,19 +1269,21 @@ impl Engine {
         };
         let (len, kind) = if let Some(mut w) = writer {
             // One pass: write each packet (checked at arrival, so the writer
-            // need not re-parse it) and take it off the queue. Arrival times
-            // are non-decreasing along the queue, so hold times are
-            // non-increasing and their histogram bucket only moves down:
+            // need not re-parse it), then take them all off the queue at once.
+            // Arrival times are non-decreasing along the queue, so hold times
+            // are non-increasing and their histogram bucket only moves down:
             // record runs of equal buckets at once.
-            let mut run = HoldRun::new(&s.stats.hold_time_us, now.saturating_sub(s.q[0].arrival));
-            while n < maxp {
-                let Some(&e) = s.q.front() else { break };
+            let mut run = HoldRun::new(&s.stats.hold_time_us, now.saturating_sub(s.q.get(0).map_or(now, |e| e.arrival)));
+            let mut src = s.bytes.live();
+            let count = maxp.min(s.q.len());
+            while n < count {
+                let Some(&e) = s.q.get(n) else { break };
                 let l = e.len as usize;
-                if !e.carry || w.push_checked(s.bytes.get(0, l)).is_err() {
+                let Some((pkt, rest)) = src.split_at_checked(l) else { break };
+                if !e.carry || w.push_checked(pkt).is_err() {
                     break;
                 }
-                s.q.pop_front();
-                s.bytes.pop(l);
+                src = rest;
                 n += 1;
                 inner_bytes += l;
                 removed_cost += e.cost as usize;
@@ -1289,6 +1295,8 @@ impl Engine {
                     now.saturating_sub(e.arrival),
                 );
             }
+            s.q.drop_front(n);
+            s.bytes.pop(inner_bytes);
             run.finish(&mut s.stats.hold_time_us, &mut self.total.hold_time_us);
             debug_assert!(n >= 2, "the first two packets were checked to fit");
             (
