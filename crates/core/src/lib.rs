@@ -14,8 +14,8 @@ pub mod engine;
 pub mod wire;
 
 pub use engine::{
-    Classifier, DropReason, Engine, EngineConfig, LinkMode, PeerConfig, PeerKey, Reason, Rule, Stats, TrafficClass,
-    Transmit, TransmitKind, Verdict,
+    Classifier, DropReason, Engine, EngineConfig, LinkMode, PeerConfig, PeerKey, Reason, Rule,
+    Stats, TrafficClass, Transmit, TransmitKind, Verdict,
 };
 pub use wire::{Bundle, BundleWriter, DecodeError, Encoding};
 

@@ -232,7 +232,11 @@ mod tests {
             assert_eq!(r.front(), m.front());
             let k = step as usize % (m.len() + 1);
             assert_eq!(r.get(k), m.get(k));
-            assert!(r.capacity() <= (2 * peak).max(8), "capacity {} for peak {peak}", r.capacity());
+            assert!(
+                r.capacity() <= (2 * peak).max(8),
+                "capacity {} for peak {peak}",
+                r.capacity()
+            );
         }
         let all: Vec<u32> = r.iter_mut().map(|v| *v).collect();
         assert_eq!(all, m.iter().copied().collect::<Vec<_>>());

@@ -52,6 +52,7 @@
 pub mod classify;
 mod fifo;
 pub mod stats;
+mod table;
 
 pub use classify::{Classifier, Rule, TrafficClass};
 pub use stats::{Counters, DropReason, Histogram, Stats};
@@ -61,10 +62,10 @@ use crate::wire::{
 };
 use crate::Micros;
 use core::cmp::Reverse;
-use core::hash::{BuildHasherDefault, Hasher};
 use core::net::IpAddr;
 use fifo::{ByteFifo, Ring};
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+use table::PeerTable;
 
 /// Who a queue is for: the next hop (hop-by-hop) or the tunnel endpoint (end-to-end).
 pub type PeerKey = IpAddr;
@@ -409,60 +410,6 @@ fn cost(enc: Encoding, len: usize, first: bool) -> usize {
     }
 }
 
-/// FxHash-style hasher for the peer table. Peer keys are next hops or tunnel
-/// endpoints chosen by routing/configuration, not by remote senders, and the
-/// table is bounded by `max_peers`, so a keyed (SipHash) hasher's cost per
-/// packet buys nothing here.
-#[derive(Clone, Copy, Debug, Default)]
-struct PeerHasher(u64);
-
-impl Hasher for PeerHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        // splitmix64 finaliser: the multiply-rotate state has weak low bits,
-        // and the table indexes buckets with the low bits.
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(w));
-        }
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.write_u64(i as u64)
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(i as u64)
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    #[inline]
-    fn write_u128(&mut self, i: u128) {
-        self.write_u64(i as u64);
-        self.write_u64((i >> 64) as u64);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64)
-    }
-    #[inline]
-    fn write_isize(&mut self, i: isize) {
-        self.write_u64(i as u64)
-    }
-}
-
-type PeerIndex = HashMap<PeerKey, u32, BuildHasherDefault<PeerHasher>>;
-
 /// Ready-heap entry: fullest first (estimated wire bytes), then lower slot index.
 type ReadyItem = (usize, Reverse<u32>, u32);
 /// Deadline-heap entry: earliest first.
@@ -470,8 +417,9 @@ type DeadlineItem = Reverse<(Micros, u32, u32)>;
 
 /// The aggregation state machine. See the module documentation.
 ///
-/// Internals: peers live in a slot vector indexed through a hash map (with a
-/// one-entry cache for runs of packets to the same peer). Two binary heaps with
+/// Internals: peers live in a slot vector indexed through a small
+/// open-addressing table (`table.rs`: one multiply and usually one key
+/// comparison per lookup). Two binary heaps with
 /// lazy invalidation (a generation per slot) find the next peer to serve in
 /// O(log n): a min-heap of hold-time deadlines (one valid entry per non-empty
 /// peer) and a max-heap of ready peers keyed by size. Peers that only wait for
@@ -482,8 +430,7 @@ pub struct Engine {
     config: EngineConfig,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    index: PeerIndex,
-    last: Option<(PeerKey, u32)>,
+    index: PeerTable,
     deadlines: BinaryHeap<DeadlineItem>,
     ready: BinaryHeap<ReadyItem>,
     ready_count: usize,
@@ -515,8 +462,7 @@ impl Engine {
             config,
             slots: Vec::new(),
             free: Vec::new(),
-            index: PeerIndex::default(),
-            last: None,
+            index: PeerTable::default(),
             deadlines: BinaryHeap::new(),
             ready: BinaryHeap::new(),
             ready_count: 0,
@@ -588,7 +534,6 @@ impl Engine {
     pub fn remove_peer(&mut self, peer: PeerKey) {
         let Some(i) = self.lookup(peer) else { return };
         self.index.remove(&peer);
-        self.last = None;
         let s = &mut self.slots[i];
         s.live = false;
         if s.q.is_empty() {
@@ -614,7 +559,7 @@ impl Engine {
 
     /// The configuration of a peer, if known.
     pub fn peer(&self, peer: PeerKey) -> Option<&PeerConfig> {
-        self.index.get(&peer).map(|&i| &self.slots[i as usize].cfg)
+        self.index.get(&peer).map(|i| &self.slots[i as usize].cfg)
     }
 
     /// Hands one outgoing IP packet to the engine. The bytes are copied.
@@ -689,7 +634,8 @@ impl Engine {
             // The new maximum may have made this peer's queue full.
             self.refresh(i, false);
         }
-        self.settle();
+        // No `settle` needed: on this path only `reset_deadline` (which
+        // settles) and `drop_new` (which settles) touch deadline generations.
         match verdict {
             Verdict::Queued(_) => Verdict::Queued(class),
             d => d,
@@ -825,9 +771,7 @@ impl Engine {
 
     /// Statistics of one peer.
     pub fn peer_stats(&self, peer: PeerKey) -> Option<&Stats> {
-        self.index
-            .get(&peer)
-            .map(|&i| &self.slots[i as usize].stats)
+        self.index.get(&peer).map(|i| &self.slots[i as usize].stats)
     }
 
     /// Known peers, in no particular order.
@@ -842,7 +786,7 @@ impl Engine {
 
     /// Packets and bytes queued for one peer (bypass packets excluded).
     pub fn peer_queued(&self, peer: PeerKey) -> Option<(usize, usize)> {
-        self.index.get(&peer).map(|&i| {
+        self.index.get(&peer).map(|i| {
             let s = &self.slots[i as usize];
             (s.q.len(), s.queued_bytes)
         })
@@ -861,14 +805,7 @@ impl Engine {
 
     #[inline]
     fn lookup(&mut self, peer: PeerKey) -> Option<usize> {
-        if let Some((k, i)) = self.last {
-            if k == peer {
-                return Some(i as usize);
-            }
-        }
-        let i = *self.index.get(&peer)?;
-        self.last = Some((peer, i));
-        Some(i as usize)
+        self.index.get(&peer).map(|i| i as usize)
     }
 
     fn create_peer(
@@ -900,7 +837,6 @@ impl Engine {
             }
         };
         self.index.insert(peer, i as u32);
-        self.last = Some((peer, i as u32));
         Ok(i)
     }
 
@@ -1039,7 +975,7 @@ impl Engine {
     /// Re-establishes slot `i`'s heap and wake-list membership after any change
     /// to its queue, configuration or the link state. `front_changed`: the
     /// oldest packet (hence the deadline) may have changed.
-    #[inline]
+    #[inline(always)]
     fn refresh(&mut self, i: usize, front_changed: bool) {
         if front_changed {
             self.reset_deadline(i);
@@ -1070,6 +1006,8 @@ impl Engine {
                     .retain(|Reverse((_, j, g))| slots[*j as usize].dl_gen == *g);
             }
         }
+        // The old entry may have been the top: keep the top valid.
+        self.settle();
     }
 
     /// Slot `i` is ready: (re)enters the ready heap with its current size.
@@ -1273,13 +1211,18 @@ impl Engine {
             // Arrival times are non-decreasing along the queue, so hold times
             // are non-increasing and their histogram bucket only moves down:
             // record runs of equal buckets at once.
-            let mut run = HoldRun::new(&s.stats.hold_time_us, now.saturating_sub(s.q.get(0).map_or(now, |e| e.arrival)));
+            let mut run = HoldRun::new(
+                &s.stats.hold_time_us,
+                now.saturating_sub(s.q.get(0).map_or(now, |e| e.arrival)),
+            );
             let mut src = s.bytes.live();
             let count = maxp.min(s.q.len());
             while n < count {
                 let Some(&e) = s.q.get(n) else { break };
                 let l = e.len as usize;
-                let Some((pkt, rest)) = src.split_at_checked(l) else { break };
+                let Some((pkt, rest)) = src.split_at_checked(l) else {
+                    break;
+                };
                 if !e.carry || w.push_checked(pkt).is_err() {
                     break;
                 }

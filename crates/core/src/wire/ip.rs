@@ -115,6 +115,7 @@ fn be16(b: &[u8], at: usize) -> u16 {
 /// [`DecodeError::BadInnerHeader`] (IHL < 5, total length != slice length or
 /// shorter than the header, too many / misplaced IPv6 extension headers),
 /// [`DecodeError::BadIpv4Checksum`].
+#[inline]
 pub fn inspect(packet: &[u8]) -> Result<PacketInfo, DecodeError> {
     match packet.first() {
         None => Err(DecodeError::Empty),
@@ -204,6 +205,7 @@ fn check_v4(p: &[u8]) -> Result<usize, DecodeError> {
     Ok(ihl)
 }
 
+#[inline]
 fn inspect_v4(p: &[u8]) -> Result<PacketInfo, DecodeError> {
     let ihl = check_v4(p)?;
     let total = p.len();
@@ -315,6 +317,7 @@ fn walk_v6(p: &[u8]) -> Result<V6Walk, DecodeError> {
     })
 }
 
+#[inline(never)]
 fn inspect_v6(p: &[u8]) -> Result<PacketInfo, DecodeError> {
     let V6Walk {
         next,
@@ -564,7 +567,10 @@ mod tests {
             assert!(!ipv4_checksum_ok(&h), "one flipped bit rejected: {h:02x?}");
             assert_eq!(checksum(&h) == 0, ipv4_checksum_ok(&h));
         }
-        assert!(!ipv4_checksum_ok(&[0u8; 20]), "all-zero header sums to 0, not 0xffff");
+        assert!(
+            !ipv4_checksum_ok(&[0u8; 20]),
+            "all-zero header sums to 0, not 0xffff"
+        );
     }
 
     #[test]
