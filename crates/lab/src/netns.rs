@@ -217,13 +217,13 @@ pub fn check_privileges() -> std::result::Result<(), String> {
     if !nix::unistd::Uid::effective().is_root() {
         return Err("not root".into());
     }
-    for t in ["ip", "tc", "nft", "sysctl"] {
+    for (t, arg) in [("ip", "-V"), ("tc", "-V"), ("nft", "--version"), ("sysctl", "--version")] {
         let ok = Command::new(t)
-            .arg(if t == "sysctl" { "-V" } else { "-V" })
+            .arg(arg)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .map(|s| s.success() || t == "nft")
+            .map(|s| s.success())
             .unwrap_or(false);
         if !ok {
             return Err(format!("`{t}` not available"));

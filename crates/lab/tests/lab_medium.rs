@@ -49,7 +49,7 @@ fn blast(mesh: &Mesh, src: &str, dst: &str, n: u32, rate: f64) -> (u32, f64, i32
     let recv = std::thread::spawn(move || {
         let mut buf = [0u8; 2048];
         let (mut c, mut first, mut last) = (0u32, None, None);
-        while let Ok(_) = rx.recv(&mut buf) {
+        while rx.recv(&mut buf).is_ok() {
             c += 1;
             let now = Instant::now();
             first.get_or_insert(now);
@@ -105,8 +105,7 @@ fn air_capacity_matches_airtime_and_neighbours_filter() {
     let c = mesh.node("C").unwrap();
     c.ns.nft("table ip marktest {\n counter marked { }\n chain pre {\n  type filter hook prerouting priority -400; policy accept;\n  meta mark 0x77 counter name marked\n }\n}\n").unwrap();
     let caddr = c.addr;
-    let marked = mesh
-        .node("A")
+    mesh.node("A")
         .unwrap()
         .ns
         .run_in(move || {
@@ -117,7 +116,6 @@ fn air_capacity_matches_airtime_and_neighbours_filter() {
             }
         })
         .unwrap();
-    let _ = marked;
     std::thread::sleep(Duration::from_millis(300));
     let seen = c.ns.exec("nft", &["list", "counter", "ip", "marktest", "marked"]).unwrap();
     assert!(seen.contains("packets 0 "), "a sender's mark crossed the air: {seen}");
