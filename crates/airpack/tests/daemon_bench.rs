@@ -177,9 +177,11 @@ fn bench_throughput() {
         return;
     }
     let secs = 5.0;
+    // Packets in flight (closed loop); AIRPACK_BENCH_WINDOW overrides.
+    let window: u64 = std::env::var("AIRPACK_BENCH_WINDOW").ok().and_then(|v| v.parse().ok()).unwrap_or(4096);
     {
         let (_net, a, b) = setup("tpk");
-        let t = blast(&a, &b, secs, 4096);
+        let t = blast(&a, &b, secs, window);
         println!(
             "BENCH baseline (no airpack): {:.0} packets/s received ({} sent, {} received in {:.1} s)",
             t.received as f64 / t.secs,
@@ -192,7 +194,7 @@ fn bench_throughput() {
     let da = net.daemon(&a, &cfg(B, 5000, "fixed"), &["--log", "warn"]);
     let db = net.daemon(&b, &cfg(A, 5000, "fixed"), &["--log", "warn"]);
     let (ca, cb) = (cpu_seconds(da.pid()), cpu_seconds(db.pid()));
-    let t = blast(&a, &b, secs, 4096);
+    let t = blast(&a, &b, secs, window);
     let (ca, cb) = (cpu_seconds(da.pid()) - ca, cpu_seconds(db.pid()) - cb);
     let sa = da.stats();
     let sb = db.stats();
