@@ -400,3 +400,57 @@ fn restart_after_crash_cleans_leftovers() {
     assert!(steering_gone(&net, &a));
     assert_eq!(db.stop(), 0);
 }
+
+#[test]
+fn sighup_removing_a_peer_sends_its_queue_unbundled() {
+    if !can_run("sighup_removing_a_peer_sends_its_queue_unbundled") {
+        return;
+    }
+    let (net, a, b, ip_a, ip_b) = two("rmpeer", 103);
+    let mut da = net.daemon(&a, &cfg("va", 800_000, &[&ip_b.to_string()]), &[]);
+    let mut db = net.daemon(&b, &cfg("vb", 5000, &[&ip_a.to_string()]), &[]);
+    let l = load(ip_a, ip_b, 8, 1, 10_000);
+    let rx = receive_load(
+        &b,
+        l.clone(),
+        l.total(),
+        Duration::from_secs(3),
+        Duration::from_secs(10),
+    );
+    assert_eq!(send_load(&a, l.clone()).join().unwrap(), l.total());
+    wait_until("packets queued", Duration::from_secs(2), || {
+        da.stat("/queued/packets") as u64 == l.total()
+    });
+    // Reload without the peer: its queued packets must still leave (unbundled).
+    std::fs::write(&da.config, cfg("va", 800_000, &[])).unwrap();
+    da.signal(libc::SIGHUP);
+    let log = rx.join().unwrap();
+    log.assert_complete(l.flows, 1);
+    let s = da.stats();
+    assert_eq!(s["total"]["daemon"]["reloads"], 1);
+    assert_eq!(s["queued"]["packets"], 0);
+    assert_eq!(s["total"]["dropped_total"], 0, "{}", s["total"]);
+    assert_eq!(
+        db.stats()["total"]["bundles_received"],
+        0,
+        "nothing was bundled"
+    );
+    // New packets to B now pass unchanged (B is no longer a peer).
+    let l2 = Load {
+        src_port: 18000,
+        dst_port: 21000,
+        ..load(ip_a, ip_b, 2, 20, 2000)
+    };
+    let rx = receive_load(
+        &b,
+        l2.clone(),
+        l2.total(),
+        Duration::from_secs(3),
+        Duration::from_secs(10),
+    );
+    assert_eq!(send_load(&a, l2.clone()).join().unwrap(), l2.total());
+    rx.join().unwrap().assert_complete(l2.flows, l2.per_flow);
+    assert!(da.stat("/total/daemon/passthrough_not_peer") >= l2.total() as f64);
+    assert_eq!(da.stop(), 0);
+    assert_eq!(db.stop(), 0);
+}
