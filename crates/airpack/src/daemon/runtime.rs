@@ -719,6 +719,15 @@ impl Daemon {
                 self.counters.reload_errors += 1;
                 error!("reload: steering update failed ({e}); packets may not be steered until the next reload");
             }
+        } else {
+            // A previous reload failed to reinstall the steering: try again.
+            match Steering::install(&new_spec) {
+                Ok(s) => self.steering = Some(s),
+                Err(e) => {
+                    self.counters.reload_errors += 1;
+                    error!("reload: installing steering failed ({e}); packets are not steered");
+                }
+            }
         }
         self.engine.reconfigure(new.engine.clone());
         for old in &self.plan.peers {
