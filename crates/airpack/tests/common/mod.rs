@@ -102,18 +102,16 @@ impl Net {
         ns
     }
 
-    /// Sets a sysctl inside `ns`.
+    /// Sets a sysctl inside `ns` (writes /proc/sys from a thread inside the
+    /// namespace: no dependency on the `sysctl` tool).
     pub fn sysctl(&self, ns: &str, key: &str, val: &str) {
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            "sysctl",
-            "-q",
-            "-w",
-            &format!("{key}={val}"),
-        ]);
+        let path = format!("/proc/sys/{}", key.replace('.', "/"));
+        let val = val.to_owned();
+        in_ns(ns, move || {
+            std::fs::write(&path, format!("{val}\n")).unwrap_or_else(|e| panic!("{path}: {e}"))
+        })
+        .join()
+        .unwrap();
     }
 
     /// A veth pair between two namespaces, with an IPv4 address (CIDR) on each end, up.
