@@ -23,18 +23,42 @@ impl ByteFifo {
     /// Appends `bytes` at the tail.
     #[inline]
     pub(crate) fn push(&mut self, bytes: &[u8]) {
+        self.make_room(bytes.len());
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Appends `prefix[..k]` and then `bytes` (a packet behind its separator),
+    /// as one record. The short prefix is copied as a whole array, so no
+    /// length-dependent copy is needed for it.
+    #[inline]
+    pub(crate) fn push_prefixed<const N: usize>(
+        &mut self,
+        prefix: &[u8; N],
+        k: usize,
+        bytes: &[u8],
+    ) {
+        let k = k.min(N);
+        self.make_room(k + bytes.len());
+        let at = self.buf.len();
+        self.buf.extend_from_slice(prefix);
+        self.buf.truncate(at + k);
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Before appending `n` bytes: restart an empty buffer at its beginning,
+    /// or reclaim the dead front when the append would grow the buffer and at
+    /// least half of it is dead.
+    #[inline]
+    fn make_room(&mut self, n: usize) {
         if self.head == self.buf.len() {
             self.buf.clear();
             self.head = 0;
-        } else if self.buf.len() + bytes.len() > self.buf.capacity()
-            && self.head * 2 >= self.buf.len()
-        {
+        } else if self.buf.len() + n > self.buf.capacity() && self.head * 2 >= self.buf.len() {
             let live = self.buf.len() - self.head;
             self.buf.copy_within(self.head.., 0);
             self.buf.truncate(live);
             self.head = 0;
         }
-        self.buf.extend_from_slice(bytes);
     }
 
     /// The `len` bytes that start `offset` bytes after the head.
@@ -240,6 +264,19 @@ mod tests {
         }
         let all: Vec<u32> = r.iter_mut().map(|v| *v).collect();
         assert_eq!(all, m.iter().copied().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn push_prefixed_stores_prefix_then_bytes() {
+        let mut f = ByteFifo::default();
+        f.push_prefixed(&[1, 2, 3, 4], 2, &[9, 9, 9]);
+        f.push_prefixed(&[5, 6, 7, 8], 0, &[7]);
+        f.push_prefixed(&[5, 6, 7, 8], 4, &[]);
+        assert_eq!(f.live(), &[1, 2, 9, 9, 9, 7, 5, 6, 7, 8]);
+        f.pop(5);
+        assert_eq!(f.get(0, 1), &[7]);
+        f.pop(5);
+        assert_eq!(f.len(), 0);
     }
 
     #[test]

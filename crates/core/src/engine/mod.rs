@@ -217,8 +217,10 @@ pub enum Verdict {
 // Internal state
 // ---------------------------------------------------------------------------
 
-/// Metadata of one queued packet; its bytes are in the peer's [`ByteFifo`],
-/// back to back in queue order.
+/// Metadata of one queued packet. Its bytes are in the peer's [`ByteFifo`],
+/// back to back in queue order, each packet behind the separator it gets as a
+/// later (not first) packet of a bundle in the peer's encoding: `cost` bytes,
+/// the packet being the last `len` of them.
 #[derive(Clone, Copy, Debug, Default)]
 struct Entry {
     arrival: Micros,
@@ -354,9 +356,13 @@ impl Slot {
 }
 
 /// Hold times of consecutive packets of one bundle, recorded per run of equal
-/// histogram bucket (values must be non-increasing, or they are looked up again).
+/// histogram bucket (values need not be ordered; a value outside the current
+/// bucket ends the run and starts a new one).
 struct HoldRun {
     bucket: usize,
+    /// The current bucket holds the values `lo..=hi`.
+    lo: u64,
+    hi: u64,
     count: u64,
     sum: u64,
 }
@@ -364,22 +370,39 @@ struct HoldRun {
 impl HoldRun {
     #[inline]
     fn new(h: &Histogram, first: u64) -> Self {
-        HoldRun {
-            bucket: h.bucket(first),
+        let mut r = HoldRun {
+            bucket: 0,
+            lo: 0,
+            hi: 0,
             count: 0,
             sum: 0,
-        }
+        };
+        r.enter(h, first);
+        r
     }
+    /// Makes the bucket of `value` the current one.
     #[inline]
+    fn enter(&mut self, h: &Histogram, value: u64) {
+        let b = h.bucket(value);
+        self.bucket = b;
+        self.lo = match b.checked_sub(1) {
+            Some(p) => h.bounds[p].saturating_add(1),
+            None => 0,
+        };
+        self.hi = h.bounds.get(b).copied().unwrap_or(u64::MAX);
+    }
+    #[inline(always)]
     fn add(&mut self, peer: &mut Histogram, total: &mut Histogram, hold: u64) {
-        let in_bucket = hold <= peer.bounds.get(self.bucket).copied().unwrap_or(u64::MAX)
-            && (self.bucket == 0 || hold > peer.bounds[self.bucket - 1]);
-        if !in_bucket {
-            self.finish(peer, total);
-            self.bucket = peer.bucket(hold);
+        if hold < self.lo || hold > self.hi {
+            self.change(peer, total, hold);
         }
         self.count += 1;
         self.sum = self.sum.saturating_add(hold);
+    }
+    #[inline(never)]
+    fn change(&mut self, peer: &mut Histogram, total: &mut Histogram, hold: u64) {
+        self.finish(peer, total);
+        self.enter(peer, hold);
     }
     #[inline]
     fn finish(&mut self, peer: &mut Histogram, total: &mut Histogram) {
@@ -909,8 +932,10 @@ impl Engine {
         if s.q.is_empty() {
             self.nonempty += 1;
         }
-        let c = cost(s.cfg.encoding, len, false);
-        s.bytes.push(packet);
+        // Stored behind its later-packet separator, ready to be copied into a bundle.
+        let (sep, k) = s.cfg.encoding.later_separator(packet);
+        let c = k + len;
+        s.bytes.push_prefixed(&sep, k, packet);
         s.q.push_back(Entry {
             arrival: self.now,
             len: len as u32,
@@ -932,7 +957,7 @@ impl Engine {
     fn drop_front(&mut self, i: usize, reason: DropReason) {
         let s = &mut self.slots[i];
         let Some(e) = s.q.pop_front() else { return };
-        s.bytes.pop(e.len as usize);
+        s.bytes.pop(e.cost as usize);
         s.queued_bytes -= e.len as usize;
         s.cost_sum -= e.cost as usize;
         s.opportunistic -= e.opportunistic as usize;
@@ -951,15 +976,22 @@ impl Engine {
     fn apply_peer_config(&mut self, i: usize, cfg: PeerConfig) {
         let s = &mut self.slots[i];
         if s.cfg.encoding != cfg.encoding {
+            // Re-encode the queue: each packet behind the new encoding's separator.
+            let mut fresh = ByteFifo::default();
             let mut sum = 0;
             let mut off = 0;
             for e in s.q.iter_mut() {
-                let l = e.len as usize;
-                e.cost = cost(cfg.encoding, l, false) as u32;
-                e.carry = cfg.encoding.can_carry(s.bytes.get(off, l));
+                let (l, old) = (e.len as usize, e.cost as usize);
+                let pkt = s.bytes.get(off + old - l, l);
+                off += old;
+                let (sep, k) = cfg.encoding.later_separator(pkt);
+                fresh.push_prefixed(&sep, k, pkt);
+                e.cost = (k + l) as u32;
+                debug_assert_eq!(e.cost as usize, cost(cfg.encoding, l, false));
+                e.carry = cfg.encoding.can_carry(pkt);
                 sum += e.cost as usize;
-                off += l;
             }
+            s.bytes = fresh;
             s.cost_sum = sum;
         }
         s.cfg = cfg;
@@ -1194,11 +1226,11 @@ impl Engine {
                 }
                 _ => false,
             };
-        let mut n = 0usize;
+        let mut n: usize;
         let mut dscp = 0;
-        let mut inner_bytes = 0usize;
-        let mut removed_cost = 0usize;
-        let mut removed_opp = 0usize;
+        let mut inner_bytes: usize;
+        let mut removed_cost: usize;
+        let mut removed_opp: usize;
         // (`limit` holds the header and two packets, so the writer exists.)
         let writer = if bundle {
             BundleWriter::new(enc, &mut buf[..limit])
@@ -1206,30 +1238,41 @@ impl Engine {
             None
         };
         let (len, kind) = if let Some(mut w) = writer {
-            // One pass: write each packet (checked at arrival, so the writer
-            // need not re-parse it), then take them all off the queue at once.
+            // The queue holds each packet behind its later-packet separator
+            // (`Entry::cost` bytes). The first packet is written in its
+            // first-packet form; the packets after it are already encoded, so
+            // the walk only decides how many fit and copies them in one piece.
             // Arrival times are non-decreasing along the queue, so hold times
             // are non-increasing and their histogram bucket only moves down:
             // record runs of equal buckets at once.
-            let mut run = HoldRun::new(
-                &s.stats.hold_time_us,
-                now.saturating_sub(s.q.get(0).map_or(now, |e| e.arrival)),
+            let src = s.bytes.live();
+            let first = *s.q.get(0).expect("checked above: two packets queued");
+            let (fl, fc) = (first.len as usize, first.cost as usize);
+            let mut run = HoldRun::new(&s.stats.hold_time_us, now.saturating_sub(first.arrival));
+            w.push_checked(&src[fc - fl..fc])
+                .expect("checked above: header and the first two packets fit");
+            n = 1;
+            inner_bytes = fl;
+            removed_cost = fc;
+            removed_opp = first.opportunistic as usize;
+            dscp = first.dscp;
+            run.add(
+                &mut s.stats.hold_time_us,
+                &mut self.total.hold_time_us,
+                now.saturating_sub(first.arrival),
             );
-            let mut src = s.bytes.live();
+            let room = w.remaining();
             let count = maxp.min(s.q.len());
+            let mut body = 0usize;
             while n < count {
                 let Some(&e) = s.q.get(n) else { break };
-                let l = e.len as usize;
-                let Some((pkt, rest)) = src.split_at_checked(l) else {
-                    break;
-                };
-                if !e.carry || w.push_checked(pkt).is_err() {
+                let c = e.cost as usize;
+                if !e.carry || body + c > room {
                     break;
                 }
-                src = rest;
+                body += c;
                 n += 1;
-                inner_bytes += l;
-                removed_cost += e.cost as usize;
+                inner_bytes += e.len as usize;
                 removed_opp += e.opportunistic as usize;
                 dscp = dscp.max(e.dscp);
                 run.add(
@@ -1238,8 +1281,11 @@ impl Engine {
                     now.saturating_sub(e.arrival),
                 );
             }
+            removed_cost += body;
+            w.push_encoded(&src[fc..fc + body], n - 1)
+                .expect("the walk kept to the room and packet count left");
             s.q.drop_front(n);
-            s.bytes.pop(inner_bytes);
+            s.bytes.pop(removed_cost);
             run.finish(&mut s.stats.hold_time_us, &mut self.total.hold_time_us);
             debug_assert!(n >= 2, "the first two packets were checked to fit");
             (
@@ -1254,20 +1300,21 @@ impl Engine {
                 s.q.pop_front()
                     .expect("serve is only called on a non-empty queue");
             let l = e.len as usize;
+            let c = e.cost as usize;
             n = 1;
             inner_bytes = l;
-            removed_cost = e.cost as usize;
+            removed_cost = c;
             removed_opp = e.opportunistic as usize;
             let fits = l <= buf.len();
             if fits {
-                buf[..l].copy_from_slice(s.bytes.get(0, l));
+                buf[..l].copy_from_slice(s.bytes.get(c - l, l));
                 dscp = e.dscp;
                 let hold = now.saturating_sub(e.arrival);
                 let b = s.stats.hold_time_us.bucket(hold);
                 s.stats.hold_time_us.record_in(b, hold);
                 self.total.hold_time_us.record_in(b, hold);
             }
-            s.bytes.pop(l);
+            s.bytes.pop(c);
             if !fits {
                 s.queued_bytes -= l;
                 s.cost_sum -= removed_cost;
@@ -1318,5 +1365,44 @@ impl Engine {
             dscp,
             reason,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stats::HOLD_TIME_BOUNDS_US;
+    use super::{Histogram, HoldRun};
+
+    #[test]
+    fn hold_run_records_like_one_by_one() {
+        // Runs of values (mostly non-increasing, as along a queue, sometimes
+        // not) give the same histograms as recording each value alone.
+        let mut x: u32 = 0x0bad_cafe;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            u64::from(x)
+        };
+        for _ in 0..500 {
+            let mut expect = Histogram::new(HOLD_TIME_BOUNDS_US);
+            let mut peer = Histogram::new(HOLD_TIME_BOUNDS_US);
+            let mut total = Histogram::new(HOLD_TIME_BOUNDS_US);
+            let mut v = rnd() % 200_000;
+            let mut run = HoldRun::new(&peer, v);
+            for _ in 0..rnd() % 40 {
+                expect.record(v);
+                run.add(&mut peer, &mut total, v);
+                v = match rnd() % 4 {
+                    0 => v.saturating_sub(rnd() % 3_000),
+                    1 => rnd() % 200_000,
+                    2 => [0, 10, 11, 50, 100_000, 100_001, u64::MAX][rnd() as usize % 7],
+                    _ => v,
+                };
+            }
+            run.finish(&mut peer, &mut total);
+            assert_eq!(peer, expect);
+            assert_eq!(total, expect);
+        }
     }
 }

@@ -74,6 +74,31 @@ impl Encoding {
         }
     }
 
+    /// The separator that precedes `packet` in a bundle of this encoding
+    /// when it is not the first packet: `(bytes, length)`, the separator being
+    /// `bytes[..length]` (`length == cost - packet.len()`, at most
+    /// [`MAX_SEPARATOR`]). The engine queues packets in this form so a bundle
+    /// body is copied in one piece ([`BundleWriter::push_encoded`]).
+    #[inline]
+    pub(crate) fn later_separator(self, packet: &[u8]) -> ([u8; MAX_SEPARATOR], usize) {
+        let mut sep = [0u8; MAX_SEPARATOR];
+        let len = packet.len();
+        let n = match self {
+            Encoding::Native => {
+                let n = native::prefix_len(len);
+                native::write_separator(&mut sep[..n], len);
+                n
+            }
+            Encoding::Kau => 0,
+            Encoding::Simplemux => {
+                let n = simplemux::length_bytes(len, false) + 1;
+                simplemux::write_separator(&mut sep[..n], packet, false);
+                n
+            }
+        };
+        (sep, n)
+    }
+
     /// Parses and fully validates a bundle payload. On success every inner
     /// packet has been checked, so iterating the [`Bundle`] cannot fail.
     pub fn decode(self, payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
@@ -132,6 +157,10 @@ pub enum DecodeError {
 
 /// Upper bound on inner packets in one bundle, for parsers and writers alike.
 pub const MAX_PACKETS_PER_BUNDLE: usize = 1024;
+
+/// Longest separator any encoding puts before a packet that is not the first
+/// (`native`: 3 bytes; `simplemux`: 3 length bytes + 1 protocol byte).
+pub(crate) const MAX_SEPARATOR: usize = 4;
 
 impl DecodeError {
     /// Number of variants (size of counter arrays).
@@ -389,6 +418,27 @@ impl<'a> BundleWriter<'a> {
         Ok(())
     }
 
+    /// Appends `count` packets already written in their later-packet form
+    /// (each one [`Encoding::later_separator`] followed by the packet, back to
+    /// back), in one copy. The caller has checked each packet as for
+    /// [`BundleWriter::push_checked`]; at least one packet must already be in
+    /// the bundle (the first packet's separator may differ). On error nothing
+    /// is written.
+    #[inline]
+    pub(crate) fn push_encoded(&mut self, encoded: &[u8], count: usize) -> Result<(), EncodeError> {
+        if self.count == 0 || count > MAX_PACKETS_PER_BUNDLE - self.count {
+            return Err(EncodeError::Unsupported);
+        }
+        let free = &mut self.buf[self.len..];
+        if encoded.len() > free.len() {
+            return Err(EncodeError::NoRoom);
+        }
+        free[..encoded.len()].copy_from_slice(encoded);
+        self.len += encoded.len();
+        self.count += count;
+        Ok(())
+    }
+
     /// Packets written so far.
     pub fn count(&self) -> usize {
         self.count
@@ -412,5 +462,88 @@ impl<'a> BundleWriter<'a> {
             Encoding::Simplemux => simplemux::write_header(&mut self.buf[..self.len], self.count),
         }
         self.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_encoded_matches_push_checked() {
+        // A bundle whose later packets are appended pre-encoded (separator from
+        // `later_separator`, then the packet) is byte for byte the bundle
+        // `push_checked` builds, for every encoding and separator length.
+        let mut x: u32 = 0x51f1_5eed;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as usize
+        };
+        for round in 0..300 {
+            let enc = Encoding::ALL[round % 3];
+            let n = 2 + rnd() % 6;
+            let pkts: Vec<Vec<u8>> = (0..n)
+                .map(|_| {
+                    let len = [20, 60, 127, 128, 200, 16_383, 16_384, 20_000][rnd() % 8];
+                    let mut p: Vec<u8> = (0..len).map(|_| rnd() as u8).collect();
+                    p[0] = if rnd() % 2 == 0 { 0x45 } else { 0x60 };
+                    p
+                })
+                .collect();
+            let mut a = vec![0u8; MAX_BUNDLE];
+            let mut w = BundleWriter::new(enc, &mut a).unwrap();
+            let mut fit = 0;
+            for p in &pkts {
+                if w.push_checked(p).is_err() {
+                    break;
+                }
+                fit += 1;
+            }
+            let la = w.finish();
+            let mut b = vec![0u8; MAX_BUNDLE];
+            let mut w = BundleWriter::new(enc, &mut b).unwrap();
+            assert_eq!(
+                w.push_encoded(&[], 0),
+                Err(EncodeError::Unsupported),
+                "not as the first packet"
+            );
+            w.push_checked(&pkts[0]).unwrap();
+            let mut later = Vec::new();
+            for p in &pkts[1..fit] {
+                let (sep, k) = enc.later_separator(p);
+                assert!(k <= MAX_SEPARATOR);
+                assert_eq!(k + p.len(), w.cost(p.len()), "{enc} separator length");
+                later.extend_from_slice(&sep[..k]);
+                later.extend_from_slice(p);
+            }
+            w.push_encoded(&later, fit - 1).unwrap();
+            assert_eq!(w.count(), fit);
+            let lb = w.finish();
+            assert_eq!(a[..la], b[..lb], "{enc}, {fit} packets");
+        }
+    }
+
+    #[test]
+    fn push_encoded_checks_room_and_count() {
+        let p = [0x45u8; 40];
+        let (sep, k) = Encoding::Native.later_separator(&p);
+        let mut one = sep[..k].to_vec();
+        one.extend_from_slice(&p);
+        let mut buf = [0u8; 2 + 41 + 41];
+        let mut w = BundleWriter::new(Encoding::Native, &mut buf).unwrap();
+        w.push_checked(&p).unwrap();
+        assert_eq!(
+            w.push_encoded(&[one.clone(), one.clone()].concat(), 2),
+            Err(EncodeError::NoRoom)
+        );
+        assert_eq!(w.len(), 43, "nothing written on error");
+        assert_eq!(
+            w.push_encoded(&one, MAX_PACKETS_PER_BUNDLE),
+            Err(EncodeError::Unsupported)
+        );
+        w.push_encoded(&one, 1).unwrap();
+        assert_eq!((w.count(), w.remaining()), (2, 0));
     }
 }

@@ -78,7 +78,14 @@ pub fn cost(packet_len: usize, _first: bool) -> usize {
 pub fn write_packet(out: &mut [u8], packet: &[u8], _first: bool) {
     let len = packet.len();
     let (prefix, body) = out.split_at_mut(prefix_len(len));
-    match prefix {
+    write_separator(prefix, len);
+    body.copy_from_slice(packet);
+}
+
+/// Writes the length prefix of a packet of `len` bytes; `out.len() == prefix_len(len)`.
+#[inline]
+pub(crate) fn write_separator(out: &mut [u8], len: usize) {
+    match out {
         [a] => *a = len as u8,
         [a, b] => {
             *a = 0x80 | (len >> 8) as u8;
@@ -91,7 +98,6 @@ pub fn write_packet(out: &mut [u8], packet: &[u8], _first: bool) {
         }
         _ => unreachable!("prefix_len is 1, 2 or 3"),
     }
-    body.copy_from_slice(packet);
 }
 
 /// Completes the format header in `buf[..HEADER_LEN]` once `count` packets are written.

@@ -72,6 +72,15 @@ pub fn cost(packet_len: usize, first: bool) -> usize {
 /// Writes the separator and the packet; `out.len() == cost(packet.len(), first)`.
 pub fn write_packet(out: &mut [u8], packet: &[u8], first: bool) {
     let len = packet.len();
+    let (sep, body) = out.split_at_mut(length_bytes(len, first) + 1);
+    write_separator(sep, packet, first);
+    body.copy_from_slice(packet);
+}
+
+/// Writes the separator for `packet` (length bytes, then the protocol byte);
+/// `out.len() == cost(packet.len(), first) - packet.len()`.
+pub(crate) fn write_separator(out: &mut [u8], packet: &[u8], first: bool) {
+    let len = packet.len();
     let n = length_bytes(len, first);
     // Groups of 7 bits, most significant first; the first byte of a first
     // separator has room for 6 bits only (SPB takes the top bit, left 0).
@@ -90,7 +99,6 @@ pub fn write_packet(out: &mut [u8], packet: &[u8], first: bool) {
     } else {
         PROTO_IPV4
     };
-    out[n + 1..n + 1 + len].copy_from_slice(packet);
 }
 
 /// Completes the format header in `buf[..HEADER_LEN]` once `count` packets are written.
