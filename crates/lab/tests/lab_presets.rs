@@ -51,3 +51,24 @@ fn table_text_lists_every_preset() {
         assert!(t.lines().any(|l| l.starts_with(n)), "{n} missing:\n{t}");
     }
 }
+
+#[test]
+fn topology_files_parse_and_match_presets() {
+    use airpack_lab::topology::Topology;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../topologies");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().and_then(|x| x.to_str()) != Some("toml") {
+            continue;
+        }
+        let t = Topology::from_toml(&std::fs::read_to_string(&p).unwrap()).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+        if let Ok(preset) = Topology::preset(&t.name) {
+            assert_eq!(t, preset, "{} differs from the preset", p.display());
+        }
+        n += 1;
+    }
+    assert!(n >= 3, "expected topology files in {}", dir.display());
+    let g = Topology::from_toml(&std::fs::read_to_string(dir.join("grid2x3.toml")).unwrap()).unwrap();
+    assert_eq!(g.path(&g.next_hops(), "G1", "G6").unwrap(), ["G1", "G4", "G5", "G6"]);
+}
