@@ -145,8 +145,28 @@ pub fn inspect_inner(packet: &[u8]) -> Result<PacketInfo, DecodeError> {
 /// The checks of [`inspect_inner`] without building a [`PacketInfo`]: what
 /// the bundle decoders run on every inner packet. Returns the IP version.
 /// Same result as `inspect_inner(packet).map(|i| i.version)`, error for error.
-#[inline]
+#[inline(always)]
 pub fn validate_inner(packet: &[u8]) -> Result<u8, DecodeError> {
+    // Fast path, in line: a valid IPv4 packet with a 20-byte header (the
+    // voice case). Version 4 + IHL 5 in the first byte, total length equal to
+    // the slice (so >= 20 and non-zero), a correct checksum and a protocol
+    // that is not a bundle protocol pass every check below. Anything else
+    // (including every error) takes the full path, which names the error.
+    if let Some(h) = packet.first_chunk::<IPV4_HEADER_LEN>() {
+        if h[0] == 0x45
+            && usize::from(u16::from_be_bytes([h[2], h[3]])) == packet.len()
+            && ipv4_checksum_ok(h)
+            && !is_bundle_protocol(h[9])
+        {
+            return Ok(4);
+        }
+    }
+    validate_inner_full(packet)
+}
+
+/// All of [`validate_inner`]'s checks, for any packet.
+#[inline(never)]
+fn validate_inner_full(packet: &[u8]) -> Result<u8, DecodeError> {
     let r = match packet.first() {
         None => Err(DecodeError::Empty),
         Some(b) => match b >> 4 {
