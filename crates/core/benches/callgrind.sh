@@ -1,16 +1,57 @@
 #!/bin/sh
 # Deterministic instructions per packet through classify + bundle + split
 # (examples/bench_count.rs, the criterion workload), with 1, 16 and 1024 peers.
-# Two callgrind runs per peer count; setup and warm-up cancel out in the
-# difference. Usage (from the repository root): crates/core/benches/callgrind.sh
+#
+# Two callgrind runs per peer count (100 000 and 300 000 packets); setup and
+# warm-up cancel out in the difference, divided by 200 000. Everything the
+# benchmark loop executes per packet is counted in the total, the loop's own
+# work included (picking the packet and peer, calling the engine, draining
+# poll_transmit, iterating the split packets). The breakdown splits the total
+# by where the instructions run (inclusive callgrind costs of the engine and
+# decoder functions that are not inlined into the loop):
+#   sender   = Engine::handle_packet (inspect, classify, queue)
+#   bundle   = Engine::next_bundle (serve the ready peer, write the bundle)
+#   receiver = native::decode (split + validate every inner packet)
+#   loop     = the rest: the benchmark loop, poll_transmit's inlined
+#              "nothing to send" check, and iterating the split packets.
+#
+# Usage (from the repository root): crates/core/benches/callgrind.sh
+# PEERS="1 16" to choose peer counts.
 set -eu
 cargo build --quiet --release -p airpack-core --example bench_count
 B="${CARGO_TARGET_DIR:-target}/release/examples/bench_count"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+# Prints: total handle_packet next_bundle decode (instructions, whole run).
+# The three are the inclusive costs of all calls to those functions, summed
+# from the callgrind output's call records (cfn= / calls= / cost line).
 count() {
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$B" "$1" "$2" 2>&1 | sed -n 's/.*Collected : //p'
+    valgrind --tool=callgrind --callgrind-out-file="$T/out" "$B" "$1" "$2" >/dev/null 2>&1
+    awk '
+        /^summary:/ { total = $2 }
+        /^c?fn=/ {
+            id = $1; sub(/^c?fn=/, "", id)
+            if (NF > 1) { name = $0; sub(/^[^ ]* /, "", name); names[id] = name }
+            if ($1 ~ /^cfn=/) callee = names[id]
+        }
+        /^calls=/ { grab = 1; next }
+        grab { incl[callee] += $NF; grab = 0 }
+        END {
+            for (f in incl) {
+                if (f ~ /Engine::handle_packet$/) hp += incl[f]
+                if (f ~ /Engine::next_bundle$/) nb += incl[f]
+                if (f ~ /wire::native::decode$/) dc += incl[f]
+            }
+            print total, hp + 0, nb + 0, dc + 0
+        }' "$T/out"
 }
 for p in ${PEERS:-1 16 1024}; do
     a=$(count "$p" 100000)
     b=$(count "$p" 300000)
-    echo "$p peers: $(( (b - a) / 200000 )) instructions/packet"
+    [ -n "${DEBUG:-}" ] && echo "$a / $b"
+    echo "$a $b" | awk -v p="$p" '{
+        t = ($5 - $1) / 200000; s = ($6 - $2) / 200000
+        n = ($7 - $3) / 200000; d = ($8 - $4) / 200000
+        printf "%s peers: %d instructions/packet (sender %.0f, bundle %.0f, receiver %.0f, loop %.0f)\n",
+            p, t, s, n, d, t - s - n - d }'
 done
