@@ -9,7 +9,11 @@ use airpack::daemon;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "airpack", version, about = "VoIP packet aggregation for wireless meshes")]
+#[command(
+    name = "airpack",
+    version,
+    about = "VoIP packet aggregation for wireless meshes"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -375,22 +375,27 @@ pub fn query(socket: &Path, request: &str) -> anyhow::Result<serde_json::Value> 
 
 /// Prints statistics of a running daemon.
 pub fn stats(args: StatsArgs) -> anyhow::Result<()> {
-    let v = query(&args.socket, "stats")?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        print!("{}", super::stats::human_stats(&v));
-    }
-    Ok(())
+    print_query(&args.socket, "stats", args.json, super::stats::human_stats)
 }
 
 /// Prints peers of a running daemon.
 pub fn peers(args: PeersArgs) -> anyhow::Result<()> {
-    let v = query(&args.socket, "peers")?;
-    if args.json {
+    print_query(&args.socket, "peers", args.json, super::stats::human_peers)
+}
+
+/// Asks the daemon at `socket` for `what` and prints the answer as pretty
+/// JSON or through `human`.
+fn print_query(
+    socket: &Path,
+    what: &str,
+    json: bool,
+    human: fn(&serde_json::Value) -> String,
+) -> anyhow::Result<()> {
+    let v = query(socket, what)?;
+    if json {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print!("{}", super::stats::human_peers(&v));
+        print!("{}", human(&v));
     }
     Ok(())
 }

@@ -17,8 +17,8 @@ use super::control::{Request, Server, TOK_CONN_BASE, TOK_CONTROL, TOK_METRICS};
 use super::stats::{self, DaemonCounters};
 use super::sys;
 use crate::linux::{
-    monotonic_micros, BundleSocket, Events, Family, Interest, Poller, RawIpSender, RouteMonitor,
-    RouteResolver, Signals, Steering, Timer, Tun, UdpBundleSocket,
+    self, monotonic_micros, BundleSocket, Events, Family, Interest, Poller, RawIpSender,
+    RouteMonitor, RouteResolver, Signals, Steering, Timer, Tun, UdpBundleSocket,
 };
 use airpack_core::{Encoding, Engine, TransmitKind};
 use anyhow::Context;
@@ -43,7 +43,7 @@ const BATCH: usize = 64;
 /// While packets are held and the link is busy, SIOCOUTQ is re-read this often (µs).
 pub const BUSY_RECHECK_US: u64 = 150;
 /// Receive buffer of the bundle sockets (bytes).
-const RCVBUF: i32 = 4 << 20;
+const RCVBUF: u32 = 4 << 20;
 /// Buffers: the largest IP packet.
 const BUF: usize = 65_536;
 /// Upper bound on TUN packets drained at shutdown (the queue holds at most
@@ -237,7 +237,7 @@ impl Daemon {
                 d.tun
             )
         })?;
-        if let Err(e) = sys::set_txqueuelen(tun.name(), d.tun_txqueuelen) {
+        if let Err(e) = linux::tun::set_txqueuelen(tun.name(), d.tun_txqueuelen) {
             warn!(
                 "cannot set txqueuelen {} on {}: {e}",
                 d.tun_txqueuelen,
@@ -246,15 +246,15 @@ impl Daemon {
         }
         let sock = Sockets::open(&plan)?;
         for fd in sock.receive_fds() {
-            if let Err(e) = sys::set_rcvbuf(fd, RCVBUF) {
+            if let Err(e) = linux::set_buffer(fd, RCVBUF, false) {
                 warn!("cannot raise the bundle socket receive buffer: {e}");
             }
         }
-        if let Err(e) = sys::set_timer_slack(1_000) {
+        if let Err(e) = linux::set_timer_slack(1_000) {
             debug!("timer slack: {e}");
         }
         if d.sched_priority > 0 {
-            match sys::set_realtime(d.sched_priority) {
+            match linux::set_realtime(d.sched_priority) {
                 Ok(()) => info!(priority = d.sched_priority, "running under SCHED_FIFO"),
                 Err(e) => warn!("cannot use SCHED_FIFO priority {}: {e}", d.sched_priority),
             }
@@ -551,8 +551,8 @@ impl Daemon {
     }
 
     /// Handles one received bundle at `rx_buf[start..end]` from `src`.
+    /// `src` is already canonical (the sockets report IPv4-mapped sources as IPv4).
     fn on_bundle(&mut self, src: IpAddr, start: usize, end: usize) {
-        let src = canonical(src);
         let Some(&encoding) = self.peers.get(&src) else {
             self.counters.rx_unknown_peer += 1;
             trace!(%src, "bundle from unknown peer dropped");
@@ -929,16 +929,9 @@ impl SteerKey {
     }
 }
 
-/// IPv4-mapped IPv6 sources (from dual-stack sockets) as plain IPv4.
-fn canonical(a: IpAddr) -> IpAddr {
-    match a {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(a),
-        v4 => v4,
-    }
-}
-
+/// Up and running (`Some(true)`), down (`Some(false)`) or missing/unreadable (`None`).
 fn link_state(name: &str) -> Option<bool> {
-    sys::link_up(name)
+    linux::tun::link_up(name).ok().flatten()
 }
 
 fn mode_name(m: Mode) -> &'static str {

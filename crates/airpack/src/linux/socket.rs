@@ -246,6 +246,14 @@ impl Family {
             Family::V6
         }
     }
+
+    /// The socket domain: AF_INET or AF_INET6.
+    fn domain(self) -> libc::c_int {
+        match self {
+            Family::V4 => libc::AF_INET,
+            Family::V6 => libc::AF_INET6,
+        }
+    }
 }
 
 /// One received bundle: `buf[offset..offset + len]` is the payload (after
@@ -313,11 +321,12 @@ impl BundleSocket {
     /// Opens a raw socket for `protocol` (e.g. 253) in `family`, with
     /// SO_MARK = `mark`. Receives every bundle of that protocol addressed to this host.
     pub fn open(family: Family, protocol: u8, mark: u32) -> io::Result<BundleSocket> {
-        let domain = match family {
-            Family::V4 => libc::AF_INET,
-            Family::V6 => libc::AF_INET6,
-        };
-        let fd = new_socket(domain, libc::SOCK_RAW, libc::c_int::from(protocol), mark)?;
+        let fd = new_socket(
+            family.domain(),
+            libc::SOCK_RAW,
+            libc::c_int::from(protocol),
+            mark,
+        )?;
         Ok(BundleSocket {
             fd,
             family,
@@ -380,11 +389,7 @@ impl UdpBundleSocket {
     /// Binds `local` (e.g. `0.0.0.0:4150` or `[::]:4150`, IPv6 only) with SO_MARK = `mark`.
     pub fn bind(local: SocketAddr, mark: u32) -> io::Result<UdpBundleSocket> {
         let family = Family::of(local.ip());
-        let domain = match family {
-            Family::V4 => libc::AF_INET,
-            Family::V6 => libc::AF_INET6,
-        };
-        let fd = new_socket(domain, libc::SOCK_DGRAM, 0, mark)?;
+        let fd = new_socket(family.domain(), libc::SOCK_DGRAM, 0, mark)?;
         if family == Family::V6 {
             setsockopt_int(fd.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
         }

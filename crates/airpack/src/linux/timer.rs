@@ -1,7 +1,8 @@
 //! Microsecond timers and signal delivery as file descriptors.
 //!
 //! Owns: [`Timer`] (timerfd on CLOCK_MONOTONIC, absolute deadlines in µs),
-//! [`monotonic_micros`] (the daemon's clock, same base as the timer), and
+//! [`monotonic_micros`] (the daemon's clock, same base as the timer), the
+//! calling thread's timer slack and real-time priority, and
 //! [`Signals`] (signalfd for SIGTERM, SIGINT, SIGHUP, which it blocks).
 //!
 //! Must not touch: what deadlines mean (the engine decides) or signal policy.
@@ -28,6 +29,16 @@ pub fn monotonic_micros() -> u64 {
 pub fn set_timer_slack(ns: u64) -> io::Result<()> {
     // SAFETY: prctl with PR_SET_TIMERSLACK takes one unsigned long.
     cvt(unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns.max(1) as libc::c_ulong, 0, 0, 0) })?;
+    Ok(())
+}
+
+/// Runs the calling thread under SCHED_FIFO at `priority` (1-99).
+pub fn set_realtime(priority: u8) -> io::Result<()> {
+    let p = libc::sched_param {
+        sched_priority: libc::c_int::from(priority),
+    };
+    // SAFETY: sched_setscheduler on the calling thread with a valid param.
+    cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) })?;
     Ok(())
 }
 

@@ -74,23 +74,24 @@ fn ioctl_socket() -> io::Result<OwnedFd> {
 
 /// Sets the MTU of interface `name`.
 pub fn set_mtu(name: &str, mtu: u32) -> io::Result<()> {
-    let sock = ioctl_socket()?;
-    let mut req = IfReq::new(name)?;
-    req.set_int(i32::try_from(mtu).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?);
-    // SAFETY: SIOCSIFMTU reads a struct ifreq; `req` is one and outlives the call.
-    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFMTU, &mut req) })?;
-    Ok(())
+    set_int(name, libc::SIOCSIFMTU, mtu)
 }
 
 /// Sets the transmit queue length of interface `name` (for the TUN: how many
 /// steered packets the kernel queues for the daemon before dropping; the
 /// TUN default is 500).
 pub fn set_txqueuelen(name: &str, len: u32) -> io::Result<()> {
+    set_int(name, libc::SIOCSIFTXQLEN, len)
+}
+
+/// An interface ioctl that reads one int from a struct ifreq (`request`:
+/// SIOCSIFMTU, SIOCSIFTXQLEN); values above `i32::MAX` are EINVAL.
+fn set_int(name: &str, request: libc::Ioctl, value: u32) -> io::Result<()> {
     let sock = ioctl_socket()?;
     let mut req = IfReq::new(name)?;
-    req.set_int(i32::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?);
-    // SAFETY: SIOCSIFTXQLEN reads a struct ifreq we own.
-    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFTXQLEN, &mut req) })?;
+    req.set_int(i32::try_from(value).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?);
+    // SAFETY: both requests read a struct ifreq; `req` is one and outlives the call.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), request, &mut req) })?;
     Ok(())
 }
 
