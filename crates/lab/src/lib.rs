@@ -132,6 +132,11 @@ fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) ->
         Some(f) => Topology::from_toml(&std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?)?,
         None => Topology::preset(&c.preset)?,
     };
+    for (a, b) in topo.asymmetric_calls() {
+        eprintln!(
+            "lab: WARNING: the route {a} -> {b} is not the reverse of {b} -> {a}; with hop-by-hop aggregation the daemons' source check will drop that traffic"
+        );
+    }
     let phy_name = c.phy.clone().or_else(|| topo.phy.clone()).unwrap_or_else(|| "b2".into());
     let phy = medium::preset(&phy_name).with_context(|| format!("unknown PHY preset {phy_name:?} (see `airpack lab presets`)"))?;
     if !(0.0..=100.0).contains(&c.loss) {

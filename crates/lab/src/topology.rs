@@ -25,7 +25,7 @@ use crate::medium::Phy;
 use crate::netns::{self, Netns};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -176,35 +176,71 @@ impl Topology {
         v
     }
 
-    /// Next hop table: `(node, destination) -> next hop` (BFS shortest paths,
-    /// ties broken by node order, explicit routes override).
+    /// Next hop table: `(node, destination) -> next hop`: shortest paths in
+    /// hops, made unique by giving link k (in file order, first 100 links) the
+    /// tiny extra weight 2^k, so that the path a -> b is exactly the reverse
+    /// of b -> a (the daemon accepts an inner packet only from the neighbour
+    /// its own route to the source goes through) and every sub-path of a
+    /// route is the route of its ends. Explicit `routes` override.
     pub fn next_hops(&self) -> BTreeMap<(String, String), String> {
-        let mut t = BTreeMap::new();
-        for src in &self.nodes {
-            // BFS from src; first hop of each reached node
-            let mut first: BTreeMap<String, String> = BTreeMap::new();
-            let mut q = VecDeque::new();
-            for nb in self.neighbours(src) {
-                first.insert(nb.clone(), nb.clone());
-                q.push_back(nb);
+        let idx = self.index();
+        let n = self.nodes.len();
+        let mut adj: Vec<Vec<(usize, u128)>> = vec![Vec::new(); n];
+        let mut seen = std::collections::BTreeSet::new();
+        let mut k = 0u32;
+        for [a, b] in &self.links {
+            let (x, y) = (idx[a.as_str()], idx[b.as_str()]);
+            if x == y || !seen.insert((x.min(y), x.max(y))) {
+                continue;
             }
-            while let Some(u) = q.pop_front() {
-                let fu = first[&u].clone();
-                for nb in self.neighbours(&u) {
-                    if &nb != src && !first.contains_key(&nb) {
-                        first.insert(nb.clone(), fu.clone());
-                        q.push_back(nb);
+            let w = (1u128 << 110) + if k < 100 { 1u128 << k } else { 0 };
+            k += 1;
+            adj[x].push((y, w));
+            adj[y].push((x, w));
+        }
+        let mut t = BTreeMap::new();
+        for s in 0..n {
+            // Dijkstra (n <= 200): distance and first hop of every node
+            let mut dist = vec![u128::MAX; n];
+            let mut first = vec![usize::MAX; n];
+            let mut done = vec![false; n];
+            dist[s] = 0;
+            while let Some(u) = (0..n).filter(|&i| !done[i] && dist[i] != u128::MAX).min_by_key(|&i| (dist[i], i)) {
+                done[u] = true;
+                for &(v, w) in &adj[u] {
+                    let nd = dist[u] + w;
+                    if nd < dist[v] {
+                        dist[v] = nd;
+                        first[v] = if u == s { v } else { first[u] };
                     }
                 }
             }
-            for (d, h) in first {
-                t.insert((src.clone(), d), h);
+            for d in 0..n {
+                if d != s && first[d] != usize::MAX {
+                    t.insert((self.nodes[s].clone(), self.nodes[d].clone()), self.nodes[first[d]].clone());
+                }
             }
         }
         for [n, d, v] in &self.routes {
             t.insert((n.clone(), d.clone()), v.clone());
         }
         t
+    }
+
+    /// Call pairs whose route one way is not the reverse of the other way
+    /// (possible only with explicit `routes` or more than 100 links). With
+    /// aggregation hop-by-hop, the daemon's source check drops such traffic.
+    pub fn asymmetric_calls(&self) -> Vec<(String, String)> {
+        let nh = self.next_hops();
+        self.calls
+            .iter()
+            .filter(|[a, b]| {
+                let (Some(p), Some(mut q)) = (self.path(&nh, a, b), self.path(&nh, b, a)) else { return true };
+                q.reverse();
+                p != q
+            })
+            .map(|[a, b]| (a.clone(), b.clone()))
+            .collect()
     }
 
     /// The node path from `a` to `b` under `nh` (None if unreachable/looping).
@@ -487,6 +523,59 @@ mod tests {
         assert_eq!(t.path(&t.next_hops(), "N0", "N5").unwrap().len(), 6);
         assert!(Topology::preset("string:6").is_err());
         assert!(Topology::preset("nope").is_err());
+    }
+
+    #[test]
+    fn routes_are_symmetric_and_consistent() {
+        // a 3x3 grid has many equal-length paths
+        let mut links = Vec::new();
+        let name = |r: usize, c: usize| format!("N{}", r * 3 + c);
+        for r in 0..3 {
+            for c in 0..3 {
+                if c < 2 {
+                    links.push([name(r, c), name(r, c + 1)]);
+                }
+                if r < 2 {
+                    links.push([name(r, c), name(r + 1, c)]);
+                }
+            }
+        }
+        let t = Topology {
+            name: "g".into(),
+            nodes: (0..9).map(|i| format!("N{i}")).collect(),
+            links,
+            calls: vec![["N0".into(), "N8".into()]],
+            routes: vec![],
+            phy: None,
+        };
+        let nh = t.next_hops();
+        for a in &t.nodes {
+            for b in &t.nodes {
+                if a == b {
+                    continue;
+                }
+                let p = t.path(&nh, a, b).unwrap();
+                let mut q = t.path(&nh, b, a).unwrap();
+                q.reverse();
+                assert_eq!(p, q, "{a}->{b}");
+                assert_eq!(p.len(), 1 + (a[1..].parse::<i32>().unwrap() / 3 - b[1..].parse::<i32>().unwrap() / 3).abs() as usize
+                    + (a[1..].parse::<i32>().unwrap() % 3 - b[1..].parse::<i32>().unwrap() % 3).abs() as usize, "{a}->{b} not shortest");
+                // every suffix of a route is the route of its ends
+                for w in 1..p.len() - 1 {
+                    assert_eq!(t.path(&nh, &p[w], b).unwrap(), p[w..].to_vec());
+                }
+            }
+        }
+        assert!(t.asymmetric_calls().is_empty());
+        let mut forced = t.clone();
+        forced.routes = vec![["N0".into(), "N8".into(), "N3".into()], ["N8".into(), "N0".into(), "N7".into()]];
+        let nh = forced.next_hops();
+        let p = forced.path(&nh, "N0", "N8").unwrap();
+        let mut q = forced.path(&nh, "N8", "N0").unwrap();
+        q.reverse();
+        if p != q {
+            assert_eq!(forced.asymmetric_calls(), [("N0".to_string(), "N8".to_string())]);
+        }
     }
 
     #[test]

@@ -70,5 +70,11 @@ fn topology_files_parse_and_match_presets() {
     }
     assert!(n >= 3, "expected topology files in {}", dir.display());
     let g = Topology::from_toml(&std::fs::read_to_string(dir.join("grid2x3.toml")).unwrap()).unwrap();
-    assert_eq!(g.path(&g.next_hops(), "G1", "G6").unwrap(), ["G1", "G4", "G5", "G6"]);
+    let nh = g.next_hops();
+    let there = g.path(&nh, "G1", "G6").unwrap();
+    let mut back = g.path(&nh, "G6", "G1").unwrap();
+    back.reverse();
+    assert_eq!(there.len(), 4);
+    assert_eq!(there, back);
+    assert!(g.asymmetric_calls().is_empty());
 }
