@@ -178,7 +178,10 @@ fn bench_throughput() {
     }
     let secs = 5.0;
     // Packets in flight (closed loop); AIRPACK_BENCH_WINDOW overrides.
-    let window: u64 = std::env::var("AIRPACK_BENCH_WINDOW").ok().and_then(|v| v.parse().ok()).unwrap_or(4096);
+    let window: u64 = std::env::var("AIRPACK_BENCH_WINDOW")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4096);
     {
         let (_net, a, b) = setup("tpk");
         let t = blast(&a, &b, secs, window);

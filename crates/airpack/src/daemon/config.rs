@@ -311,8 +311,9 @@ pub struct ClassSection {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PeerSection {
-    /// Next hop (hop-by-hop) or tunnel endpoint (end-to-end).
-    pub address: IpAddr,
+    /// Next hop (hop-by-hop) or tunnel endpoint (end-to-end); a link-local
+    /// IPv6 next hop names its interface: `fe80::2%wlan0`.
+    pub address: PeerAddress,
     /// End-to-end: destinations behind this endpoint and sources it may send.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_ips: Vec<String>,
@@ -394,6 +395,84 @@ impl<'de> Deserialize<'de> for Spec {
 // ---------------------------------------------------------------------------
 // Parsed / validated forms
 // ---------------------------------------------------------------------------
+
+/// A peer address as written: `10.0.0.2`, `fd00::2`, or a link-local IPv6
+/// address with its interface, `fe80::2%wlan0` (the interface is required
+/// for fe80::/10 and refused for any other address).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PeerAddress {
+    /// The address.
+    pub ip: IpAddr,
+    /// The interface a link-local address is reached through.
+    pub interface: Option<String>,
+}
+
+/// Whether `ip` is an IPv6 unicast link-local address (fe80::/10), the only
+/// kind of peer address that needs an interface.
+pub fn is_link_local_v6(ip: IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(a) if (a.segments()[0] & 0xffc0) == 0xfe80)
+}
+
+impl std::str::FromStr for PeerAddress {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<PeerAddress, String> {
+        let (a, iface) = match s.split_once('%') {
+            Some((a, i)) => (a, Some(i)),
+            None => (s, None),
+        };
+        let ip: IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not an IP address (ADDR or fe80::X%IFNAME)"))?;
+        let interface = match iface {
+            None => None,
+            Some(i) => {
+                if i.is_empty()
+                    || i.len() > 15
+                    || i.bytes()
+                        .any(|b| b == b'/' || b == b'%' || b.is_ascii_whitespace() || b == 0)
+                {
+                    return Err(format!(
+                        "{s:?}: bad interface name {i:?} (1 to 15 bytes, no '/', '%' or spaces)"
+                    ));
+                }
+                Some(i.to_owned())
+            }
+        };
+        match (is_link_local_v6(ip), &interface) {
+            (true, None) => Err(format!(
+                "{s:?} is link-local: name its interface, e.g. \"{ip}%wlan0\""
+            )),
+            (false, Some(_)) => Err(format!(
+                "{s:?}: an %interface only applies to link-local IPv6 addresses (fe80::/10)"
+            )),
+            _ => Ok(PeerAddress { ip, interface }),
+        }
+    }
+}
+
+impl fmt::Display for PeerAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.interface {
+            Some(i) => write!(f, "{}%{i}", self.ip),
+            None => write!(f, "{}", self.ip),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PeerAddress {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for PeerAddress {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
 
 /// An IP prefix (`10.1.0.0/24`, `fd00::/64`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -511,6 +590,8 @@ impl AllowedIps {
 pub struct PeerPlan {
     /// Its address.
     pub address: IpAddr,
+    /// The interface of a link-local IPv6 address (`fe80::2%wlan0`).
+    pub interface: Option<String>,
     /// Its prefixes (end-to-end).
     pub allowed_ips: Vec<Cidr>,
     /// Engine parameters for it (accepts_bundles = true).
@@ -1143,17 +1224,25 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
     let mut table = Vec::new();
     for (i, p) in config.peers.iter().enumerate() {
         let e = |key: &str, m: String| at.err("peer", i, key, m);
-        if p.address.is_unspecified() || p.address.is_multicast() || p.address.is_loopback() {
+        if p.address.ip.is_unspecified()
+            || p.address.ip.is_multicast()
+            || p.address.ip.is_loopback()
+        {
             return Err(e(
                 "address",
                 format!(
                     "{} cannot be a peer (unspecified, multicast or loopback)",
-                    p.address
+                    p.address.ip
                 ),
             ));
         }
-        if peers.iter().any(|q| q.address == p.address) {
-            return Err(e("address", format!("{} is configured twice", p.address)));
+        if peers.iter().any(|q| q.address == p.address.ip) {
+            // Peers are keyed by address (also in the engine): the same
+            // link-local address on two interfaces is refused too.
+            return Err(e(
+                "address",
+                format!("{} is configured twice", p.address.ip),
+            ));
         }
         if peers.len() >= a.max_peers {
             return Err(e(
@@ -1171,12 +1260,15 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
                 ));
             }
             allowed.push(c);
-            table.push((c, p.address));
+            table.push((c, p.address.ip));
         }
         if d.mode == Mode::EndToEnd && allowed.is_empty() {
             return Err(e(
                 "allowed_ips",
-                format!("end-to-end mode needs allowed_ips for peer {}", p.address),
+                format!(
+                    "end-to-end mode needs allowed_ips for peer {}",
+                    p.address.ip
+                ),
             ));
         }
         let mut pc = base.clone();
@@ -1201,7 +1293,7 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
         if let Some(x) = p.queue_limit_packets {
             pc.queue_limit_packets = x;
         }
-        pc.outer_overhead = Plan::outer_overhead(d.transport, p.address);
+        pc.outer_overhead = Plan::outer_overhead(d.transport, p.address.ip);
         check_sizes(
             &at,
             "peer",
@@ -1223,7 +1315,8 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
             ));
         }
         peers.push(PeerPlan {
-            address: p.address,
+            address: p.address.ip,
+            interface: p.address.interface.clone(),
             allowed_ips: allowed,
             config: pc,
         });
@@ -1485,6 +1578,34 @@ mod tests {
         assert!(e.contains("aggregation.protocol"), "{e}");
         let e = err("[aggregation]\nhold_time_us = 5000000\n");
         assert!(e.contains("hold_time_us"), "{e}");
+    }
+
+    #[test]
+    fn link_local_peer_addresses() {
+        let plan =
+            p("[[peer]]\naddress = \"fe80::2%wlan0\"\n[[peer]]\naddress = \"fd00::2\"\n").unwrap();
+        assert_eq!(plan.peers[0].address, "fe80::2".parse::<IpAddr>().unwrap());
+        assert_eq!(plan.peers[0].interface.as_deref(), Some("wlan0"));
+        assert_eq!(plan.peers[1].interface, None);
+        assert_eq!(plan.config.peers[0].address.to_string(), "fe80::2%wlan0");
+        // Round trip through the serialized form.
+        let back: PeerAddress = "fe80::2%wlan0".parse().unwrap();
+        assert_eq!(back, plan.config.peers[0].address);
+        let e = err("[[peer]]\naddress = \"fe80::2\"\n");
+        assert!(
+            e.contains("test.toml:2") && e.contains("peer.address") && e.contains("interface"),
+            "{e}"
+        );
+        let e = err("[[peer]]\naddress = \"10.0.0.2%eth0\"\n");
+        assert!(e.contains("link-local"), "{e}");
+        let e = err("[[peer]]\naddress = \"fe80::2%\"\n");
+        assert!(e.contains("interface name"), "{e}");
+        let e = err("[[peer]]\naddress = \"fe80::2%a-very-long-interface\"\n");
+        assert!(e.contains("interface name"), "{e}");
+        // The engine keys peers by address: one link-local address on two
+        // interfaces is refused.
+        let e = err("[[peer]]\naddress = \"fe80::2%a0\"\n[[peer]]\naddress = \"fe80::2%b0\"\n");
+        assert!(e.contains("twice"), "{e}");
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! Per packet it neither allocates nor logs above trace level; every error on
 //! the data path is counted and survived.
 
-use super::config::{LinkModeCfg, Mode, Plan, Source, SourceCheck, Transport};
+use super::config::{is_link_local_v6, LinkModeCfg, Mode, Plan, Source, SourceCheck, Transport};
 use super::control::{Request, Server, TOK_CONN_BASE, TOK_CONTROL, TOK_METRICS};
 use super::stats::{self, DaemonCounters};
 use super::sys;
@@ -20,7 +20,7 @@ use crate::linux::{
     self, monotonic_micros, BundleSocket, Events, Family, Interest, Poller, RawIpSender,
     RouteMonitor, RouteResolver, Signals, Steering, Timer, Tun, UdpBundleSocket,
 };
-use airpack_core::{Encoding, Engine, TransmitKind};
+use airpack_core::{Encoding, Engine, Transmit, TransmitKind};
 use anyhow::Context;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -138,7 +138,8 @@ impl Sockets {
         v
     }
 
-    fn send_bundle(&self, peer: IpAddr, payload: &[u8], dscp: u8) -> io::Result<()> {
+    /// `scope`: the interface index of a link-local IPv6 peer (else 0).
+    fn send_bundle(&self, peer: IpAddr, scope: u32, payload: &[u8], dscp: u8) -> io::Result<()> {
         let unsupported = || io::Error::from_raw_os_error(libc::EAFNOSUPPORT);
         match (self.transport, peer.is_ipv4()) {
             (Transport::Ip, true) => self
@@ -150,14 +151,14 @@ impl Sockets {
                 .b6
                 .as_ref()
                 .ok_or_else(unsupported)?
-                .send_to(peer, payload, dscp),
+                .send_to_scoped(peer, scope, payload, dscp),
             (Transport::Udp, true) => self.u4.as_ref().ok_or_else(unsupported)?.send_to(
                 SocketAddr::new(peer, self.udp_port),
                 payload,
                 dscp,
             ),
             (Transport::Udp, false) => self.u6.as_ref().ok_or_else(unsupported)?.send_to(
-                SocketAddr::new(peer, self.udp_port),
+                linux::scoped(peer, self.udp_port, scope),
                 payload,
                 dscp,
             ),
@@ -208,8 +209,9 @@ pub struct Daemon {
     poller: Poller,
     control: Server,
     counters: DaemonCounters,
-    /// Configured peers (the only sources bundles are accepted from) and their encodings.
-    peers: HashMap<IpAddr, Encoding>,
+    /// Configured peers (the only sources bundles are accepted from), their
+    /// encodings and, for link-local ones, their interface.
+    peers: HashMap<IpAddr, PeerEntry>,
     link_busy: bool,
     links: Vec<Link>,
     started: u64,
@@ -218,10 +220,79 @@ pub struct Daemon {
     rx_buf: Vec<u8>,
 }
 
-fn peer_map(plan: &Plan) -> HashMap<IpAddr, Encoding> {
+/// Sends one engine output: a bundle to its peer (with the scope of a
+/// link-local one), anything else unchanged through the raw sender.
+fn send_out(
+    sock: &Sockets,
+    peers: &HashMap<IpAddr, PeerEntry>,
+    t: &Transmit,
+    data: &[u8],
+) -> io::Result<()> {
+    match t.kind {
+        TransmitKind::Bundle { .. } => {
+            let scope = if is_link_local_v6(t.peer) {
+                peers.get(&t.peer).map_or(0, PeerEntry::scope)
+            } else {
+                0
+            };
+            sock.send_bundle(t.peer, scope, data, t.dscp)
+        }
+        TransmitKind::Single | TransmitKind::Bypass => sock.raw.send(data),
+    }
+}
+
+/// What the loop needs to know about a configured peer.
+#[derive(Clone, Debug)]
+struct PeerEntry {
+    encoding: Encoding,
+    /// The interface of a link-local IPv6 peer (`fe80::2%wlan0`).
+    interface: Option<String>,
+    /// Its index (0 while the interface does not exist); re-read on link changes.
+    ifindex: u32,
+}
+
+impl PeerEntry {
+    /// Whether this peer is the one reached through (or heard on) interface
+    /// `ifindex`: any interface for a global address; for a link-local one
+    /// only its own (an unresolved interface matches nothing).
+    fn via(&self, ifindex: u32) -> bool {
+        self.interface.is_none() || (self.ifindex != 0 && self.ifindex == ifindex)
+    }
+
+    /// sin6_scope_id to send with (0: none).
+    fn scope(&self) -> u32 {
+        if self.interface.is_some() {
+            self.ifindex
+        } else {
+            0
+        }
+    }
+
+    /// Re-reads the interface index; true when it changed.
+    fn resolve(&mut self) -> bool {
+        let idx = self
+            .interface
+            .as_deref()
+            .map_or(0, |n| linux::tun::ifindex(n).unwrap_or(0));
+        std::mem::replace(&mut self.ifindex, idx) != idx
+    }
+}
+
+fn peer_map(plan: &Plan) -> HashMap<IpAddr, PeerEntry> {
     plan.peers
         .iter()
-        .map(|p| (p.address, p.config.encoding))
+        .map(|p| {
+            let mut e = PeerEntry {
+                encoding: p.config.encoding,
+                interface: p.interface.clone(),
+                ifindex: 0,
+            };
+            e.resolve();
+            if let (Some(i), 0) = (&e.interface, e.ifindex) {
+                warn!(peer = %p.address, interface = %i, "interface of link-local peer does not exist (yet)");
+            }
+            (p.address, e)
+        })
         .collect()
 }
 
@@ -439,7 +510,9 @@ impl Daemon {
         }
         match self.plan.config.daemon.mode {
             Mode::HopByHop => match nh {
-                Ok(nh) if !nh.local && self.peers.contains_key(&nh.addr) => Dest::Peer(nh.addr),
+                Ok(nh) if !nh.local && self.peers.get(&nh.addr).is_some_and(|p| p.via(nh.oif)) => {
+                    Dest::Peer(nh.addr)
+                }
                 Ok(_) => {
                     self.counters.passthrough_not_peer += 1;
                     Dest::Unchanged
@@ -533,7 +606,7 @@ impl Daemon {
                         self.counters.rx_errors += 1;
                         continue;
                     }
-                    self.on_bundle(r.src, r.offset, end);
+                    self.on_bundle(r.src, r.scope, r.offset, end);
                 }
                 Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -551,12 +624,17 @@ impl Daemon {
     }
 
     /// Handles one received bundle at `rx_buf[start..end]` from `src`.
-    /// `src` is already canonical (the sockets report IPv4-mapped sources as IPv4).
-    fn on_bundle(&mut self, src: IpAddr, start: usize, end: usize) {
-        let Some(&encoding) = self.peers.get(&src) else {
-            self.counters.rx_unknown_peer += 1;
-            trace!(%src, "bundle from unknown peer dropped");
-            return;
+    /// `src` is already canonical (the sockets report IPv4-mapped sources as
+    /// IPv4); `scope` is its IPv6 scope (the receiving interface of a
+    /// link-local source). A link-local peer is accepted only on its interface.
+    fn on_bundle(&mut self, src: IpAddr, scope: u32, start: usize, end: usize) {
+        let (encoding, peer_if) = match self.peers.get(&src) {
+            Some(p) if p.via(scope) => (p.encoding, p.scope()),
+            _ => {
+                self.counters.rx_unknown_peer += 1;
+                trace!(%src, scope, "bundle from unknown peer dropped");
+                return;
+            }
         };
         // Take the buffer out so the bundle view can borrow it while the
         // checks below use the resolver (no allocation: the Vec moves).
@@ -566,7 +644,7 @@ impl Daemon {
             Ok(bundle) => {
                 for pkt in bundle.iter() {
                     let ok = match sys::addrs(pkt) {
-                        Some((inner_src, _)) => self.source_allowed(src, inner_src),
+                        Some((inner_src, _)) => self.source_allowed(src, peer_if, inner_src),
                         None => false,
                     };
                     if !ok {
@@ -587,13 +665,15 @@ impl Daemon {
         self.rx_buf = rx;
     }
 
-    /// Whether `peer` may send inner packets from `inner_src`.
-    fn source_allowed(&mut self, peer: IpAddr, inner_src: IpAddr) -> bool {
+    /// Whether `peer` may send inner packets from `inner_src`; `peer_if` is
+    /// the interface of a link-local peer (0: any), which the route back to
+    /// `inner_src` must use too.
+    fn source_allowed(&mut self, peer: IpAddr, peer_if: u32, inner_src: IpAddr) -> bool {
         match self.plan.source_check {
             SourceCheck::Off => true,
             SourceCheck::AllowedIps => self.plan.allowed_ips.lookup(inner_src) == Some(peer),
             SourceCheck::Route => match self.resolver.lookup(inner_src) {
-                Ok(nh) => !nh.local && nh.addr == peer,
+                Ok(nh) => !nh.local && nh.addr == peer && (peer_if == 0 || nh.oif == peer_if),
                 Err(_) => false,
             },
         }
@@ -607,10 +687,7 @@ impl Daemon {
                 sent = true;
                 let len = t.len.min(self.tx_buf.len());
                 let data = &self.tx_buf[..len];
-                let r = match t.kind {
-                    TransmitKind::Bundle { .. } => self.sock.send_bundle(t.peer, data, t.dscp),
-                    TransmitKind::Single | TransmitKind::Bypass => self.sock.raw.send(data),
-                };
+                let r = send_out(&self.sock, &self.peers, &t, data);
                 match (r, t.kind) {
                     (Ok(()), TransmitKind::Bundle { .. }) => self.counters.bundles_sent += 1,
                     (Ok(()), _) => self.counters.unchanged_sent += 1,
@@ -634,6 +711,11 @@ impl Daemon {
                 self.resolver.invalidate();
                 self.counters.route_changes += 1;
                 if ch.link || ch.overrun {
+                    for (addr, p) in self.peers.iter_mut() {
+                        if p.resolve() {
+                            info!(peer = %addr, interface = ?p.interface, ifindex = p.ifindex, "link-local peer's interface changed");
+                        }
+                    }
                     for l in &mut self.links {
                         let now_up = link_state(&l.name);
                         if now_up != l.up {
@@ -805,10 +887,7 @@ impl Daemon {
             self.engine.queued().0 as u64 + 1 + self.engine.config().bypass_queue_limit as u64;
         while let Some(t) = self.engine.poll_transmit(now, &mut self.tx_buf) {
             let data = &self.tx_buf[..t.len.min(self.tx_buf.len())];
-            let r = match t.kind {
-                TransmitKind::Bundle { .. } => self.sock.send_bundle(t.peer, data, t.dscp),
-                _ => self.sock.raw.send(data),
-            };
+            let r = send_out(&self.sock, &self.peers, &t, data);
             match (r, t.kind) {
                 (Ok(()), TransmitKind::Bundle { .. }) => self.counters.bundles_sent += 1,
                 (Ok(()), _) => self.counters.unchanged_sent += 1,
@@ -855,7 +934,7 @@ impl Daemon {
                     .peer_stats(p)
                     .map(stats::stats_json)
                     .unwrap_or_default();
-                m.insert("peer".into(), p.to_string().into());
+                m.insert("peer".into(), self.peer_name(p).into());
                 m.insert("configured".into(), self.peers.contains_key(&p).into());
                 Value::Object(m)
             })
@@ -874,6 +953,15 @@ impl Daemon {
         })
     }
 
+    /// A peer as `airpack stats`/`peers` name it: its address, with
+    /// `%interface` for a link-local one (the config syntax).
+    fn peer_name(&self, p: IpAddr) -> String {
+        match self.peers.get(&p).and_then(|e| e.interface.as_deref()) {
+            Some(i) => format!("{p}%{i}"),
+            None => p.to_string(),
+        }
+    }
+
     /// The `airpack peers --json` document.
     pub fn peers_doc(&self) -> Value {
         let peers: Vec<Value> = self
@@ -884,7 +972,7 @@ impl Daemon {
                 let plan = self.plan.peer(p);
                 let c = self.engine.peer_stats(p).map(|s| s.counters.clone()).unwrap_or_default();
                 json!({
-                    "peer": p.to_string(),
+                    "peer": self.peer_name(p),
                     "configured": plan.is_some(),
                     "accepts_bundles": cfg.map(|c| c.accepts_bundles),
                     "encoding": cfg.map(|c| c.encoding.name()),

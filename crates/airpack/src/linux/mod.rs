@@ -24,7 +24,7 @@ pub mod tun;
 pub use poll::{Event, Events, Interest, Poller};
 pub use route::{Changes, LinkStats, NextHop, RouteMonitor, RouteResolver};
 pub use socket::{
-    outq_bytes, set_buffer, BundleSocket, Family, RawIpSender, Received, UdpBundleSocket,
+    outq_bytes, scoped, set_buffer, BundleSocket, Family, RawIpSender, Received, UdpBundleSocket,
 };
 pub use steer::{Match, SteerSpec, Steering};
 pub use timer::{monotonic_micros, set_realtime, set_timer_slack, Signals, Timer};

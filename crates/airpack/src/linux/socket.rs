@@ -266,6 +266,9 @@ pub struct Received {
     pub src: IpAddr,
     /// Where the payload starts in the buffer.
     pub offset: usize,
+    /// The sender's IPv6 scope (sin6_scope_id: the receiving interface's
+    /// index for a link-local source); 0 for IPv4 and global addresses.
+    pub scope: u32,
 }
 
 /// Unsent bytes in a socket's send queue (SIOCOUTQ); for raw and UDP sockets
@@ -344,11 +347,25 @@ impl BundleSocket {
     /// DSCP `dscp` (0..=63; ECN bits 0). The TOS/traffic class is set only
     /// when it changes. `peer` must be of this socket's family (EAFNOSUPPORT).
     pub fn send_to(&self, peer: IpAddr, payload: &[u8], dscp: u8) -> io::Result<()> {
+        self.send_to_scoped(peer, 0, payload, dscp)
+    }
+
+    /// Like [`BundleSocket::send_to`] with an IPv6 scope: `scope` is the
+    /// interface index a link-local `peer` (fe80::/10) is reached through
+    /// (sin6_scope_id; the kernel answers EINVAL for a link-local peer
+    /// without one). Ignored for IPv4.
+    pub fn send_to_scoped(
+        &self,
+        peer: IpAddr,
+        scope: u32,
+        payload: &[u8],
+        dscp: u8,
+    ) -> io::Result<()> {
         if Family::of(peer) != self.family {
             return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
         }
         set_dscp(self.fd.as_raw_fd(), self.family, &self.tos, dscp)?;
-        send_to_raw(self.fd.as_raw_fd(), SocketAddr::new(peer, 0), payload)
+        send_to_raw(self.fd.as_raw_fd(), scoped(peer, 0, scope), payload)
     }
 
     /// Receives one bundle into `buf` (`WouldBlock` if none). IPv4: the
@@ -356,17 +373,23 @@ impl BundleSocket {
     /// larger than `buf` or with an inconsistent header is `InvalidData`
     /// (and consumed: the next call reads the next datagram).
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<Received> {
-        let (n, src) = recv_from_raw(self.fd.as_raw_fd(), buf)?;
-        let src = canonical(src.ip());
+        let (n, from) = recv_from_raw(self.fd.as_raw_fd(), buf)?;
+        let (src, scope) = (canonical(from.ip()), scope_of(from));
         match self.family {
             Family::V4 => {
                 let (offset, len) = strip_ipv4_header(&buf[..n], self.protocol)?;
-                Ok(Received { len, src, offset })
+                Ok(Received {
+                    len,
+                    src,
+                    offset,
+                    scope,
+                })
             }
             Family::V6 => Ok(Received {
                 len: n,
                 src,
                 offset: 0,
+                scope,
             }),
         }
     }
@@ -427,6 +450,7 @@ impl UdpBundleSocket {
                 len: n,
                 src: canonical(src.ip()),
                 offset: 0,
+                scope: scope_of(src),
             },
             src.port(),
         ))
@@ -516,6 +540,22 @@ impl RawIpSender {
     /// The IPv4 socket (for polling writability).
     pub fn v4_fd(&self) -> RawFd {
         self.v4.as_raw_fd()
+    }
+}
+
+/// A socket address for `ip`:`port`; `scope` becomes sin6_scope_id (IPv6 only).
+pub fn scoped(ip: IpAddr, port: u16, scope: u32) -> SocketAddr {
+    match ip {
+        IpAddr::V6(v6) => SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope)),
+        v4 => SocketAddr::new(v4, port),
+    }
+}
+
+/// The IPv6 scope id of a received source address (0 for IPv4).
+fn scope_of(addr: SocketAddr) -> u32 {
+    match addr {
+        SocketAddr::V6(a) => a.scope_id(),
+        SocketAddr::V4(_) => 0,
     }
 }
 
