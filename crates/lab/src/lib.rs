@@ -104,7 +104,7 @@ struct RunArgs {
     /// Upper bound of the call search.
     #[arg(long)]
     max_calls: Option<u32>,
-    /// Results directory (default: lab-results/<topology>-<unix time>).
+    /// Results directory (default: results/<topology>-<unix time>).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Short run: 4 s per point and at most 16 calls (a smoke test, not a measurement).
@@ -221,7 +221,7 @@ fn run(r: RunArgs) -> Result<()> {
         None => r.common.preset.replace(':', ""),
     };
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let out = r.out.clone().unwrap_or_else(|| PathBuf::from(format!("lab-results/{topo_name}-{secs}")));
+    let out = r.out.clone().unwrap_or_else(|| PathBuf::from(format!("results/{topo_name}-{secs}")));
     let work = out.join("work");
     let cfg = build_config(&r.common, duration, max_calls, std::fs::canonicalize(".")?.join(&work))?;
     let info = report::RunInfo {
