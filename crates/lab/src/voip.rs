@@ -385,6 +385,8 @@ pub struct CallResult {
 /// Combine every node's result into per-call quality. Pure. A missing
 /// sender report counts as nothing sent, a missing receiver report as
 /// nothing received; both make the direction unsupported and add a note.
+/// A direction whose sender reported zero packets (silent under voice
+/// activity) and that received nothing is supported: there is nothing to judge.
 pub fn merge(spec: &Spec, results: &[NodeResult]) -> Vec<CallResult> {
     let profile = match spec.profile() {
         Ok(p) => Ok(p),
@@ -402,13 +404,18 @@ pub fn merge(spec: &Spec, results: &[NodeResult]) -> Vec<CallResult> {
         .map(|c| {
             let mut notes = Vec::new();
             let mut one = |dir: Direction, src: &Endpoint, dst: &Endpoint| {
-                let sent = match find(&src.node, c.id, dir, true) {
+                let sender = find(&src.node, c.id, dir, true);
+                let sent = match sender {
                     Some(s) => s.sent.unwrap_or(0),
                     None => {
                         notes.push(format!("{dir:?}: no sender report from node {}", src.node));
                         0
                     }
                 };
+                // Voice activity can keep a direction silent for a whole short run:
+                // the sender reported, sent nothing, and nothing arrived. There is no
+                // speech to judge, so the direction cannot fail the call.
+                let silent = sender.is_some() && sent == 0;
                 let rx = match find(&dst.node, c.id, dir, false) {
                     Some(s) => s.received.clone().unwrap_or_default(),
                     None => {
@@ -418,7 +425,14 @@ pub fn merge(spec: &Spec, results: &[NodeResult]) -> Vec<CallResult> {
                 };
                 let opts = stats::AssessOptions { criterion: spec.criterion, min_mos: spec.min_mos, burst: spec.burst };
                 match &profile {
-                    Ok(p) => stats::assess_with(sent, &rx, p, &opts),
+                    Ok(p) => {
+                        let mut q = stats::assess_with(sent, &rx, p, &opts);
+                        if silent && rx.received == 0 {
+                            q.supported = true;
+                            notes.push(format!("{dir:?}: silent (voice activity sent nothing)"));
+                        }
+                        q
+                    }
                     Err(e) => {
                         notes.push(e.clone());
                         let fallback = Codec::G729.profile(20).expect("20 ms G.729 is valid");
@@ -1077,6 +1091,19 @@ mod tests {
         assert_eq!(c.a_to_b.received, 0);
         assert!(c.notes.iter().any(|n| n.contains("no receiver report from node D")), "{:?}", c.notes);
         assert!(c.notes.iter().any(|n| n.contains("no sender report from node D")), "{:?}", c.notes);
+    }
+
+    #[test]
+    fn merge_accepts_a_silent_direction_but_not_a_missing_one() {
+        let spec: Spec = serde_json::from_str(spec_json()).unwrap();
+        let rx = |n: u64| ReceiveSummary { received: n, ..Default::default() };
+        // D sent nothing (silent) and A received nothing: nothing to judge.
+        let silent = merge(&spec, &[report("A", 0, Direction::BToA, None, Some(rx(0))), report("D", 0, Direction::BToA, Some(0), None)]);
+        assert!(silent[0].b_to_a.supported, "{:?}", silent[0]);
+        assert!(silent[0].notes.iter().any(|n| n.contains("silent")), "{:?}", silent[0].notes);
+        // No sender report at all is not silence.
+        let missing = merge(&spec, &[report("A", 0, Direction::BToA, None, Some(rx(0)))]);
+        assert!(!missing[0].b_to_a.supported);
     }
 
     #[test]
