@@ -10,6 +10,8 @@ have ip       || need_pkgs+=(iproute2)
 have tc       || need_pkgs+=(iproute2)
 have valgrind || need_pkgs+=(valgrind)
 have tshark   || need_pkgs+=(tshark)
+have babeld   || need_pkgs+=(babeld)
+have chrt     || need_pkgs+=(util-linux)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
