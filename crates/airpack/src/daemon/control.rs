@@ -276,23 +276,21 @@ impl Server {
 
     /// Sends `body` as the answer on `slot` (HTTP framing added for metrics
     /// clients), then closes the connection once written.
-    pub fn respond(&mut self, poller: &Poller, slot: usize, status_ok: bool, body: &[u8]) {
+    pub fn respond(&mut self, poller: &Poller, slot: usize, status_ok: bool, mut body: Vec<u8>) {
         let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
-        let body = &body[..body.len().min(MAX_RESPONSE)];
-        conn.out.clear();
+        body.truncate(MAX_RESPONSE);
         if conn.http {
             let status = if status_ok { "200 OK" } else { "404 Not Found" };
-            conn.out.extend_from_slice(
-                format!(
-                    "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                )
-                .as_bytes(),
+            let head = format!(
+                "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
             );
+            body.splice(0..0, head.into_bytes());
         }
-        conn.out.extend_from_slice(body);
+        // The body becomes the output buffer: a large answer is not copied.
+        conn.out = body;
         conn.written = 0;
         let _ = poller.modify(
             conn.stream.fd(),

@@ -448,7 +448,7 @@ impl Daemon {
                         if let Some(req) = self.control.ready(&self.poller, slot, ev.writable) {
                             let (ok, body) = self.answer(req);
                             self.counters.control_requests += 1;
-                            self.control.respond(&self.poller, slot, ok, &body);
+                            self.control.respond(&self.poller, slot, ok, body);
                         }
                     }
                     _ => {}
@@ -904,9 +904,9 @@ impl Daemon {
 
     fn answer(&self, req: Request) -> (bool, Vec<u8>) {
         match req {
-            Request::Stats => (true, serde_json::to_vec(&self.stats_doc()).unwrap_or_default()),
-            Request::Peers => (true, serde_json::to_vec(&self.peers_doc()).unwrap_or_default()),
-            Request::Metrics => (true, stats::prometheus(&self.stats_doc()).into_bytes()),
+            Request::Stats => (true, self.stats_bytes()),
+            Request::Peers => (true, self.peers_bytes()),
+            Request::Metrics => (true, self.metrics_bytes()),
             Request::Bad(r) => (
                 false,
                 serde_json::to_vec(&json!({"error": format!("unknown request {r:?} (expected \"stats\" or \"peers\")")}))
@@ -921,26 +921,12 @@ impl Daemon {
         v
     }
 
-    /// The `airpack stats --json` document.
-    pub fn stats_doc(&self) -> Value {
+    /// The `airpack stats --json` document without `peers`.
+    fn stats_head(&self) -> serde_json::Map<String, Value> {
         let mut total = stats::stats_json(self.engine.stats());
         total.insert("daemon".into(), stats::daemon_json(&self.counters));
-        let peers: Vec<Value> = self
-            .sorted_peers()
-            .into_iter()
-            .map(|p| {
-                let mut m = self
-                    .engine
-                    .peer_stats(p)
-                    .map(stats::stats_json)
-                    .unwrap_or_default();
-                m.insert("peer".into(), self.peer_name(p).into());
-                m.insert("configured".into(), self.peers.contains_key(&p).into());
-                Value::Object(m)
-            })
-            .collect();
         let (qp, qb) = self.engine.queued();
-        json!({
+        let head = json!({
             "version": env!("CARGO_PKG_VERSION"),
             "mode": mode_name(self.plan.config.daemon.mode),
             "link_mode": link_mode_name(self.plan.config.aggregation.link_mode),
@@ -949,8 +935,44 @@ impl Daemon {
             "queued": {"packets": qp, "bytes": qb},
             "links": self.links.iter().map(|l| json!({"interface": l.name, "up": l.up})).collect::<Vec<_>>(),
             "total": total,
-            "peers": peers,
-        })
+        });
+        match head {
+            Value::Object(m) => m,
+            _ => unreachable!("json! object"),
+        }
+    }
+
+    /// One element of the stats document's `peers`.
+    fn stats_peer(&self, p: IpAddr) -> Value {
+        let mut m = self
+            .engine
+            .peer_stats(p)
+            .map(stats::stats_json)
+            .unwrap_or_default();
+        m.insert("peer".into(), self.peer_name(p).into());
+        m.insert("configured".into(), self.peers.contains_key(&p).into());
+        Value::Object(m)
+    }
+
+    /// The `airpack stats --json` document, serialized peer by peer (see
+    /// [`stats::write_with_peers`]: no whole-document tree).
+    pub fn stats_bytes(&self) -> Vec<u8> {
+        let peers = self.sorted_peers();
+        let mut out = Vec::new();
+        stats::write_with_peers(&mut out, &self.stats_head(), peers.len(), |i| {
+            self.stats_peer(peers[i])
+        });
+        out
+    }
+
+    /// The `/metrics` text, peer by peer.
+    fn metrics_bytes(&self) -> Vec<u8> {
+        let mut out = String::new();
+        stats::prometheus_head(&Value::Object(self.stats_head()), &mut out);
+        for p in self.sorted_peers() {
+            stats::prometheus_peer(&self.stats_peer(p), &mut out);
+        }
+        out.into_bytes()
     }
 
     /// A peer as `airpack stats`/`peers` name it: its address, with
@@ -962,15 +984,25 @@ impl Daemon {
         }
     }
 
-    /// The `airpack peers --json` document.
-    pub fn peers_doc(&self) -> Value {
-        let peers: Vec<Value> = self
-            .sorted_peers()
-            .into_iter()
-            .map(|p| {
+    /// The `airpack peers --json` document, serialized peer by peer.
+    pub fn peers_bytes(&self) -> Vec<u8> {
+        let peers = self.sorted_peers();
+        let mut head = serde_json::Map::new();
+        head.insert(
+            "mode".into(),
+            mode_name(self.plan.config.daemon.mode).into(),
+        );
+        let mut out = Vec::new();
+        stats::write_with_peers(&mut out, &head, peers.len(), |i| {
+            let p = peers[i];
+            {
                 let cfg = self.engine.peer(p);
                 let plan = self.plan.peer(p);
-                let c = self.engine.peer_stats(p).map(|s| s.counters.clone()).unwrap_or_default();
+                let c = self
+                    .engine
+                    .peer_stats(p)
+                    .map(|s| s.counters.clone())
+                    .unwrap_or_default();
                 json!({
                     "peer": self.peer_name(p),
                     "configured": plan.is_some(),
@@ -987,9 +1019,9 @@ impl Daemon {
                     "aggregation_ratio": c.aggregation_ratio(),
                     "bundles_received": c.bundles_received,
                 })
-            })
-            .collect();
-        json!({"mode": mode_name(self.plan.config.daemon.mode), "peers": peers})
+            }
+        });
+        out
     }
 }
 
