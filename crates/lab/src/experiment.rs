@@ -364,6 +364,13 @@ fn median(v: &[f64]) -> f64 {
 pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> {
     let t0 = Instant::now();
     let mesh = Mesh::build(&cfg.topo, &cfg.medium).context("build the emulated mesh")?;
+    if mesh.babel.is_some() && matches!(setup, Setup::HopByHop | Setup::HoldWhileBusy) {
+        // the daemons' peers are the radio neighbours' IPv4 addresses, which
+        // are babeld's next hops; its source check needs symmetric routes
+        for (a, b) in mesh.asymmetric_installed_routes()? {
+            eprintln!("lab: WARNING: babel's route {a} -> {b} is not the reverse of {b} -> {a}; the hop-by-hop daemons will drop that traffic");
+        }
+    }
     let dir = cfg.work_dir.join(format!("{}-{n}", setup.name()));
     std::fs::create_dir_all(&dir)?;
     // daemons

@@ -9,6 +9,7 @@
 //! Must not touch: aggregation logic (it runs the real `airpack` daemon) or
 //! voice-quality math (that is `airpack-voice`).
 
+pub mod babel;
 pub mod experiment;
 pub mod medium;
 pub mod netns;
@@ -55,6 +56,10 @@ struct Common {
     /// Topology file (TOML; see docs/lab.md).
     #[arg(long)]
     topology: Option<PathBuf>,
+    /// Routing: static shortest paths, or babel (one babeld per node, needs
+    /// the babeld package); default: the topology file's, else static.
+    #[arg(long, value_parser = ["static", "babel"])]
+    routing: Option<String>,
     /// PHY preset (b1, b2, b5.5, b11, b11s, a6, a12, a24, a54); default: the topology's, else b2.
     #[arg(long)]
     phy: Option<String>,
@@ -132,7 +137,17 @@ fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) ->
         Some(f) => Topology::from_toml(&std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?)?,
         None => Topology::preset(&c.preset)?,
     };
-    for (a, b) in topo.asymmetric_calls() {
+    let mut topo = topo;
+    if let Some(r) = &c.routing {
+        topo.routing = topology::Routing::parse(r)?;
+    }
+    if topo.routing == topology::Routing::Babel {
+        babel::check_available()?;
+        if !topo.routes.is_empty() {
+            eprintln!("lab: WARNING: the topology's explicit routes are ignored with babel routing");
+        }
+    }
+    for (a, b) in if topo.routing == topology::Routing::Static { topo.asymmetric_calls() } else { Vec::new() } {
         eprintln!(
             "lab: WARNING: the route {a} -> {b} is not the reverse of {b} -> {a}; with hop-by-hop aggregation the daemons' source check will drop that traffic"
         );
@@ -175,6 +190,7 @@ fn prepare() -> Result<()> {
     if !gone.is_empty() {
         eprintln!("lab: removed {} namespaces left by earlier runs", gone.len());
     }
+    babel::clean_dirs(false);
     Ok(())
 }
 
@@ -190,6 +206,10 @@ pub fn main(args: LabArgs) -> Result<()> {
             let gone = netns::clean(all)?;
             for g in &gone {
                 println!("deleted {g}");
+            }
+            // babeld files of those runs (their daemons were killed with the namespaces)
+            for d in babel::clean_dirs(all) {
+                println!("deleted {}", d.display());
             }
             println!("{} namespaces deleted", gone.len());
             Ok(())
@@ -226,7 +246,10 @@ fn run(r: RunArgs) -> Result<()> {
     let cfg = build_config(&r.common, duration, max_calls, std::fs::canonicalize(".")?.join(&work))?;
     let info = report::RunInfo {
         command: std::env::args().map(|a| if a.contains(' ') { format!("'{a}'") } else { a }).collect::<Vec<_>>().join(" "),
-        topology: cfg.topo.name.clone(),
+        topology: match cfg.topo.routing {
+            topology::Routing::Static => cfg.topo.name.clone(),
+            r => format!("{} ({} routing)", cfg.topo.name, r.name()),
+        },
         phy: experiment::phy_label(&cfg.medium.phy),
         codec: cfg.codec.clone(),
         vad: cfg.vad,

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 /// A topology: nodes, who hears whom, and which node pairs call each other.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -48,6 +49,39 @@ pub struct Topology {
     /// Optional default PHY preset name (`b2`, ...).
     #[serde(default)]
     pub phy: Option<String>,
+    /// How routes are made: `static` (default: shortest paths computed
+    /// here) or `babel` (one babeld per node, see [`crate::babel`]).
+    #[serde(default)]
+    pub routing: Routing,
+}
+
+/// How the mesh's routes are made.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Routing {
+    /// Static shortest-path routes ([`Topology::next_hops`]).
+    #[default]
+    Static,
+    /// babeld on every node's radio (routes learned over the emulated air).
+    Babel,
+}
+
+impl Routing {
+    /// Parse `static` or `babel`.
+    pub fn parse(s: &str) -> Result<Routing> {
+        Ok(match s.trim() {
+            "static" => Routing::Static,
+            "babel" | "babeld" => Routing::Babel,
+            o => bail!("unknown routing {o:?} (static, babel)"),
+        })
+    }
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Routing::Static => "static",
+            Routing::Babel => "babel",
+        }
+    }
 }
 
 impl Topology {
@@ -63,6 +97,7 @@ impl Topology {
                 calls: vec![l("A", "D"), l("B", "D")],
                 routes: vec![],
                 phy: Some(s("b2")),
+                routing: Routing::Static,
             },
             "seed000" => Topology {
                 name: s("seed000"),
@@ -71,6 +106,7 @@ impl Topology {
                 calls: vec![l("A", "C"), l("A", "D")],
                 routes: vec![],
                 phy: Some(s("b2")),
+                routing: Routing::Static,
             },
             _ => {
                 let Some(n) = name.strip_prefix("string:") else {
@@ -89,6 +125,7 @@ impl Topology {
                     links,
                     routes: vec![],
                     phy: Some(s("b2")),
+                    routing: Routing::Static,
                 }
             }
         };
@@ -303,6 +340,8 @@ pub struct MeshNode {
 /// A built mesh; torn down on drop.
 #[derive(Debug)]
 pub struct Mesh {
+    /// The routing daemons (`routing = babel`), stopped first on drop.
+    pub babel: Option<crate::babel::Babel>,
     /// The topology it was built from.
     pub topo: Topology,
     /// Medium options.
@@ -376,13 +415,23 @@ impl Mesh {
             let _ = netns::run("ip", &["netns", "del", &format!("{prefix}air")]);
             return Err(e);
         }
-        let mut mesh = Mesh { topo: topo.clone(), opts: opts.clone(), nodes, hub, prefix };
+        let mut mesh = Mesh { babel: None, topo: topo.clone(), opts: opts.clone(), nodes, hub, prefix };
         mesh.configure_nodes()?;
+        if topo.routing == Routing::Babel {
+            let list: Vec<(&str, &Netns, usize)> = mesh.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), &n.ns, i)).collect();
+            let b = crate::babel::Babel::start(&mesh.prefix, &list)?;
+            mesh.babel = Some(b);
+            let d = mesh.wait_converged(crate::babel::CONVERGE_TIMEOUT)?;
+            if let Some(b) = mesh.babel.as_mut() {
+                b.converged_in = Some(d);
+            }
+        }
         Ok(mesh)
     }
 
     fn configure_nodes(&mut self) -> Result<()> {
         let nh = self.topo.next_hops();
+        let babel = self.topo.routing == Routing::Babel;
         let idx: BTreeMap<&str, usize> = self.topo.nodes.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
         for node in &self.nodes {
             let ns = &node.ns;
@@ -393,10 +442,20 @@ impl Mesh {
                 "net.ipv4.conf.all.send_redirects=0",
                 "net.ipv4.conf.default.send_redirects=0",
                 "net.ipv4.conf.all.accept_redirects=0",
+            ])?;
+            if babel {
+                // babeld speaks over IPv6 link-local multicast: keep IPv6 on
+                // the radio, without router solicitations or DAD probes
+                ns.sysctl(&[
+                    "net.ipv6.conf.radio0.accept_ra=0",
+                    "net.ipv6.conf.radio0.router_solicitations=0",
+                    "net.ipv6.conf.radio0.dad_transmits=0",
+                ])?;
+            } else {
                 // no IPv6 chatter (RS, MLD, DAD) on the air; IPv6 stays on
                 // elsewhere (the daemon's TUN)
-                "net.ipv6.conf.radio0.disable_ipv6=1",
-            ])?;
+                ns.sysctl(&["net.ipv6.conf.radio0.disable_ipv6=1"])?;
+            }
             ns.ip(&["addr", "add", &format!("{}/32", node.addr), "dev", RADIO])?;
             // Marks do not cross the air: macvlan and the hub's veth pair keep
             // skb->mark, so a sender's SO_MARK (e.g. the daemon's bypass mark)
@@ -421,15 +480,18 @@ impl Mesh {
             );
             ns.nft(&rules)?;
             ns.ip(&["link", "set", RADIO, "up"])?;
-            // static neighbours and routes
+            // static neighbours (ARP) and, unless babeld makes them, routes
             for nb in &nbs {
                 let j = idx[nb.as_str()];
                 let a = Topology::addr_of(j).to_string();
                 ns.ip(&["neigh", "replace", &a, "lladdr", &mac_str(Topology::mac_of(j)), "dev", RADIO, "nud", "permanent"])?;
+                if babel {
+                    continue;
+                }
                 ns.ip(&["route", "add", &format!("{a}/32"), "dev", RADIO, "scope", "link", "src", &node.addr.to_string()])?;
             }
             for (j, d) in self.topo.nodes.iter().enumerate() {
-                if *d == node.name || nbs.contains(d) {
+                if babel || *d == node.name || nbs.contains(d) {
                     continue;
                 }
                 if let Some(h) = nh.get(&(node.name.clone(), d.clone())) {
@@ -439,6 +501,84 @@ impl Mesh {
             }
         }
         Ok(())
+    }
+
+    /// The next hop table installed in the nodes' kernels:
+    /// `(node, destination) -> next hop node`, for destinations that are
+    /// lab nodes reached through a gateway that is a lab node's radio
+    /// address. Errors on a gateway that is not (e.g. an IPv6 next hop).
+    pub fn installed_next_hops(&self) -> Result<BTreeMap<(String, String), String>> {
+        let by_addr: BTreeMap<String, &str> = self.nodes.iter().map(|n| (n.addr.to_string(), n.name.as_str())).collect();
+        let mut t = BTreeMap::new();
+        for n in &self.nodes {
+            let out = n.ns.ip(&["-4", "route", "show", "dev", RADIO])?;
+            for (dest, via) in crate::babel::parse_routes(&out) {
+                let Some(d) = by_addr.get(&dest) else { continue };
+                let Some(v) = by_addr.get(&via) else {
+                    bail!("{}: route to {dest} via {via}, not a lab node's radio address", n.name);
+                };
+                t.insert((n.name.clone(), d.to_string()), v.to_string());
+            }
+        }
+        Ok(t)
+    }
+
+    /// Wait until every node has a route to every other node (babeld),
+    /// within `timeout`. The error names the missing routes.
+    pub fn wait_converged(&mut self, timeout: Duration) -> Result<Duration> {
+        let t0 = Instant::now();
+        loop {
+            if let Some(b) = self.babel.as_mut() {
+                b.check_running()?;
+            }
+            let nh = self.installed_next_hops()?;
+            let mut missing = Vec::new();
+            for a in &self.topo.nodes {
+                for b in &self.topo.nodes {
+                    if a != b && self.topo.path(&nh, a, b).is_none() {
+                        missing.push(format!("{a}->{b}"));
+                    }
+                }
+            }
+            if missing.is_empty() {
+                return Ok(t0.elapsed());
+            }
+            if netns::interrupted() {
+                bail!("interrupted");
+            }
+            if t0.elapsed() > timeout {
+                let logs = match &self.babel {
+                    Some(b) => self.topo.nodes.iter().map(|n| format!("--- babeld on {n}:\n{}", b.log_tail(n))).collect::<Vec<_>>().join(""),
+                    None => String::new(),
+                };
+                bail!(
+                    "routing did not converge within {:.0} s: no route {} (paths follow the installed routes)\n{logs}",
+                    timeout.as_secs_f64(),
+                    missing.join(", ")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Node pairs `(a, b)` whose installed route a -> b is not the reverse
+    /// of b -> a (the hop-by-hop daemon's source check drops such traffic).
+    pub fn asymmetric_installed_routes(&self) -> Result<Vec<(String, String)>> {
+        let nh = self.installed_next_hops()?;
+        let mut v = Vec::new();
+        for (i, a) in self.topo.nodes.iter().enumerate() {
+            for b in &self.topo.nodes[i + 1..] {
+                let p = self.topo.path(&nh, a, b);
+                let q = self.topo.path(&nh, b, a).map(|mut q| {
+                    q.reverse();
+                    q
+                });
+                if p.is_none() || p != q {
+                    v.push((a.clone(), b.clone()));
+                }
+            }
+        }
+        Ok(v)
     }
 
     /// The node called `name`.
@@ -547,6 +687,7 @@ mod tests {
             calls: vec![["N0".into(), "N8".into()]],
             routes: vec![],
             phy: None,
+            routing: Routing::Static,
         };
         let nh = t.next_hops();
         for a in &t.nodes {
@@ -589,6 +730,13 @@ routes = [["X", "Z", "Y"]]
 "#;
         let t = Topology::from_toml(text).unwrap();
         assert_eq!(t.path(&t.next_hops(), "X", "Z").unwrap(), ["X", "Y", "Z"]);
+        assert_eq!(t.routing, Routing::Static);
+        let b = Topology::from_toml(&format!("{text}routing = \"babel\"\n")).unwrap();
+        assert_eq!(b.routing, Routing::Babel);
+        assert!(Topology::from_toml(&format!("{text}routing = \"ospf\"\n")).is_err());
+        assert_eq!(Routing::parse("babel").unwrap(), Routing::Babel);
+        assert_eq!(Routing::parse("static").unwrap().name(), "static");
+        assert!(Routing::parse("rip").is_err());
         assert!(Topology::from_toml("name='a'\nnodes=['A','B']\nlinks=[]\ncalls=[['A','B']]").is_err());
         assert!(Topology::from_toml("name='a'\nnodes=['A','B']\nlinks=[['A','B']]\ncalls=[['A','B']]\nbogus=1").is_err());
         assert!(Topology::from_toml("name='a'\nnodes=['A','A']\nlinks=[['A','A']]\ncalls=[['A','A']]").is_err());
