@@ -205,10 +205,8 @@ pub fn clean_dirs(all: bool) -> Vec<PathBuf> {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(ns_prefix) = name.strip_prefix(DIR_PREFIX) else { continue };
         let Some(pid) = crate::netns::owner_pid(ns_prefix) else { continue };
-        if all || !Path::new(&format!("/proc/{pid}")).exists() {
-            if std::fs::remove_dir_all(e.path()).is_ok() {
-                gone.push(e.path());
-            }
+        if (all || !Path::new(&format!("/proc/{pid}")).exists()) && std::fs::remove_dir_all(e.path()).is_ok() {
+            gone.push(e.path());
         }
     }
     gone
