@@ -102,12 +102,14 @@ fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
                     s.as_raw_fd(),
                     msgs.as_mut_ptr(),
                     N as u32,
-                    0,
+                    libc::MSG_DONTWAIT,
                     std::ptr::null_mut(),
                 )
             };
             if n > 0 {
                 r2.fetch_add(n as u64, Ordering::Relaxed);
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
             }
         }
     });
@@ -146,7 +148,7 @@ fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
         let mut i = 0;
         while start.elapsed().as_secs_f64() < secs {
             if sent.saturating_sub(r3.load(Ordering::Relaxed)) > window {
-                std::thread::yield_now();
+                std::thread::sleep(Duration::from_micros(100));
                 continue;
             }
             let s = &socks[i % socks.len()];
@@ -194,8 +196,11 @@ fn bench_throughput() {
         );
     }
     let (net, a, b) = setup("tpd");
-    let da = net.daemon(&a, &cfg(B, 5000, "fixed"), &["--log", "warn"]);
-    let db = net.daemon(&b, &cfg(A, 5000, "fixed"), &["--log", "warn"]);
+    let extra = std::env::var("AIRPACK_BENCH_ARGS").unwrap_or_default();
+    let mut args = vec!["--log", "warn"];
+    args.extend(extra.split_whitespace());
+    let da = net.daemon(&a, &cfg(B, 5000, "fixed"), &args);
+    let db = net.daemon(&b, &cfg(A, 5000, "fixed"), &args);
     let (ca, cb) = (cpu_seconds(da.pid()), cpu_seconds(db.pid()));
     let t = blast(&a, &b, secs, window);
     let (ca, cb) = (cpu_seconds(da.pid()) - ca, cpu_seconds(db.pid()) - cb);
