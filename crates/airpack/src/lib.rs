@@ -2,8 +2,9 @@
 //!
 //! - [`daemon`]: configuration, the event loop driving `airpack_core::Engine`,
 //!   the control socket, statistics export. Owns policy glue, not packet formats.
-//! - [`linux`]: thin, tested wrappers over kernel networking (TUN, nftables +
-//!   policy routing, netlink route lookups, raw sockets, timerfd/signalfd).
+//! - [`linux`]: thin, tested wrappers over kernel networking (TUN, tc egress
+//!   steering with classic BPF, netlink route lookups, raw sockets, io_uring,
+//!   timerfd/signalfd).
 //!   Must not know about aggregation policy.
 
 pub mod daemon;

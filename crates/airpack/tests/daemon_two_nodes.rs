@@ -45,8 +45,13 @@ fn two_nodes_one_hop() {
     let mut db = net.daemon(&b, &config("vb", "10.91.0.1"), &[]);
 
     // Kernel state is in place.
-    let rules = net.ip(&a, &["rule"]);
-    assert!(rules.contains("fwmark 0x4150 lookup 4150"), "{rules}");
+    let progs = steering_programs(&net, &a, "va");
+    assert_eq!(progs.len(), 1, "one steering filter on va's egress");
+    assert!(
+        program_steers(&progs[0], 17, 17000, 20000),
+        "the voice class"
+    );
+    assert!(!program_steers(&progs[0], 17, 53, 53), "other UDP");
 
     // 20 flows x 250 packets of 60 bytes (20 IP + 8 UDP + 32), ~10 000 packets/s.
     let load = Load {

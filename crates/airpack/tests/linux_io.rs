@@ -2,7 +2,7 @@
 //! sockets, SIOCOUTQ, timers and signals, each in its own fresh network
 //! namespace (named `aplx<pid><tag>`, deleted on drop).
 //!
-//! Needs root (CAP_NET_ADMIN), `ip`, `tc` and `nft`; prints "SKIP: ..." and
+//! Needs root (CAP_NET_ADMIN), `ip`, `tc` and (end-to-end steering) `nft`; prints "SKIP: ..." and
 //! returns otherwise. Addresses are 10.6x.0.0/24 and fd00:6x::/64, only inside
 //! the namespaces these tests create; every wait is bounded.
 
@@ -17,7 +17,6 @@ use airpack::linux::{
     RouteMonitor, RouteResolver, Signals, SteerSpec, Steering, Timer, Tun, UdpBundleSocket,
 };
 
-const FWMARK: u32 = 0x4150;
 const BYPASS: u32 = 0x4151;
 
 fn can_run(tools: &[&str]) -> bool {
@@ -443,12 +442,10 @@ fn full_tun_queue_is_counted_in_link_stats() {
     .unwrap();
 }
 
-fn steer_spec(tun: &str) -> SteerSpec {
+fn steer_spec(tun: &str, iface: &str) -> SteerSpec {
     SteerSpec {
         tun: tun.into(),
-        fwmark: FWMARK,
         bypass_mark: BYPASS,
-        table: 4150,
         priority: 4150,
         matches: vec![
             Match {
@@ -465,30 +462,60 @@ fn steer_spec(tun: &str) -> SteerSpec {
             },
         ],
         steer_from_tun: true,
+        interfaces: vec![iface.into()],
     }
 }
 
-fn rule_count() -> (usize, usize) {
-    let c = |fam| {
-        run_cmd(&["ip", fam, "rule", "list"], None)
-            .unwrap()
-            .matches("fwmark 0x4150 lookup 4150")
-            .count()
-    };
-    (c("-4"), c("-6"))
+/// Lines of `tc filter show dev DEV egress` that name airpack's filter (pref 4150).
+fn our_filters(dev: &str) -> usize {
+    run_cmd(&["tc", "filter", "show", "dev", dev, "egress"], None)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("pref 4150") && l.contains("handle 0x1"))
+        .count()
+}
+
+fn has_clsact(dev: &str) -> bool {
+    run_cmd(&["tc", "qdisc", "show", "dev", dev], None)
+        .unwrap()
+        .contains("clsact")
+}
+
+/// Static neighbours on `dev` (the steering filter runs after neighbour
+/// resolution; these tests have no real host behind their links).
+fn neighbours(dev: &str, addrs: &[&str]) {
+    for a in addrs {
+        sh(&[
+            "ip",
+            "neigh",
+            "replace",
+            a,
+            "lladdr",
+            "02:00:00:00:00:02",
+            "dev",
+            dev,
+            "nud",
+            "permanent",
+        ]);
+    }
 }
 
 #[test]
 fn steering_installs_steers_bypasses_and_removes_cleanly() {
-    if !can_run(&["ip", "nft"]) {
+    if !can_run(&["ip", "tc"]) {
         return;
     }
     let n = ns("steer");
     n.run(|| {
         mkdev("d0");
+        mkdev("d1");
         sh(&["ip", "addr", "add", "10.67.0.1/24", "dev", "d0"]);
         sh(&["ip", "addr", "add", "fd00:67::1/64", "dev", "d0", "nodad"]);
+        sh(&["ip", "addr", "add", "10.67.1.1/24", "dev", "d1"]);
         sh(&["ip", "link", "set", "d0", "up"]);
+        sh(&["ip", "link", "set", "d1", "up"]);
+        neighbours("d0", &["10.67.0.2", "fd00:67::2"]);
+        neighbours("d1", &["10.67.1.2"]);
         // A strict reverse-path filter everywhere, with d0 explicitly off.
         set_sysctl("net.ipv4.conf.all.rp_filter", "1");
         set_sysctl("net.ipv4.conf.d0.rp_filter", "0");
@@ -515,16 +542,12 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
         );
 
         // A crashed run left state behind: installing again must still work.
-        let spec = steer_spec("aps0");
+        let spec = steer_spec("aps0", "d0");
         let leftover = Steering::install(&spec).unwrap();
         std::mem::forget(leftover);
         let st = Steering::install(&spec).unwrap();
-        assert!(st.ipv6());
-        assert_eq!(
-            rule_count(),
-            (1, 1),
-            "exactly one rule per family after re-install"
-        );
+        assert_eq!(our_filters("d0"), 1, "exactly one filter after re-install");
+        assert_eq!(st.steered(), ["d0"]);
         assert_eq!(sysctl("net.ipv4.conf.aps0.rp_filter"), "0");
         assert_eq!(sysctl("net.ipv4.conf.all.rp_filter"), "0");
         assert_eq!(
@@ -533,6 +556,14 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
             "other interfaces keep their strictness"
         );
         assert_eq!(sysctl("net.ipv4.ip_forward"), "1");
+        assert!(
+            run_cmd(&["ip", "rule", "list"], None)
+                .unwrap()
+                .lines()
+                .count()
+                <= 3,
+            "no policy routing rules"
+        );
 
         // Now the same packet written into the TUN is accepted.
         tun.write(&from_d0).unwrap();
@@ -541,20 +572,27 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
             "packet written into TUN must be received once installed"
         );
 
-        // Matching UDP is steered into the TUN (IPv4 and IPv6, by source or destination port).
+        // Matching UDP leaving d0 is steered into the TUN (IPv4 and IPv6, by
+        // source or destination port); the same leaving d1 is not.
         udp_send(None, "10.67.0.2:16000".parse().unwrap(), b"steer me");
         let p = tun_next(&tun, 1000, |p| is_udp_to(p, 16000)).expect("IPv4 UDP steered into TUN");
         assert_eq!(p[0] >> 4, 4);
+        assert!(
+            p.ends_with(b"steer me"),
+            "the IP packet, without link-layer header"
+        );
         udp_send(None, "[fd00:67::2]:20000".parse().unwrap(), b"steer me 6");
         let p = tun_next(&tun, 1000, |p| is_udp_to(p, 20000)).expect("IPv6 UDP steered into TUN");
         assert_eq!(p[0] >> 4, 6);
+        udp_send(None, "10.67.1.2:16003".parse().unwrap(), b"other interface");
         // Bypass-marked, non-matching port, and an explicit bypass class: not steered.
         udp_send(Some(BYPASS), "10.67.0.2:16001".parse().unwrap(), b"bypass");
         udp_send(None, "10.67.0.2:5000".parse().unwrap(), b"other port");
         udp_send(None, "10.67.0.2:16999".parse().unwrap(), b"bypass class");
         assert!(tun_next(&tun, 300, |p| is_udp_to(p, 16001)
             || is_udp_to(p, 5000)
-            || is_udp_to(p, 16999))
+            || is_udp_to(p, 16999)
+            || is_udp_to(p, 16003))
         .is_none());
 
         // Reload with different classes: port 5000 now steered, 16000 no longer.
@@ -572,20 +610,23 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
             .expect("steered after reload");
         assert!(is_udp_to(&p, 5000));
 
+        // Another interface set: d1 steered, d0 no longer.
+        st.set_interfaces(&["d1".to_string()]).unwrap();
+        assert_eq!((our_filters("d0"), our_filters("d1")), (0, 1));
+        assert!(!has_clsact("d0"), "our clsact went with our filter");
+        udp_send(None, "10.67.0.2:5000".parse().unwrap(), b"d0");
+        udp_send(None, "10.67.1.2:5000".parse().unwrap(), b"d1");
+        let p = tun_next(&tun, 1000, |p| is_udp_to(p, 5000)).expect("steered on d1");
+        assert!(p.ends_with(b"d1"));
+        assert!(tun_next(&tun, 300, |p| is_udp_to(p, 5000)).is_none());
+
         st.remove().unwrap();
-        assert!(
-            run_cmd(&["nft", "list", "table", "inet", "airpack"], None).is_err(),
-            "nft table removed"
+        assert_eq!(
+            (our_filters("d0"), our_filters("d1")),
+            (0, 0),
+            "filters removed"
         );
-        assert_eq!(rule_count(), (0, 0), "rules removed");
-        for fam in ["-4", "-6"] {
-            let routes =
-                run_cmd(&["ip", fam, "route", "show", "table", "4150"], None).unwrap_or_default();
-            assert!(
-                routes.trim().is_empty(),
-                "routes left in table 4150: {routes}"
-            );
-        }
+        assert!(!has_clsact("d1"), "clsact removed");
         // The crashed run's sysctl changes cannot be undone (their old values
         // died with it): removal restores what the second install found.
         assert_eq!(sysctl("net.ipv4.conf.all.rp_filter"), "0");
@@ -596,6 +637,21 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
             "nothing steered after removal"
         );
 
+        // A clsact that was there before (someone else's filter on it) stays.
+        sh(&["tc", "qdisc", "add", "dev", "d0", "clsact"]);
+        sh(&[
+            "tc",
+            "filter",
+            "add",
+            "dev",
+            "d0",
+            "ingress",
+            "pref",
+            "7",
+            "bpf",
+            "bytecode",
+            "1,6 0 0 0",
+        ]);
         // A clean install then drop removes everything and restores every sysctl.
         set_sysctl("net.ipv4.conf.all.rp_filter", "1");
         set_sysctl("net.ipv4.conf.d0.rp_filter", "0");
@@ -604,9 +660,10 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
         let st = Steering::install(&spec).unwrap();
         assert_eq!(sysctl("net.ipv4.conf.all.rp_filter"), "0");
         assert_eq!(sysctl("net.ipv6.conf.all.forwarding"), "1");
+        assert_eq!(our_filters("d0"), 1);
         drop(st);
-        assert_eq!(rule_count(), (0, 0));
-        assert!(run_cmd(&["nft", "list", "table", "inet", "airpack"], None).is_err());
+        assert_eq!(our_filters("d0"), 0);
+        assert!(has_clsact("d0"), "a clsact we did not add is left alone");
         assert_eq!(
             sysctl("net.ipv4.conf.all.rp_filter"),
             "1",
@@ -615,6 +672,40 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
         assert_eq!(sysctl("net.ipv4.conf.d0.rp_filter"), "0");
         assert_eq!(sysctl("net.ipv4.ip_forward"), "0");
         assert_eq!(sysctl("net.ipv6.conf.all.forwarding"), "0");
+    })
+    .unwrap();
+}
+
+/// Interfaces that do not exist at install are steered once they appear
+/// (`refresh`), and again after they were deleted and created anew.
+#[test]
+fn steering_attaches_to_interfaces_that_appear_later() {
+    if !can_run(&["ip", "tc"]) {
+        return;
+    }
+    let n = ns("late");
+    n.run(|| {
+        let tun = Tun::open("apl0", 1500).unwrap();
+        let mut st = Steering::install(&steer_spec("apl0", "d0")).unwrap();
+        assert!(st.steered().is_empty());
+        assert!(!st.refresh().unwrap(), "nothing to attach yet");
+        for round in 0..2 {
+            mkdev("d0");
+            sh(&["ip", "addr", "add", "10.66.0.1/24", "dev", "d0"]);
+            sh(&["ip", "link", "set", "d0", "up"]);
+            neighbours("d0", &["10.66.0.2"]);
+            assert!(st.refresh().unwrap(), "round {round}: attached");
+            assert_eq!(st.steered(), ["d0"]);
+            udp_send(None, "10.66.0.2:16000".parse().unwrap(), b"late");
+            assert!(
+                tun_next(&tun, 1000, |p| is_udp_to(p, 16000)).is_some(),
+                "round {round}: steered"
+            );
+            sh(&["ip", "link", "del", "d0"]);
+            assert!(st.refresh().unwrap(), "round {round}: forgotten");
+            assert!(st.steered().is_empty());
+        }
+        st.remove().unwrap();
     })
     .unwrap();
 }
@@ -633,11 +724,11 @@ fn set_tos(s: &UdpSocket, tos: libc::c_int) {
     assert_eq!(r, 0, "IP_TOS: {}", io::Error::last_os_error());
 }
 
-/// Every kind of class condition the config can express is accepted by nft,
-/// and a DSCP/length/mark class steers only what it should.
+/// Every kind of class condition the config can express is accepted by the
+/// kernel, and a DSCP/length/mark class steers only what it should.
 #[test]
 fn steering_accepts_every_match_kind() {
-    if !can_run(&["ip", "nft"]) {
+    if !can_run(&["ip", "tc"]) {
         return;
     }
     let n = ns("kinds");
@@ -646,8 +737,9 @@ fn steering_accepts_every_match_kind() {
         mkdev("d0");
         sh(&["ip", "addr", "add", "10.60.0.1/24", "dev", "d0"]);
         sh(&["ip", "link", "set", "d0", "up"]);
+        neighbours("d0", &["10.60.0.2"]);
         let m = Match::default;
-        let mut spec = steer_spec("apk0");
+        let mut spec = steer_spec("apk0", "d0");
         spec.matches = vec![
             Match {
                 steer: false,
@@ -669,6 +761,7 @@ fn steering_accepts_every_match_kind() {
             },
             Match {
                 steer: true,
+                protocol: Some(17),
                 ports: Some((5004, 5005)),
                 ..m()
             },
@@ -693,8 +786,11 @@ fn steering_accepts_every_match_kind() {
             },
         ];
         let st = Steering::install(&spec).unwrap();
-        let listed = run_cmd(&["nft", "list", "table", "inet", "airpack"], None).unwrap();
-        assert!(listed.contains("dscp"), "{listed}");
+        let listed = run_cmd(&["tc", "filter", "show", "dev", "d0", "egress"], None).unwrap();
+        assert!(
+            listed.contains("bpf") && listed.contains("mirred"),
+            "{listed}"
+        );
         // DSCP 46 (EF) steered; best effort with the same port not; a large
         // DSCP-40 packet is over the length bound.
         let s = UdpSocket::bind("10.60.0.1:0").unwrap();
@@ -731,42 +827,50 @@ fn steering_accepts_every_match_kind() {
             tun_next(&tun, 300, |p| is_udp_to(p, 5005)).is_none(),
             "bypass class first"
         );
+        // An ICMP echo request matches the protocol-1 class.
+        // SAFETY: plain socket/sendto calls on a descriptor owned here.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP);
+            assert!(fd >= 0, "{}", io::Error::last_os_error());
+            let mut echo = [8u8, 0, 0, 0, 0, 1, 0, 1];
+            let c = csum(&echo, 0);
+            echo[2..4].copy_from_slice(&c.to_be_bytes());
+            let to = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: 0,
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes([10, 60, 0, 2]),
+                },
+                sin_zero: [0; 8],
+            };
+            let n = libc::sendto(
+                fd,
+                echo.as_ptr().cast(),
+                echo.len(),
+                0,
+                (&to as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            );
+            assert_eq!(n, 8, "{}", io::Error::last_os_error());
+            libc::close(fd);
+        }
+        assert!(
+            tun_next(&tun, 1000, |p| p[0] >> 4 == 4 && p[9] == 1).is_some(),
+            "ICMP steered"
+        );
         st.remove().unwrap();
-    })
-    .unwrap();
-}
-
-#[test]
-fn steering_without_ipv6_on_the_tun_still_steers_ipv4() {
-    if !can_run(&["ip", "nft"]) {
-        return;
-    }
-    let n = ns("nov6");
-    n.run(|| {
-        let tun = Tun::open("apn0", 1500).unwrap();
-        set_sysctl("net.ipv6.conf.apn0.disable_ipv6", "1");
-        mkdev("d0");
-        sh(&["ip", "addr", "add", "10.64.0.1/24", "dev", "d0"]);
-        sh(&["ip", "link", "set", "d0", "up"]);
-        let st = Steering::install(&steer_spec("apn0")).unwrap();
-        let v6 = st.ipv6();
-        udp_send(None, "10.64.0.2:16000".parse().unwrap(), b"v4");
-        assert!(tun_next(&tun, 1000, |p| is_udp_to(p, 16000)).is_some());
-        st.remove().unwrap();
-        assert_eq!(rule_count(), (0, 0));
-        eprintln!("IPv6 steering with IPv6 disabled on the TUN: installed = {v6}");
     })
     .unwrap();
 }
 
 /// The forwarding half of the design: a packet forwarded by b is steered into
-/// b's TUN (prerouting); the same packet written back into the TUN (as the
-/// daemon does after decoding a bundle) is steered again in hop-by-hop mode
-/// (re-aggregation, one TTL less per pass) and forwarded normally in
-/// end-to-end mode.
+/// b's TUN when it leaves b's radio; the same packet written back into the
+/// TUN (as the daemon does after decoding a bundle) is steered again in
+/// hop-by-hop mode (re-aggregation, one TTL less per pass) and forwarded
+/// normally in end-to-end mode.
 #[test]
 fn forwarded_packets_are_steered_and_tun_writes_resteered_only_hop_by_hop() {
-    if !can_run(&["ip", "nft"]) {
+    if !can_run(&["ip", "tc", "nft"]) {
         return;
     }
     let (a, b) = veth_pair("fwd");
@@ -785,7 +889,7 @@ fn forwarded_packets_are_steered_and_tun_writes_resteered_only_hop_by_hop() {
                 let tun = Tun::open(name, 1500).unwrap();
                 // b routes 10.62.0.0/24 back toward a (so a normal forward is visible on va).
                 sh(&["ip", "route", "replace", "10.62.0.0/24", "via", "10.69.0.1"]);
-                let mut spec = steer_spec(name);
+                let mut spec = steer_spec(name, "vb");
                 spec.steer_from_tun = steer_from_tun;
                 let st = Steering::install(&spec).unwrap();
                 (tun, st)
@@ -863,15 +967,15 @@ fn route_lookup_gateway_onlink_local_mark_and_invalidation() {
         let e = r.lookup("192.0.2.1".parse().unwrap()).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENETUNREACH), "{e}");
 
-        // The lookup carries the mark: a rule for the steering mark diverts
-        // marked lookups only (so the daemon's bypass-marked lookups never see the TUN route).
+        // The lookup carries the mark: a rule for a mark diverts marked
+        // lookups only (an operator's policy routing by mark is honoured).
         sh(&[
             "ip", "route", "add", "default", "dev", "d1", "table", "4150",
         ]);
         sh(&[
             "ip", "rule", "add", "fwmark", "0x4150", "lookup", "4150", "priority", "4150",
         ]);
-        let mut steered = RouteResolver::new(FWMARK).unwrap();
+        let mut steered = RouteResolver::new(0x4150).unwrap();
         assert_eq!(
             steered.lookup("10.99.1.1".parse().unwrap()).unwrap().oif,
             d1
@@ -932,7 +1036,7 @@ fn route_lookup_gateway_onlink_local_mark_and_invalidation() {
 
 #[test]
 fn bundle_sockets_between_namespaces_keep_protocol_dscp_and_mark() {
-    if !can_run(&["ip", "nft"]) {
+    if !can_run(&["ip", "tc"]) {
         return;
     }
     let (a, b) = veth_pair("bun");
@@ -953,7 +1057,7 @@ fn bundle_sockets_between_namespaces_keep_protocol_dscp_and_mark() {
     a.run(|| {
         // Steering in a that would grab all UDP: the bypass mark keeps the daemon's own sends out.
         let _tun = Tun::open("apb0", 1500).unwrap();
-        let mut spec = steer_spec("apb0");
+        let mut spec = steer_spec("apb0", "va");
         spec.matches = vec![Match {
             steer: true,
             protocol: Some(17),
@@ -1020,7 +1124,7 @@ fn bundle_sockets_between_namespaces_keep_protocol_dscp_and_mark() {
 
 #[test]
 fn raw_ip_sender_delivers_unchanged_packets_despite_steering() {
-    if !can_run(&["ip", "nft"]) {
+    if !can_run(&["ip", "tc"]) {
         return;
     }
     let (a, b) = veth_pair("raw");
@@ -1051,7 +1155,7 @@ fn raw_ip_sender_delivers_unchanged_packets_despite_steering() {
     let (s4, s6) = (p4.clone(), p6.clone());
     a.run(move || {
         let _tun = Tun::open("apr0", 1500).unwrap();
-        let _st = Steering::install(&steer_spec("apr0")).unwrap(); // steers UDP 16000-32000
+        let _st = Steering::install(&steer_spec("apr0", "va")).unwrap(); // steers UDP 16000-32000
         let tx = RawIpSender::open(BYPASS).unwrap();
         tx.send(&s4).unwrap();
         tx.send(&s6).unwrap();

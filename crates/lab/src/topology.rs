@@ -252,9 +252,9 @@ impl Topology {
                     }
                 }
             }
-            for d in 0..n {
-                if d != s && first[d] != usize::MAX {
-                    t.insert((self.nodes[s].clone(), self.nodes[d].clone()), self.nodes[first[d]].clone());
+            for (d, &via) in first.iter().enumerate() {
+                if d != s && via != usize::MAX {
+                    t.insert((self.nodes[s].clone(), self.nodes[d].clone()), self.nodes[via].clone());
                 }
             }
         }
@@ -699,8 +699,8 @@ mod tests {
                 let mut q = t.path(&nh, b, a).unwrap();
                 q.reverse();
                 assert_eq!(p, q, "{a}->{b}");
-                assert_eq!(p.len(), 1 + (a[1..].parse::<i32>().unwrap() / 3 - b[1..].parse::<i32>().unwrap() / 3).abs() as usize
-                    + (a[1..].parse::<i32>().unwrap() % 3 - b[1..].parse::<i32>().unwrap() % 3).abs() as usize, "{a}->{b} not shortest");
+                assert_eq!(p.len(), 1 + (a[1..].parse::<i32>().unwrap() / 3 - b[1..].parse::<i32>().unwrap() / 3).unsigned_abs() as usize
+                    + (a[1..].parse::<i32>().unwrap() % 3 - b[1..].parse::<i32>().unwrap() % 3).unsigned_abs() as usize, "{a}->{b} not shortest");
                 // every suffix of a route is the route of its ends
                 for w in 1..p.len() - 1 {
                     assert_eq!(t.path(&nh, &p[w], b).unwrap(), p[w..].to_vec());

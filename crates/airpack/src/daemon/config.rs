@@ -180,16 +180,13 @@ pub struct DaemonSection {
     /// Optional `ADDR:PORT` for a Prometheus `/metrics` endpoint.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prometheus: Option<String>,
-    /// Radio interface(s): link state and (hop-by-hop) which next hops count.
+    /// Radio interface(s) whose egress is steered (and whose link state is
+    /// watched); empty: the interfaces of the routes to the configured peers.
     pub interfaces: Vec<String>,
-    /// Steering firewall mark.
-    pub fwmark: u32,
     /// Mark on the daemon's own sockets (never steered).
     pub bypass_mark: u32,
-    /// Policy routing table whose default route is the TUN.
-    pub route_table: u32,
-    /// `ip rule` priority of the steering rule.
-    pub rule_priority: u32,
+    /// tc filter preference of the steering filter on each interface's egress.
+    pub filter_priority: u16,
     /// `ip` (raw IP, protocol number) or `udp`.
     pub transport: Transport,
     /// UDP port when `transport = "udp"`.
@@ -213,10 +210,8 @@ impl Default for DaemonSection {
             log: LogLevel::Info,
             prometheus: None,
             interfaces: Vec::new(),
-            fwmark: 0x4150,
             bypass_mark: 0x4151,
-            route_table: 4150,
-            rule_priority: 4150,
+            filter_priority: 4150,
             transport: Transport::Ip,
             udp_port: 4150,
             sched_priority: 0,
@@ -575,6 +570,10 @@ impl AllowedIps {
             .find(|(c, _)| c.contains(dst))
             .map(|(_, p)| *p)
     }
+    /// Every prefix with its endpoint, longest prefixes first.
+    pub fn entries(&self) -> impl Iterator<Item = (Cidr, IpAddr)> + '_ {
+        self.entries.iter().copied()
+    }
     /// Number of prefixes.
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -642,12 +641,11 @@ impl Plan {
         let d = &self.config.daemon;
         SteerSpec {
             tun: d.tun.clone(),
-            fwmark: d.fwmark,
             bypass_mark: d.bypass_mark,
-            table: d.route_table,
-            priority: d.rule_priority,
+            priority: d.filter_priority,
             matches: self.steer.clone(),
             steer_from_tun: d.mode == Mode::HopByHop,
+            interfaces: d.interfaces.clone(),
         }
     }
 
@@ -1020,35 +1018,18 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
     if d.control_socket.as_os_str().is_empty() {
         return Err(at.err("daemon", 0, "control_socket", "must not be empty"));
     }
-    if d.fwmark == 0 {
-        return Err(at.err("daemon", 0, "fwmark", "must be non-zero"));
-    }
     if d.bypass_mark == 0 {
         return Err(at.err("daemon", 0, "bypass_mark", "must be non-zero"));
     }
-    if d.fwmark == d.bypass_mark {
-        return Err(at.err("daemon", 0, "bypass_mark", "must differ from fwmark"));
+    if d.filter_priority == 0 {
+        return Err(at.err("daemon", 0, "filter_priority", "must be in 1-65535"));
     }
-    if d.route_table == 0 || (253..=255).contains(&d.route_table) {
+    if d.interfaces.contains(&d.tun) {
         return Err(at.err(
             "daemon",
             0,
-            "route_table",
-            format!(
-                "{} is reserved (0, 253 default, 254 main, 255 local)",
-                d.route_table
-            ),
-        ));
-    }
-    if d.rule_priority == 0 || d.rule_priority >= 32766 {
-        return Err(at.err(
-            "daemon",
-            0,
-            "rule_priority",
-            format!(
-                "{} must be in 1-32765 (0 is the local table, 32766 main)",
-                d.rule_priority
-            ),
+            "interfaces",
+            format!("{:?} is the TUN device itself", d.tun),
         ));
     }
     if d.sched_priority > 99 {
@@ -1562,16 +1543,18 @@ mod tests {
             e.contains("test.toml:3") && e.contains("aggregation.min_size"),
             "{e}"
         );
-        let e = err("[daemon]\nfwmark = 5\nbypass_mark = 5\n");
+        let e = err("[daemon]\nfilter_priority = 3\nbypass_mark = 0\n");
         assert!(
             e.contains("test.toml:3") && e.contains("bypass_mark"),
             "{e}"
         );
-        let e = err("[daemon]\nroute_table = 254\n");
+        let e = err("[daemon]\nfilter_priority = 0\n");
         assert!(
-            e.contains("daemon.route_table") && e.contains("reserved"),
+            e.contains("daemon.filter_priority") && e.contains("1-65535"),
             "{e}"
         );
+        let e = err("[daemon]\ninterfaces = [\"wlan0\", \"airpack0\"]\n");
+        assert!(e.contains("daemon.interfaces") && e.contains("TUN"), "{e}");
         let e = err("[daemon]\ntun = \"a-very-long-interface-name\"\n");
         assert!(e.contains("daemon.tun"), "{e}");
         let e = err("[aggregation]\nprotocol = 17\n");
@@ -1663,7 +1646,7 @@ mod tests {
 [daemon]
 mode = "hop-by-hop"
 transport = "udp"
-fwmark = 0x10
+filter_priority = 0x10
 bypass_mark = 0x11
 [aggregation]
 encoding = "simplemux"
@@ -1728,9 +1711,10 @@ encoding = "native"
         assert_eq!(plan.steer[1].ports, Some((16000, 32000)));
         assert_eq!(plan.steer[1].mark, Some((0x10, 0xff)));
         let spec = plan.steer_spec();
-        assert_eq!(
-            (spec.fwmark, spec.bypass_mark, spec.table, spec.priority),
-            (0x10, 0x11, 4150, 4150)
+        assert_eq!((spec.bypass_mark, spec.priority), (0x11, 0x10));
+        assert!(
+            spec.interfaces.is_empty(),
+            "none configured: the daemon finds them"
         );
         assert!(
             spec.steer_from_tun,
@@ -1803,7 +1787,7 @@ allowed_ips = ["10.1.2.0/24", "fd00:1::/64"]
             "aggregation.hold_time_us=2500".to_owned(),
             "daemon.mode=end-to-end".to_owned(),
             "daemon.interfaces=[\"veth0\",\"veth1\"]".to_owned(),
-            "daemon.fwmark=0x99".to_owned(),
+            "daemon.bypass_mark=0x99".to_owned(),
             "peer.0.hold_time_us=100".to_owned(),
         ];
         let peers = vec!["10.0.0.9=10.9.0.0/24,fd00:9::/64".to_owned()];
@@ -1815,7 +1799,7 @@ allowed_ips = ["10.1.2.0/24", "fd00:1::/64"]
         assert_eq!(plan.engine.peer_defaults.hold_time, 2500);
         assert_eq!(plan.config.daemon.mode, Mode::EndToEnd);
         assert_eq!(plan.config.daemon.interfaces, vec!["veth0", "veth1"]);
-        assert_eq!(plan.config.daemon.fwmark, 0x99);
+        assert_eq!(plan.config.daemon.bypass_mark, 0x99);
         assert_eq!(plan.peers[0].address, "10.0.0.9".parse::<IpAddr>().unwrap());
         assert_eq!(plan.peers[0].allowed_ips.len(), 2);
         // A bad override is an error that names the flag.

@@ -18,7 +18,7 @@ use super::stats::{self, DaemonCounters};
 use super::sys;
 use crate::linux::{
     self, monotonic_micros, BundleSocket, Events, Family, Interest, Poller, RawIpSender,
-    RouteMonitor, RouteResolver, Signals, Steering, Timer, Tun, UdpBundleSocket,
+    RouteMonitor, RouteResolver, Signals, Steering, Timer, Tun, TunBatch, UdpBundleSocket,
 };
 use airpack_core::{Encoding, Engine, Transmit, TransmitKind};
 use anyhow::Context;
@@ -200,6 +200,8 @@ pub struct Daemon {
     plan: Plan,
     engine: Engine,
     tun: Tun,
+    /// Writes the inner packets of one bundle into the TUN in one system call.
+    tun_batch: TunBatch,
     steering: Option<Steering>,
     resolver: RouteResolver,
     monitor: RouteMonitor,
@@ -214,6 +216,9 @@ pub struct Daemon {
     peers: HashMap<IpAddr, PeerEntry>,
     link_busy: bool,
     links: Vec<Link>,
+    /// No `daemon.interfaces` configured: steer the interfaces of the routes
+    /// to the peers, re-evaluated when routes change.
+    steer_auto: bool,
     started: u64,
     tun_buf: Vec<u8>,
     tx_buf: Vec<u8>,
@@ -330,7 +335,7 @@ impl Daemon {
                 Err(e) => warn!("cannot use SCHED_FIFO priority {}: {e}", d.sched_priority),
             }
         }
-        let resolver =
+        let mut resolver =
             RouteResolver::new(d.bypass_mark).context("opening the netlink route resolver")?;
         let monitor = RouteMonitor::new().context("opening the netlink route monitor")?;
         let timer = Timer::new()?;
@@ -370,9 +375,22 @@ impl Daemon {
             }
         }
 
-        let spec = plan.steer_spec();
+        let mut spec = plan.steer_spec();
+        let steer_auto = spec.interfaces.is_empty();
+        if steer_auto {
+            spec.interfaces = auto_interfaces(&plan, &mut resolver, tun.ifindex());
+        }
         let steering = Steering::install(&spec)
-            .context("installing kernel steering (nftables + policy routing)")?;
+            .context("installing kernel steering (tc clsact egress filters)")?;
+        if spec.interfaces.is_empty() {
+            warn!("no interface to steer yet (no route to any peer): nothing is aggregated until one appears");
+        }
+        info!(
+            interfaces = ?spec.interfaces,
+            steered = ?steering.steered(),
+            auto = steer_auto,
+            "steering"
+        );
         info!(
             tun = %tun.name(),
             mode = ?d.mode,
@@ -383,11 +401,16 @@ impl Daemon {
             metrics = ?control.metrics_addr(),
             "airpack daemon running"
         );
+        let tun_batch = TunBatch::new(true);
+        if !tun_batch.uses_io_uring() {
+            info!("io_uring not available: one write per inner packet");
+        }
         let peers = peer_map(&plan);
         Ok(Daemon {
             source,
             engine,
             tun,
+            tun_batch,
             steering: Some(steering),
             resolver,
             monitor,
@@ -400,6 +423,7 @@ impl Daemon {
             peers,
             link_busy: false,
             links,
+            steer_auto,
             started: now,
             tun_buf: vec![0; BUF],
             tx_buf: vec![0; BUF],
@@ -642,41 +666,36 @@ impl Daemon {
         match self.engine.receive(src, encoding, &rx[start..end]) {
             Err(e) => trace!(%src, "bundle rejected: {e}"),
             Ok(bundle) => {
-                for pkt in bundle.iter() {
-                    let ok = match sys::addrs(pkt) {
-                        Some((inner_src, _)) => self.source_allowed(src, peer_if, inner_src),
-                        None => false,
-                    };
+                let Daemon {
+                    tun,
+                    tun_batch,
+                    plan,
+                    resolver,
+                    counters,
+                    ..
+                } = self;
+                let mut spoofed = 0;
+                let allowed = bundle.iter().filter(|pkt| {
+                    let ok = sys::addrs(pkt).is_some_and(|(inner_src, _)| {
+                        source_allowed(plan, resolver, src, peer_if, inner_src)
+                    });
                     if !ok {
-                        self.counters.rx_spoofed_source += 1;
+                        spoofed += 1;
                         trace!(peer = %src, "inner packet with a source the peer may not send dropped");
-                        continue;
                     }
-                    match self.tun.write(pkt) {
-                        Ok(()) => self.counters.tun_written += 1,
-                        Err(e) => {
-                            trace!("TUN write: {e}");
-                            self.counters.tun_write_error(&e);
-                        }
+                    ok
+                });
+                tun_batch.write(tun, allowed, |r| match r {
+                    Ok(()) => counters.tun_written += 1,
+                    Err(e) => {
+                        trace!("TUN write: {e}");
+                        counters.tun_write_error(&e);
                     }
-                }
+                });
+                counters.rx_spoofed_source += spoofed;
             }
         }
         self.rx_buf = rx;
-    }
-
-    /// Whether `peer` may send inner packets from `inner_src`; `peer_if` is
-    /// the interface of a link-local peer (0: any), which the route back to
-    /// `inner_src` must use too.
-    fn source_allowed(&mut self, peer: IpAddr, peer_if: u32, inner_src: IpAddr) -> bool {
-        match self.plan.source_check {
-            SourceCheck::Off => true,
-            SourceCheck::AllowedIps => self.plan.allowed_ips.lookup(inner_src) == Some(peer),
-            SourceCheck::Route => match self.resolver.lookup(inner_src) {
-                Ok(nh) => !nh.local && nh.addr == peer && (peer_if == 0 || nh.oif == peer_if),
-                Err(_) => false,
-            },
-        }
     }
 
     /// Drains the engine's output onto the wire.
@@ -710,6 +729,7 @@ impl Daemon {
             Ok(ch) if ch.any() => {
                 self.resolver.invalidate();
                 self.counters.route_changes += 1;
+                self.update_steering(ch.link || ch.overrun);
                 if ch.link || ch.overrun {
                     for (addr, p) in self.peers.iter_mut() {
                         if p.resolve() {
@@ -734,7 +754,39 @@ impl Daemon {
             Err(e) => {
                 debug!("route monitor: {e}");
                 self.resolver.invalidate();
+                self.update_steering(true);
             }
+        }
+    }
+
+    /// Keeps the steered interfaces right after a route or link change: in
+    /// auto mode the interfaces of the routes to the peers; `links`: also
+    /// attach to interfaces that appeared (or were created again).
+    fn update_steering(&mut self, links: bool) {
+        let Some(st) = &mut self.steering else { return };
+        let before = st.steered();
+        let r = if self.steer_auto {
+            let want = auto_interfaces(&self.plan, &mut self.resolver, self.tun.ifindex());
+            if want != st.spec().interfaces {
+                st.set_interfaces(&want)
+            } else if links {
+                st.refresh().map(|_| ())
+            } else {
+                Ok(())
+            }
+        } else if links {
+            st.refresh().map(|_| ())
+        } else {
+            Ok(())
+        };
+        if let Err(e) = r {
+            self.counters.steering_errors += 1;
+            warn!("steering: {e}");
+        }
+        let after = st.steered();
+        if after != before {
+            self.counters.steering_changes += 1;
+            info!(steered = ?after, "steered interfaces changed");
         }
     }
 
@@ -778,17 +830,22 @@ impl Daemon {
             }
         }
         new.prometheus = self.plan.prometheus;
-        let new_spec = new.steer_spec();
+        let mut new_spec = new.steer_spec();
+        self.steer_auto = new_spec.interfaces.is_empty();
+        if self.steer_auto {
+            new_spec.interfaces = auto_interfaces(&new, &mut self.resolver, self.tun.ifindex());
+        }
         if let Some(st) = &mut self.steering {
             let old = st.spec().clone();
             let r = if SteerKey::of(&old) == SteerKey::of(&new_spec) {
-                if old.matches != new_spec.matches {
+                let r = if old.matches != new_spec.matches {
                     st.update_matches(&new_spec.matches)
                 } else {
                     Ok(())
-                }
+                };
+                r.and(st.set_interfaces(&new_spec.interfaces))
             } else {
-                // Marks, table or priority changed: remove and install anew.
+                // Mark, priority or mode changed: remove and install anew.
                 let st = self.steering.take().expect("present");
                 if let Err(e) = st.remove() {
                     warn!("removing old steering: {e}");
@@ -934,6 +991,7 @@ impl Daemon {
             "uptime_s": (monotonic_micros().saturating_sub(self.started)) as f64 / 1e6,
             "queued": {"packets": qp, "bytes": qb},
             "links": self.links.iter().map(|l| json!({"interface": l.name, "up": l.up})).collect::<Vec<_>>(),
+            "steered_interfaces": self.steering.as_ref().map(|s| s.steered()).unwrap_or_default(),
             "total": total,
         });
         match head {
@@ -1025,14 +1083,32 @@ impl Daemon {
     }
 }
 
+/// Whether `peer` may send inner packets from `inner_src`; `peer_if` is the
+/// interface of a link-local peer (0: any), which the route back to
+/// `inner_src` must use too.
+fn source_allowed(
+    plan: &Plan,
+    resolver: &mut RouteResolver,
+    peer: IpAddr,
+    peer_if: u32,
+    inner_src: IpAddr,
+) -> bool {
+    match plan.source_check {
+        SourceCheck::Off => true,
+        SourceCheck::AllowedIps => plan.allowed_ips.lookup(inner_src) == Some(peer),
+        SourceCheck::Route => match resolver.lookup(inner_src) {
+            Ok(nh) => !nh.local && nh.addr == peer && (peer_if == 0 || nh.oif == peer_if),
+            Err(_) => false,
+        },
+    }
+}
+
 /// The parts of a steering spec that need a full reinstall when changed.
 #[derive(PartialEq, Eq)]
 struct SteerKey {
     tun: String,
-    fwmark: u32,
     bypass: u32,
-    table: u32,
-    prio: u32,
+    prio: u16,
     from_tun: bool,
 }
 
@@ -1040,13 +1116,41 @@ impl SteerKey {
     fn of(s: &crate::linux::SteerSpec) -> SteerKey {
         SteerKey {
             tun: s.tun.clone(),
-            fwmark: s.fwmark,
             bypass: s.bypass_mark,
-            table: s.table,
             prio: s.priority,
             from_tun: s.steer_from_tun,
         }
     }
+}
+
+/// The interfaces to steer when none are configured: those of the kernel's
+/// routes to the configured peers (a link-local peer's own interface) and,
+/// end-to-end, to the allowed-IPs prefixes. Sorted, without the TUN.
+fn auto_interfaces(plan: &Plan, resolver: &mut RouteResolver, tun: u32) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut via = |dst: IpAddr, names: &mut Vec<String>| {
+        if let Ok(nh) = resolver.lookup(dst) {
+            if !nh.local && nh.oif != tun {
+                if let Ok(n) = linux::tun::ifname(nh.oif) {
+                    names.push(n);
+                }
+            }
+        }
+    };
+    for p in &plan.peers {
+        match &p.interface {
+            Some(i) => names.push(i.clone()),
+            None => via(p.address, &mut names),
+        }
+    }
+    if plan.config.daemon.mode == Mode::EndToEnd {
+        for (c, _) in plan.allowed_ips.entries() {
+            via(c.addr, &mut names);
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// Up and running (`Some(true)`), down (`Some(false)`) or missing/unreadable (`None`).

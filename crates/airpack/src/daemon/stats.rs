@@ -67,6 +67,10 @@ pub struct DaemonCounters {
     pub route_changes: u64,
     /// Interface up/down transitions seen on the configured interfaces.
     pub link_transitions: u64,
+    /// Times the set of steered interfaces changed (attached or detached).
+    pub steering_changes: u64,
+    /// Failures to attach, detach or update the steering filter.
+    pub steering_errors: u64,
     /// Link-busy transitions fed to the engine (hold-while-busy).
     pub busy_transitions: u64,
     /// Successful configuration reloads (SIGHUP).
@@ -102,6 +106,8 @@ impl Default for DaemonCounters {
             rx_errors: 0,
             route_changes: 0,
             link_transitions: 0,
+            steering_changes: 0,
+            steering_errors: 0,
             busy_transitions: 0,
             reloads: 0,
             reload_errors: 0,
@@ -171,6 +177,8 @@ pub fn daemon_json(c: &DaemonCounters) -> Value {
         },
         "route_changes": c.route_changes,
         "link_transitions": c.link_transitions,
+        "steering_changes": c.steering_changes,
+        "steering_errors": c.steering_errors,
         "busy_transitions": c.busy_transitions,
         "reloads": c.reloads,
         "reload_errors": c.reload_errors,

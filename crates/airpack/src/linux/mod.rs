@@ -1,7 +1,9 @@
 //! Linux I/O primitives for the daemon: small, tested wrappers over kernel networking.
 //!
-//! Owns: the TUN device ([`tun`]), the kernel steering state (nftables table
-//! `inet airpack`, policy-routing rules and routes, sysctls: [`steer`]), netlink
+//! Owns: the TUN device and batched writes into it ([`tun`]), the kernel
+//! steering state (tc clsact egress filters whose classic BPF program
+//! ([`cbpf`]) is the class rules, the end-to-end nftables guard, sysctls:
+//! [`steer`]), netlink
 //! route lookups and change monitoring ([`route`]), the daemon's sockets (raw
 //! bundle sockets, UDP bundle sockets, the header-included raw sender, SIOCOUTQ:
 //! [`socket`]), timerfd/signalfd ([`timer`]), a tiny epoll wrapper ([`poll`]),
@@ -13,6 +15,7 @@
 //! `io::Error`, and send errors can be classified with [`ErrorKind::of`] so the
 //! daemon counts them by reason.
 
+pub mod cbpf;
 pub mod netns;
 pub mod poll;
 pub mod route;
@@ -28,7 +31,7 @@ pub use socket::{
 };
 pub use steer::{Match, SteerSpec, Steering};
 pub use timer::{monotonic_micros, set_realtime, set_timer_slack, Signals, Timer};
-pub use tun::Tun;
+pub use tun::{Tun, TunBatch};
 
 use std::io;
 

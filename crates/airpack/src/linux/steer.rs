@@ -1,36 +1,42 @@
 //! Kernel steering state: which packets go into the TUN.
 //!
-//! Owns: the nftables table `inet airpack` (chains `prerouting`, type filter,
-//! priority mangle, and `output`, type route, priority mangle) that sets the
-//! steering fwmark on packets matching the bundle/opportunistic class rules;
-//! the policy-routing rules `fwmark <fwmark> lookup <table> priority <prio>`
-//! (IPv4 and IPv6); the routes `default dev <tun> table <table>` (IPv4 and
-//! IPv6); and the sysctls that let packets written into the TUN be received
-//! (rp_filter off on the TUN and, if strict, for `all`) and forwarded
-//! (ip_forward, IPv6 forwarding).
+//! Owns, on each steered interface (the radios toward the peers): a `clsact`
+//! qdisc (added when absent, and removed again if it was ours and nothing else
+//! uses it) and one egress filter,
+//! `pref <priority> handle 1 protocol all bpf bytecode <program> action mirred egress redirect dev <tun>`,
+//! whose classic BPF program ([`super::cbpf`]) is the class rules. Packets are
+//! classified after the kernel routed them (forwarded or locally sent) out of
+//! that interface, so received traffic and other interfaces pay nothing and
+//! the kernel's routing tables and rules are left alone. In end-to-end mode
+//! also the nftables table `inet airpack`: one prerouting rule that gives
+//! packets entering from the TUN the bypass mark, so the inner packets an
+//! endpoint forwards are never tunnelled again. And the sysctls that let
+//! packets written into the TUN be received (rp_filter off on the TUN and, if
+//! strict, for `all`) and forwarded (ip_forward, IPv6 forwarding).
 //!
-//! Install is idempotent (leftovers of a crashed run are removed first), the
-//! nftables part is applied atomically (`nft -f -`), and [`Steering::remove`]
-//! or `Drop` remove everything it installed and restore the sysctls it changed.
+//! Install is idempotent (leftovers of a crashed run are removed first);
+//! interfaces that do not exist yet are attached by [`Steering::refresh`]
+//! when they appear; [`Steering::remove`] or `Drop` remove everything it
+//! installed and restore the sysctls it changed.
 //!
 //! Must not touch: packet contents, peers, the TUN fd (only its name).
 
-use std::fmt::Write as _;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::cbpf;
 use super::netns::run_cmd;
 
-/// The nftables table name (family `inet`); one per network namespace.
+/// The nftables table name (family `inet`, end-to-end mode only); one per network namespace.
 pub const NFT_TABLE: &str = "airpack";
 
 /// One classifier rule in kernel form. Unset fields match anything. First
-/// match wins: a rule with `steer == false` (class `bypass`) stops the chain
-/// so the packet is not steered.
+/// match wins: a rule with `steer == false` (class `bypass`) ends the
+/// classification without steering.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Match {
-    /// `true`: set the steering mark (bundle/opportunistic); `false`: bypass.
+    /// `true`: steer (bundle/opportunistic); `false`: bypass.
     pub steer: bool,
     /// IP protocol number (17 = UDP, 6 = TCP, 1 = ICMP, 58 = ICMPv6 ...).
     pub protocol: Option<u8>,
@@ -53,18 +59,14 @@ pub struct Match {
 /// Everything [`Steering::install`] needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SteerSpec {
-    /// TUN device name the routes lead into.
+    /// TUN device name the filters redirect into.
     pub tun: String,
-    /// Mark set on steered packets (config `fwmark`, e.g. 0x4150). Non-zero.
-    pub fwmark: u32,
     /// Mark carried by the daemon's own sockets (config `bypass_mark`); such
-    /// packets are never steered. Non-zero, different from `fwmark`.
+    /// packets are never steered. Non-zero.
     pub bypass_mark: u32,
-    /// Routing table number (config `route_table`, e.g. 4150).
-    pub table: u32,
-    /// `ip rule` priority (config `rule_priority`, e.g. 4150; must be > 0 so
-    /// the local table, priority 0, still wins).
-    pub priority: u32,
+    /// tc filter preference of the egress filter (config `filter_priority`,
+    /// 1-65535); it identifies airpack's filter on an interface.
+    pub priority: u16,
     /// Class rules, in order.
     pub matches: Vec<Match>,
     /// Whether packets arriving *from* the TUN (inner packets the daemon
@@ -72,144 +74,102 @@ pub struct SteerSpec {
     /// Hop-by-hop: `true` (re-aggregation at every hop). End-to-end: `false`
     /// (the tunnel endpoint forwards them normally).
     pub steer_from_tun: bool,
+    /// Interfaces whose egress is steered (missing ones are attached when
+    /// they appear, see [`Steering::refresh`]).
+    pub interfaces: Vec<String>,
+}
+
+/// Our filter on one interface.
+#[derive(Debug)]
+struct Attached {
+    name: String,
+    ifindex: u32,
+    /// The `clsact` qdisc was added by us.
+    own_qdisc: bool,
 }
 
 /// Installed steering state; removed by [`Steering::remove`] or on drop.
 #[derive(Debug)]
 pub struct Steering {
     spec: SteerSpec,
+    bytecode: String,
+    attached: Vec<Attached>,
     /// Sysctls changed at install, with their previous values, in change order.
     restore: Vec<(PathBuf, String)>,
-    ipv6: bool,
+    nft: bool,
     removed: bool,
 }
 
-/// Upper bound on `ip rule del` repetitions when clearing duplicates.
-const MAX_RULE_DELETES: usize = 64;
-
-fn ipv6_available() -> bool {
-    Path::new("/proc/sys/net/ipv6").exists()
+fn inval(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
-fn range(a: u32, b: u32, what: &str) -> io::Result<String> {
-    if a > b {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{what}: empty range {a}-{b}"),
-        ));
+fn ordered<T: PartialOrd + std::fmt::Display>(r: Option<(T, T)>, what: &str) -> io::Result<()> {
+    match r {
+        Some((a, b)) if a > b => Err(inval(format!("{what}: empty range {a}-{b}"))),
+        _ => Ok(()),
     }
-    Ok(if a == b {
-        a.to_string()
-    } else {
-        format!("{a}-{b}")
-    })
 }
 
-/// The nftables rule bodies (without verdict) for one [`Match`]: usually one,
-/// two when `ports` (either direction) or an unversioned `dscp` need an OR.
-fn match_conditions(m: &Match) -> io::Result<Vec<String>> {
-    let inval = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
-    let mut base = Vec::new();
-    match m.version {
-        None => {}
-        Some(4) => base.push("meta nfproto ipv4".to_string()),
-        Some(6) => base.push("meta nfproto ipv6".to_string()),
-        Some(v) => return Err(inval(format!("version must be 4 or 6, not {v}"))),
+/// Checks one rule: ranges not empty, ports only for protocols with ports,
+/// version 4 or 6, DSCP at most 63, mark value within its mask.
+fn check_match(m: &Match) -> io::Result<()> {
+    ordered(m.ports, "ports")?;
+    ordered(m.src_ports, "src_ports")?;
+    ordered(m.dst_ports, "dst_ports")?;
+    ordered(m.dscp, "dscp")?;
+    ordered(m.len, "len")?;
+    if let Some(v) = m.version.filter(|v| !matches!(v, 4 | 6)) {
+        return Err(inval(format!("version must be 4 or 6, not {v}")));
     }
     let has_ports = m.ports.is_some() || m.src_ports.is_some() || m.dst_ports.is_some();
     match m.protocol {
-        Some(p) => {
-            if has_ports && !matches!(p, 6 | 17 | 33 | 132 | 136) {
-                return Err(inval(format!(
-                    "ports given for protocol {p}, which has none"
-                )));
-            }
-            base.push(format!("meta l4proto {p}"));
-        }
-        None if has_ports => base.push("meta l4proto { 6, 17, 33, 132, 136 }".to_string()),
-        None => {}
-    }
-    if let Some((a, b)) = m.src_ports {
-        base.push(format!(
-            "th sport {}",
-            range(a.into(), b.into(), "src_ports")?
-        ));
-    }
-    if let Some((a, b)) = m.dst_ports {
-        base.push(format!(
-            "th dport {}",
-            range(a.into(), b.into(), "dst_ports")?
-        ));
-    }
-    if let Some((a, b)) = m.len {
-        base.push(format!("meta length {}", range(a.into(), b.into(), "len")?));
-    }
-    if let Some((value, mask)) = m.mark {
-        if value & !mask != 0 {
+        Some(p) if has_ports && !matches!(p, 6 | 17 | 33 | 132 | 136) => {
             return Err(inval(format!(
-                "mark value {value:#x} has bits outside mask {mask:#x}"
-            )));
+                "ports given for protocol {p}, which has none"
+            )))
         }
-        base.push(format!("meta mark and {mask:#x} == {value:#x}"));
+        None if has_ports => return Err(inval("ports given without a protocol".into())),
+        _ => {}
     }
-    // Alternatives that must be ORed: each yields its own rule.
-    let mut alts: Vec<Vec<String>> = vec![Vec::new()];
-    if let Some((a, b)) = m.dscp {
-        if b > 63 {
-            return Err(inval(format!("dscp {b} > 63")));
-        }
-        let r = range(a.into(), b.into(), "dscp")?;
-        alts = match m.version {
-            Some(4) => vec![vec![format!("ip dscp {r}")]],
-            Some(6) => vec![vec![format!("ip6 dscp {r}")]],
-            _ => vec![vec![format!("ip dscp {r}")], vec![format!("ip6 dscp {r}")]],
-        };
+    if let Some((_, hi)) = m.dscp.filter(|d| d.1 > 63) {
+        return Err(inval(format!("dscp {hi} > 63")));
     }
-    if let Some((a, b)) = m.ports {
-        let r = range(a.into(), b.into(), "ports")?;
-        let mut next = Vec::new();
-        for alt in &alts {
-            for dir in ["sport", "dport"] {
-                let mut v = alt.clone();
-                v.push(format!("th {dir} {r}"));
-                next.push(v);
-            }
-        }
-        alts = next;
+    if let Some((value, mask)) = m.mark.filter(|(v, mask)| v & !mask != 0) {
+        return Err(inval(format!(
+            "mark value {value:#x} has bits outside mask {mask:#x}"
+        )));
     }
-    Ok(alts
-        .into_iter()
-        .map(|alt| {
-            let mut parts = base.clone();
-            parts.extend(alt);
-            parts.join(" ")
-        })
-        .collect())
+    Ok(())
+}
+
+fn valid_ifname(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() < 16
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
 fn check_spec(spec: &SteerSpec) -> io::Result<()> {
-    let inval = |msg: &str| Err(io::Error::new(io::ErrorKind::InvalidInput, msg.to_string()));
-    if spec.fwmark == 0 || spec.bypass_mark == 0 || spec.fwmark == spec.bypass_mark {
-        return inval("fwmark and bypass_mark must be non-zero and different");
+    if spec.bypass_mark == 0 {
+        return Err(inval("bypass_mark must be non-zero".into()));
     }
     if spec.priority == 0 {
-        return inval("rule priority must be > 0 (the local table rule is 0)");
+        return Err(inval("filter priority must be in 1-65535".into()));
     }
-    if spec.table == 0 || matches!(spec.table, 253..=255) {
-        return inval(
-            "route table must not be 0 or a reserved table (253 default, 254 main, 255 local)",
-        );
+    if !valid_ifname(&spec.tun) {
+        return Err(inval(
+            "tun name must be 1 to 15 characters of [A-Za-z0-9._-]".into(),
+        ));
     }
-    if spec.tun.is_empty()
-        || spec.tun.len() >= 16
-        || !spec
-            .tun
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-    {
-        return inval("tun name must be 1 to 15 characters of [A-Za-z0-9._-]");
+    for i in &spec.interfaces {
+        if !valid_ifname(i) || *i == spec.tun {
+            return Err(inval(format!(
+                "cannot steer interface {i:?} (a valid name other than the TUN)"
+            )));
+        }
     }
-    Ok(())
+    spec.matches.iter().try_for_each(check_match)
 }
 
 fn sysctl_path(key: &str) -> PathBuf {
@@ -234,22 +194,62 @@ fn set_sysctl(path: PathBuf, value: &str, restore: &mut Vec<(PathBuf, String)>) 
     Ok(())
 }
 
+/// The interface index of `name` in the calling thread's namespace, if it exists.
+fn ifindex(name: &str) -> Option<u32> {
+    super::tun::ifindex(name).ok()
+}
+
+/// Whether `dev` has a filter (any) on its ingress or egress hook.
+fn has_filters(dev: &str) -> bool {
+    ["ingress", "egress"].iter().any(|hook| {
+        run_cmd(&["tc", "filter", "show", "dev", dev, hook], None)
+            .map(|out| !out.trim().is_empty())
+            .unwrap_or(true)
+    })
+}
+
+/// Deletes our egress filter on `dev`, then the `clsact` qdisc when `own`
+/// (or `own_if_empty`) and no filter is left on it.
+fn detach(dev: &str, priority: u16, own: bool) -> io::Result<()> {
+    let pref = priority.to_string();
+    let r = run_cmd(
+        &["tc", "filter", "del", "dev", dev, "egress", "pref", &pref],
+        None,
+    );
+    if own && !has_filters(dev) {
+        run_cmd(&["tc", "qdisc", "del", "dev", dev, "clsact"], None)?;
+    }
+    r.map(|_| ())
+}
+
+/// The `nft` script of the end-to-end guard (replaces table `inet airpack` atomically).
+fn nft_guard(spec: &SteerSpec) -> String {
+    format!(
+        "table inet {NFT_TABLE} {{}}\ndelete table inet {NFT_TABLE}\ntable inet {NFT_TABLE} {{\n\tchain prerouting {{\n\t\ttype filter hook prerouting priority mangle; policy accept;\n\t\tiifname \"{}\" meta mark set {:#x}\n\t}}\n}}\n",
+        spec.tun, spec.bypass_mark
+    )
+}
+
 impl Steering {
-    /// Removes leftovers of a previous run with the same spec (table, rules,
-    /// routes), then installs the nftables table, rules, routes and sysctls.
-    /// On error, whatever was installed is removed again. The TUN device
-    /// must exist. Runs `nft` and `ip` in the calling thread's namespace.
+    /// Removes leftovers of a previous run with the same priority, then sets
+    /// the sysctls, the end-to-end guard and the filters. On error, whatever
+    /// was installed is removed again. The TUN device must exist. Interfaces
+    /// in `spec.interfaces` that do not exist yet are attached by a later
+    /// [`Steering::refresh`]; failing to attach to one that exists is an error.
+    /// Runs `tc`, `nft` and `ip` in the calling thread's namespace.
     pub fn install(spec: &SteerSpec) -> io::Result<Steering> {
         check_spec(spec)?;
-        let script = Self::nft_script(spec)?;
+        let bytecode = cbpf::bytecode(&cbpf::compile(spec.bypass_mark, &spec.matches)?);
         Self::cleanup(spec)?;
         let mut st = Steering {
             spec: spec.clone(),
+            bytecode,
+            attached: Vec::new(),
             restore: Vec::new(),
-            ipv6: false,
+            nft: false,
             removed: false,
         };
-        match st.install_inner(&script) {
+        match st.install_inner() {
             Ok(()) => Ok(st),
             Err(e) => {
                 let _ = st.remove_inner();
@@ -258,10 +258,10 @@ impl Steering {
         }
     }
 
-    fn install_inner(&mut self, script: &str) -> io::Result<()> {
-        let spec = &self.spec;
-        // Sysctls first: once the rules exist, packets flow into the TUN.
-        let tun_rp = sysctl_path(&format!("net.ipv4.conf.{}.rp_filter", spec.tun));
+    fn install_inner(&mut self) -> io::Result<()> {
+        let tun = self.spec.tun.clone();
+        // Sysctls first: once a filter exists, packets flow into the TUN.
+        let tun_rp = sysctl_path(&format!("net.ipv4.conf.{tun}.rp_filter"));
         set_sysctl(tun_rp, "0", &mut self.restore)?;
         // The effective rp_filter is max(all, device): with `all` strict (1),
         // packets written into the TUN would fail the reverse-path check
@@ -274,7 +274,7 @@ impl Steering {
                 let entry = entry?;
                 let name = entry.file_name();
                 let name = name.to_string_lossy();
-                if name != "all" && name != "default" && name != spec.tun.as_str() {
+                if name != "all" && name != "default" && name != tun.as_str() {
                     devs.push(entry.path().join("rp_filter"));
                 }
             }
@@ -286,72 +286,172 @@ impl Steering {
             set_sysctl(all, "0", &mut self.restore)?;
         }
         set_sysctl(sysctl_path("net.ipv4.ip_forward"), "1", &mut self.restore)?;
-        let table = spec.table.to_string();
-        let prio = spec.priority.to_string();
-        let mark = format!("{:#x}", spec.fwmark);
-        let v4_then_v6: &[&str] = if ipv6_available() {
-            &["-4", "-6"]
-        } else {
-            &["-4"]
-        };
-        for &fam in v4_then_v6 {
-            let r = (|| {
-                if fam == "-6" {
-                    set_sysctl(
-                        sysctl_path("net.ipv6.conf.all.forwarding"),
-                        "1",
-                        &mut self.restore,
-                    )?;
+        if Path::new("/proc/sys/net/ipv6").exists() {
+            set_sysctl(
+                sysctl_path("net.ipv6.conf.all.forwarding"),
+                "1",
+                &mut self.restore,
+            )?;
+        }
+        if !self.spec.steer_from_tun {
+            run_cmd(&["nft", "-f", "-"], Some(&nft_guard(&self.spec)))?;
+            self.nft = true;
+        }
+        // The filters last: they are what starts steering.
+        self.refresh().map(|_| ())
+    }
+
+    /// Attaches the filter to every wanted interface that exists and does not
+    /// have it yet (new, or deleted and created again), and forgets interfaces
+    /// that are gone. Call when links change. Returns whether anything
+    /// changed; an attach failure is returned after every interface was tried.
+    pub fn refresh(&mut self) -> io::Result<bool> {
+        let mut changed = false;
+        let mut first_err = None;
+        self.attached.retain(|a| {
+            let same = ifindex(&a.name) == Some(a.ifindex);
+            changed |= !same;
+            same
+        });
+        for name in self.spec.interfaces.clone() {
+            if self.attached.iter().any(|a| a.name == name) {
+                continue;
+            }
+            let Some(idx) = ifindex(&name) else { continue };
+            match self.attach(&name) {
+                Ok(own_qdisc) => {
+                    self.attached.push(Attached {
+                        name,
+                        ifindex: idx,
+                        own_qdisc,
+                    });
+                    changed = true;
                 }
-                run_cmd(
-                    &[
-                        "ip", fam, "route", "replace", "default", "dev", &spec.tun, "table", &table,
-                    ],
-                    None,
-                )?;
-                run_cmd(
-                    &[
-                        "ip", fam, "rule", "add", "fwmark", &mark, "lookup", &table, "priority",
-                        &prio,
-                    ],
-                    None,
-                )
-            })();
-            match r {
-                Ok(_) => self.ipv6 |= fam == "-6",
-                // IPv4 steering is required; without IPv6 (disabled on the
-                // TUN, say) marked IPv6 packets just take their normal route.
-                Err(e) if fam == "-6" => {
-                    tracing::warn!("IPv6 steering not installed, IPv6 is not aggregated: {e}")
+                Err(e) => {
+                    first_err.get_or_insert(e);
                 }
-                Err(e) => return Err(e),
             }
         }
-        // The nftables table last: it is what starts steering.
-        run_cmd(&["nft", "-f", "-"], Some(script))?;
-        Ok(())
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(changed),
+        }
     }
 
-    /// Whether IPv6 steering (rule and route) is installed too.
-    pub fn ipv6(&self) -> bool {
-        self.ipv6
+    /// Adds `clsact` if needed and (re)places our filter; returns whether the
+    /// qdisc was added here.
+    fn attach(&self, dev: &str) -> io::Result<bool> {
+        let own = match run_cmd(&["tc", "qdisc", "add", "dev", dev, "clsact"], None) {
+            Ok(_) => true,
+            Err(e) => {
+                let qdiscs = run_cmd(&["tc", "qdisc", "show", "dev", dev], None)?;
+                if !qdiscs.contains("clsact") {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("cannot add a clsact qdisc to {dev} (an `ingress` qdisc there must be replaced by clsact): {e}"),
+                    ));
+                }
+                false
+            }
+        };
+        let r = self.place_filter(dev, &self.bytecode);
+        if r.is_err() && own {
+            let _ = run_cmd(&["tc", "qdisc", "del", "dev", dev, "clsact"], None);
+        }
+        r.map(|_| own)
     }
 
-    /// Atomically replaces the nftables class rules (SIGHUP reload with new
-    /// `[[class]]` rules). Marks, table, priority and TUN must be unchanged
-    /// (else remove and install again). On error the old rules stay.
-    pub fn update_matches(&mut self, matches: &[Match]) -> io::Result<()> {
+    fn place_filter(&self, dev: &str, bytecode: &str) -> io::Result<()> {
+        let pref = self.spec.priority.to_string();
+        run_cmd(
+            &[
+                "tc",
+                "filter",
+                "replace",
+                "dev",
+                dev,
+                "egress",
+                "pref",
+                &pref,
+                "handle",
+                "1",
+                "protocol",
+                "all",
+                "bpf",
+                "bytecode",
+                bytecode,
+                "action",
+                "mirred",
+                "egress",
+                "redirect",
+                "dev",
+                &self.spec.tun,
+            ],
+            None,
+        )
+        .map(|_| ())
+    }
+
+    /// Steers exactly these interfaces from now on: detaches from the others,
+    /// attaches to the new ones that exist.
+    pub fn set_interfaces(&mut self, interfaces: &[String]) -> io::Result<()> {
         let mut spec = self.spec.clone();
-        spec.matches = matches.to_vec();
-        let script = Self::nft_script(&spec)?;
-        run_cmd(&["nft", "-f", "-"], Some(&script))?;
+        spec.interfaces = interfaces.to_vec();
+        check_spec(&spec)?;
         self.spec = spec;
+        let mut first_err = None;
+        let wanted = &self.spec.interfaces;
+        let (keep, drop): (Vec<_>, Vec<_>) = std::mem::take(&mut self.attached)
+            .into_iter()
+            .partition(|a| wanted.contains(&a.name));
+        self.attached = keep;
+        for a in drop {
+            if ifindex(&a.name) == Some(a.ifindex) {
+                if let Err(e) = detach(&a.name, self.spec.priority, a.own_qdisc) {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Err(e) = self.refresh() {
+            first_err.get_or_insert(e);
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Replaces the class rules on every steered interface (SIGHUP reload
+    /// with new `[[class]]` rules). On error the old program stays where it
+    /// could not be replaced and the error is returned.
+    pub fn update_matches(&mut self, matches: &[Match]) -> io::Result<()> {
+        matches.iter().try_for_each(check_match)?;
+        let bytecode = cbpf::bytecode(&cbpf::compile(self.spec.bypass_mark, matches)?);
+        for a in &self.attached {
+            self.place_filter(&a.name, &bytecode)?;
+        }
+        self.spec.matches = matches.to_vec();
+        self.bytecode = bytecode;
         Ok(())
     }
 
-    /// The spec this state was installed from.
+    /// The spec this state was installed from (with the current interfaces and rules).
     pub fn spec(&self) -> &SteerSpec {
         &self.spec
+    }
+
+    /// Interfaces whose egress is steered now.
+    pub fn steered(&self) -> Vec<String> {
+        self.attached.iter().map(|a| a.name.clone()).collect()
+    }
+
+    /// The classic BPF program of `spec`'s rules in tc's `bytecode` syntax (for logs and tests).
+    pub fn bytecode(spec: &SteerSpec) -> io::Result<String> {
+        check_spec(spec)?;
+        Ok(cbpf::bytecode(&cbpf::compile(
+            spec.bypass_mark,
+            &spec.matches,
+        )?))
     }
 
     /// Removes everything and restores changed sysctls. Errors are reported
@@ -360,47 +460,39 @@ impl Steering {
         self.remove_inner()
     }
 
-    /// Removes any steering state a previous run with `spec` left behind
-    /// (no error if there is none): the nftables table, the `fwmark` rules
-    /// (every duplicate) and every route of `spec.table`. Does not touch
-    /// sysctls (their old values died with the previous run).
+    /// Removes any steering state a previous run with `spec`'s priority left
+    /// behind (no error if there is none): our egress filter on every
+    /// interface of the namespace (and a `clsact` qdisc left without any
+    /// filter), and the end-to-end nftables table. Does not touch sysctls
+    /// (their old values died with the previous run).
     pub fn cleanup(spec: &SteerSpec) -> io::Result<()> {
         check_spec(spec)?;
         let mut first_err = None;
-        // Deleting a table that may not exist, without an error: declare it first.
-        let drop_table = format!("table inet {NFT_TABLE} {{}}\ndelete table inet {NFT_TABLE}\n");
-        if let Err(e) = run_cmd(&["nft", "-f", "-"], Some(&drop_table)) {
-            first_err.get_or_insert(e);
-        }
-        let table = spec.table.to_string();
-        let prio = spec.priority.to_string();
-        let mark = format!("{:#x}", spec.fwmark);
-        let fams: &[&str] = if ipv6_available() {
-            &["-4", "-6"]
-        } else {
-            &["-4"]
-        };
-        for fam in fams {
-            // `ip rule del` removes one matching rule per call; stop at the first "no such rule".
-            for _ in 0..MAX_RULE_DELETES {
-                if run_cmd(
-                    &[
-                        "ip", fam, "rule", "del", "fwmark", &mark, "lookup", &table, "priority",
-                        &prio,
-                    ],
-                    None,
-                )
-                .is_err()
-                {
-                    break;
-                }
-            }
-            if let Err(e) = run_cmd(&["ip", fam, "route", "flush", "table", &table], None) {
-                // Flushing an empty or missing table is fine; anything else is reported.
-                let msg = e.to_string();
-                if !msg.contains("FIB table does not exist") && !msg.contains("No such") {
+        let qdiscs = run_cmd(&["tc", "qdisc", "show"], None)?;
+        let pref = spec.priority.to_string();
+        for line in qdiscs.lines().filter(|l| l.starts_with("qdisc clsact ")) {
+            // "qdisc clsact ffff: dev eth0 parent ffff:fff1"
+            let Some(dev) = line.split_whitespace().skip_while(|w| *w != "dev").nth(1) else {
+                continue;
+            };
+            let ours = run_cmd(
+                &["tc", "filter", "show", "dev", dev, "egress", "pref", &pref],
+                None,
+            )
+            .map(|out| !out.trim().is_empty())
+            .unwrap_or(false);
+            if ours {
+                if let Err(e) = detach(dev, spec.priority, true) {
                     first_err.get_or_insert(e);
                 }
+            }
+        }
+        // Deleting a table that may not exist, without an error: declare it first.
+        // Without `nft` there can be no table (and hop-by-hop does not need it).
+        let drop_table = format!("table inet {NFT_TABLE} {{}}\ndelete table inet {NFT_TABLE}\n");
+        if let Err(e) = run_cmd(&["nft", "-f", "-"], Some(&drop_table)) {
+            if e.kind() != io::ErrorKind::NotFound {
+                first_err.get_or_insert(e);
             }
         }
         match first_err {
@@ -409,62 +501,27 @@ impl Steering {
         }
     }
 
-    /// The nftables script [`Steering::install`] applies (for logs and tests):
-    /// it replaces table `inet airpack` atomically.
-    pub fn nft_script(spec: &SteerSpec) -> io::Result<String> {
-        check_spec(spec)?;
-        let mut rules = String::new();
-        for m in &spec.matches {
-            let verdict = if m.steer {
-                format!("meta mark set {:#x} return", spec.fwmark)
-            } else {
-                "return".to_string()
-            };
-            for cond in match_conditions(m)? {
-                if cond.is_empty() {
-                    let _ = writeln!(rules, "\t\t{verdict}");
-                } else {
-                    let _ = writeln!(rules, "\t\t{cond} {verdict}");
-                }
-            }
-        }
-        let bypass = format!("\t\tmeta mark {:#x} return\n", spec.bypass_mark);
-        let from_tun = if spec.steer_from_tun {
-            String::new()
-        } else {
-            format!("\t\tiifname \"{}\" return\n", spec.tun)
-        };
-        let mut s = String::new();
-        let _ = writeln!(s, "table inet {NFT_TABLE} {{}}");
-        let _ = writeln!(s, "delete table inet {NFT_TABLE}");
-        let _ = writeln!(s, "table inet {NFT_TABLE} {{");
-        let _ = writeln!(s, "\tchain prerouting {{");
-        let _ = writeln!(
-            s,
-            "\t\ttype filter hook prerouting priority mangle; policy accept;"
-        );
-        s.push_str(&bypass);
-        s.push_str(&from_tun);
-        s.push_str(&rules);
-        let _ = writeln!(s, "\t}}");
-        let _ = writeln!(s, "\tchain output {{");
-        let _ = writeln!(
-            s,
-            "\t\ttype route hook output priority mangle; policy accept;"
-        );
-        s.push_str(&bypass);
-        s.push_str(&rules);
-        let _ = writeln!(s, "\t}}");
-        let _ = writeln!(s, "}}");
-        Ok(s)
-    }
-
     fn remove_inner(&mut self) -> io::Result<()> {
         if self.removed {
             return Ok(());
         }
         self.removed = true;
-        let mut result = Self::cleanup(&self.spec);
+        let mut result = Ok(());
+        for a in std::mem::take(&mut self.attached) {
+            // A device that is gone took the filter with it.
+            if ifindex(&a.name) == Some(a.ifindex) {
+                if let Err(e) = detach(&a.name, self.spec.priority, a.own_qdisc) {
+                    result = result.and(Err(e));
+                }
+            }
+        }
+        if self.nft {
+            let drop_table =
+                format!("table inet {NFT_TABLE} {{}}\ndelete table inet {NFT_TABLE}\n");
+            if let Err(e) = run_cmd(&["nft", "-f", "-"], Some(&drop_table)) {
+                result = result.and(Err(e));
+            }
+        }
         // Restore in reverse order of change (so `all` comes back before the devices).
         for (path, old) in self.restore.drain(..).rev() {
             if let Err(e) = fs::write(&path, &old) {
@@ -494,96 +551,40 @@ mod tests {
     fn spec(matches: Vec<Match>) -> SteerSpec {
         SteerSpec {
             tun: "airpack0".into(),
-            fwmark: 0x4150,
             bypass_mark: 0x4151,
-            table: 4150,
             priority: 4150,
             matches,
             steer_from_tun: true,
+            interfaces: vec!["wlan0".into()],
         }
     }
 
     #[test]
-    fn script_has_bypass_first_and_one_rule_per_alternative() {
-        let m = Match {
-            steer: true,
-            protocol: Some(17),
-            ports: Some((16000, 32000)),
-            ..Match::default()
-        };
-        let by = Match {
-            steer: false,
-            protocol: Some(17),
-            dst_ports: Some((5060, 5060)),
-            ..Match::default()
-        };
-        let s = Steering::nft_script(&spec(vec![by, m])).unwrap();
-        let pre: Vec<&str> = s
-            .lines()
-            .skip_while(|l| !l.contains("chain prerouting"))
-            .skip(2)
-            .take(4)
-            .map(str::trim)
-            .collect();
-        assert_eq!(
-            pre,
-            [
-                "meta mark 0x4151 return",
-                "meta l4proto 17 th dport 5060 return",
-                "meta l4proto 17 th sport 16000-32000 meta mark set 0x4150 return",
-                "meta l4proto 17 th dport 16000-32000 meta mark set 0x4150 return",
-            ]
-        );
-        assert!(s.contains("type route hook output priority mangle"));
-        assert!(!s.contains("iifname"));
+    fn end_to_end_guard_marks_packets_from_the_tun() {
         let mut e2e = spec(vec![]);
         e2e.steer_from_tun = false;
-        assert!(Steering::nft_script(&e2e)
-            .unwrap()
-            .contains("iifname \"airpack0\" return"));
-    }
-
-    #[test]
-    fn conditions_cover_every_field() {
-        let m = Match {
-            steer: true,
-            protocol: None,
-            dst_ports: Some((1, 2)),
-            src_ports: Some((3, 3)),
-            dscp: Some((46, 46)),
-            len: Some((0, 300)),
-            version: None,
-            mark: Some((0x10, 0xff)),
-            ports: None,
-        };
-        let c = match_conditions(&m).unwrap();
-        assert_eq!(c.len(), 2);
-        assert!(c[0].contains("meta l4proto { 6, 17, 33, 132, 136 }"));
-        assert!(c[0].contains("th sport 3") && c[0].contains("th dport 1-2"));
-        assert!(c[0].contains("meta length 0-300") && c[0].contains("meta mark and 0xff == 0x10"));
-        assert!(c[0].ends_with("ip dscp 46") && c[1].ends_with("ip6 dscp 46"));
-        let v6 = Match {
-            version: Some(6),
-            dscp: Some((40, 47)),
-            ..Match::default()
-        };
-        assert_eq!(
-            match_conditions(&v6).unwrap(),
-            ["meta nfproto ipv6 ip6 dscp 40-47"]
-        );
-        assert_eq!(match_conditions(&Match::default()).unwrap(), [""]);
+        let s = nft_guard(&e2e);
+        assert!(s.contains("type filter hook prerouting priority mangle"));
+        assert!(s.contains("iifname \"airpack0\" meta mark set 0x4151"));
+        assert!(s.starts_with("table inet airpack {}\ndelete table inet airpack\n"));
     }
 
     #[test]
     fn invalid_specs_are_rejected() {
-        let bad = |m: Match| Steering::nft_script(&spec(vec![m])).is_err();
+        let bad = |m: Match| Steering::bytecode(&spec(vec![m])).is_err();
+        assert!(!bad(Match::default()));
         assert!(bad(Match {
+            protocol: Some(17),
             ports: Some((10, 5)),
             ..Match::default()
         }));
         assert!(bad(Match {
             protocol: Some(1),
             ports: Some((1, 5)),
+            ..Match::default()
+        }));
+        assert!(bad(Match {
+            dst_ports: Some((1, 5)),
             ..Match::default()
         }));
         assert!(bad(Match {
@@ -595,20 +596,23 @@ mod tests {
             ..Match::default()
         }));
         assert!(bad(Match {
+            len: Some((300, 200)),
+            ..Match::default()
+        }));
+        assert!(bad(Match {
             mark: Some((0x100, 0xff)),
             ..Match::default()
         }));
-        let mut s = spec(vec![]);
-        s.bypass_mark = s.fwmark;
-        assert!(Steering::nft_script(&s).is_err());
-        let mut s = spec(vec![]);
-        s.priority = 0;
-        assert!(Steering::nft_script(&s).is_err());
-        let mut s = spec(vec![]);
-        s.table = 254;
-        assert!(Steering::nft_script(&s).is_err());
-        let mut s = spec(vec![]);
-        s.tun = "a\"; flush ruleset".into();
-        assert!(Steering::nft_script(&s).is_err());
+        let check = |f: fn(&mut SteerSpec)| {
+            let mut s = spec(vec![]);
+            f(&mut s);
+            Steering::bytecode(&s).is_err()
+        };
+        assert!(check(|s| s.bypass_mark = 0));
+        assert!(check(|s| s.priority = 0));
+        assert!(check(|s| s.tun = "a\"; flush ruleset".into()));
+        assert!(check(|s| s.interfaces = vec!["airpack0".into()]));
+        assert!(check(|s| s.interfaces = vec!["eth 0".into()]));
+        assert!(!check(|s| s.interfaces = vec![]));
     }
 }

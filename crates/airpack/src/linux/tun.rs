@@ -138,6 +138,19 @@ pub fn link_up(name: &str) -> io::Result<Option<bool>> {
     }
 }
 
+/// The name of the interface with index `index` (ENXIO/ENODEV if there is none).
+pub fn ifname(index: u32) -> io::Result<String> {
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: buf holds IF_NAMESIZE bytes, as if_indextoname requires.
+    let p = unsafe { libc::if_indextoname(index, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: on success buf holds a NUL-terminated name.
+    let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+    Ok(name.to_string_lossy().into_owned())
+}
+
 /// The kernel interface index of `name` (ENODEV if there is none).
 pub fn ifindex(name: &str) -> io::Result<u32> {
     let req = IfReq::new(name)?;
@@ -263,6 +276,134 @@ impl Tun {
             ));
         }
         Ok(())
+    }
+}
+
+/// Writes batches of packets into a TUN with one system call per batch
+/// (io_uring), or with one `write` each where io_uring is not available (old
+/// kernel, `kernel.io_uring_disabled`, a seccomp filter). Each write is still
+/// one packet taking the kernel's normal receive path; the batch only saves
+/// the per-packet system call, which dominates on small packets.
+pub struct TunBatch {
+    ring: Option<io_uring::IoUring>,
+    /// Submitted, not yet completed.
+    inflight: usize,
+}
+
+impl std::fmt::Debug for TunBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TunBatch")
+            .field("io_uring", &self.ring.is_some())
+            .finish()
+    }
+}
+
+/// Submission queue entries of a [`TunBatch`] (the completion queue is twice as large).
+const BATCH_ENTRIES: u32 = 256;
+/// Bound on retries of an interrupted or busy `io_uring_enter`.
+const ENTER_RETRIES: usize = 1_000;
+
+impl TunBatch {
+    /// A batch writer; `io_uring = false` (or io_uring being unavailable)
+    /// writes one packet per system call.
+    pub fn new(io_uring: bool) -> TunBatch {
+        let ring = if io_uring {
+            io_uring::IoUring::new(BATCH_ENTRIES).ok()
+        } else {
+            None
+        };
+        TunBatch { ring, inflight: 0 }
+    }
+
+    /// Whether batches go through io_uring.
+    pub fn uses_io_uring(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// Writes every packet of `packets` into `tun`, calling `done` with each
+    /// write's result (in completion order, which need not be `packets`'
+    /// order). Returns only when every write has completed, so the packets'
+    /// memory is no longer referenced by the kernel.
+    pub fn write<'p>(
+        &mut self,
+        tun: &Tun,
+        packets: impl IntoIterator<Item = &'p [u8]>,
+        mut done: impl FnMut(io::Result<()>),
+    ) {
+        if self.ring.is_none() {
+            for p in packets {
+                done(tun.write(p));
+            }
+            return;
+        }
+        let fd = io_uring::types::Fd(tun.as_raw_fd());
+        for p in packets {
+            let ring = self.ring.as_mut().expect("checked above");
+            if ring.submission().is_full() {
+                self.complete_all(&mut done);
+            }
+            let Some(ring) = self.ring.as_mut() else {
+                // The ring failed and was given up: plain writes from here on.
+                done(tun.write(p));
+                continue;
+            };
+            let len = u32::try_from(p.len()).unwrap_or(u32::MAX);
+            let sqe = io_uring::opcode::Write::new(fd, p.as_ptr(), len)
+                .build()
+                .user_data(u64::from(len));
+            // SAFETY: `p` borrows memory the caller keeps alive for this whole
+            // call, and `complete_all` reaps every completion before it
+            // returns, so the kernel never reads the buffer after that.
+            let pushed = unsafe { ring.submission().push(&sqe) };
+            if pushed.is_ok() {
+                self.inflight += 1;
+            } else {
+                done(tun.write(p));
+            }
+        }
+        self.complete_all(&mut done);
+    }
+
+    /// Submits what is queued and reaps every completion.
+    fn complete_all(&mut self, done: &mut impl FnMut(io::Result<()>)) {
+        let Some(ring) = self.ring.as_mut() else {
+            return;
+        };
+        let mut tries = 0;
+        while self.inflight > 0 {
+            if let Err(e) = ring.submit_and_wait(self.inflight) {
+                let retry = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                );
+                tries += 1;
+                if !retry || tries > ENTER_RETRIES {
+                    // Never seen with a valid ring. Give io_uring up: what has
+                    // not completed counts as failed, later batches use plain
+                    // writes. (The kernel only reads these buffers.)
+                    for _ in 0..self.inflight {
+                        done(Err(io::Error::new(e.kind(), format!("io_uring: {e}"))));
+                    }
+                    self.inflight = 0;
+                    self.ring = None;
+                    return;
+                }
+            }
+            for c in ring.completion() {
+                self.inflight -= 1;
+                let r = c.result();
+                done(if r < 0 {
+                    Err(io::Error::from_raw_os_error(-r))
+                } else if r as u64 != c.user_data() {
+                    Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "short write to TUN",
+                    ))
+                } else {
+                    Ok(())
+                });
+            }
+        }
     }
 }
 

@@ -26,11 +26,11 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_airpack");
 pub fn can_run(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        println!("SKIP: {test}: needs root (network namespaces, TUN, nftables)");
-        eprintln!("SKIP: {test}: needs root (network namespaces, TUN, nftables)");
+        println!("SKIP: {test}: needs root (network namespaces, TUN, tc, nftables)");
+        eprintln!("SKIP: {test}: needs root (network namespaces, TUN, tc, nftables)");
         return false;
     }
-    for tool in ["ip", "nft"] {
+    for tool in ["ip", "tc", "nft"] {
         let ok = Command::new(tool)
             .arg("-V")
             .stdout(Stdio::null())
@@ -720,9 +720,10 @@ pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
     }
 }
 
-/// Whether the daemon's kernel state is gone from `ns`.
+/// Whether the daemon's kernel state is gone from `ns`: no `clsact` qdisc
+/// (nothing else in the test namespaces adds one) and no nftables table.
 pub fn steering_gone(net: &Net, ns: &str) -> bool {
-    let rules = net.ip(ns, &["rule"]);
+    let qdiscs = net.exec(ns, &["tc", "qdisc", "show"]);
     let nft = Command::new("ip")
         .args([
             "netns", "exec", ns, "nft", "list", "table", "inet", "airpack",
@@ -730,7 +731,57 @@ pub fn steering_gone(net: &Net, ns: &str) -> bool {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(true);
-    !rules.contains("fwmark") && !nft
+    !qdiscs.contains("clsact") && !nft
+}
+
+/// The steering programs installed on `dev`'s egress in `ns` (one per
+/// airpack filter, parsed back from `tc filter show`).
+pub fn steering_programs(net: &Net, ns: &str, dev: &str) -> Vec<Vec<airpack::linux::cbpf::Insn>> {
+    let out = net.exec(ns, &["tc", "filter", "show", "dev", dev, "egress"]);
+    out.lines()
+        .filter(|l| l.contains("pref 4150") && l.contains("bytecode"))
+        .map(|l| {
+            let code = l
+                .split("bytecode '")
+                .nth(1)
+                .and_then(|r| r.split('\'').next());
+            let code = code.unwrap_or_else(|| panic!("bytecode in {l}"));
+            code.split(',')
+                .skip(1)
+                .map(|i| {
+                    let f: Vec<u32> = i.split(' ').map(|x| x.parse().unwrap()).collect();
+                    airpack::linux::cbpf::Insn {
+                        code: f[0] as u16,
+                        jt: f[1] as u8,
+                        jf: f[2] as u8,
+                        k: f[3],
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Whether `prog` steers a minimal IPv4 packet of `protocol` between `sport` and `dport`.
+pub fn program_steers(
+    prog: &[airpack::linux::cbpf::Insn],
+    protocol: u8,
+    sport: u16,
+    dport: u16,
+) -> bool {
+    let mut p = vec![0u8; 40];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&40u16.to_be_bytes());
+    p[8] = 64;
+    p[9] = protocol;
+    p[20..22].copy_from_slice(&sport.to_be_bytes());
+    p[22..24].copy_from_slice(&dport.to_be_bytes());
+    let pkt = airpack::linux::cbpf::Packet {
+        net: &p,
+        protocol: 0x0800,
+        mark: 0,
+    };
+    airpack::linux::cbpf::run(prog, pkt) == Some(airpack::linux::cbpf::STEER)
 }
 
 /// Standard class rule for the tests: UDP with either port in 16000-32000.
