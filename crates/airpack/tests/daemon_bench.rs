@@ -67,6 +67,37 @@ struct Throughput {
     received: u64,
     sent: u64,
     secs: f64,
+    /// CPU seconds of the generator and the receiver thread.
+    gen_cpu: f64,
+    rx_cpu: f64,
+    /// Fraction of the machine's CPU time idle during the blast.
+    idle: f64,
+}
+
+/// CPU time of the calling thread, in seconds.
+fn thread_cpu() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+/// (idle, total) jiffies of the whole machine, from /proc/stat.
+fn machine_jiffies() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> = s
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (idle, v.iter().take(8).sum())
 }
 
 /// Closed-loop blast of 60-byte packets (16 flows) for `secs`; returns counts.
@@ -95,6 +126,7 @@ fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
             m.msg_hdr.msg_iov = v;
             m.msg_hdr.msg_iovlen = 1;
         }
+        let cpu0 = thread_cpu();
         while !s2.load(Ordering::Relaxed) {
             // SAFETY: msgs/iovecs point into live buffers.
             let n = unsafe {
@@ -112,6 +144,7 @@ fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
+        thread_cpu() - cpu0
     });
     rx.recv().unwrap();
     let r3 = received.clone();
@@ -144,6 +177,7 @@ fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
             assert_eq!(r, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
         }
         let start = Instant::now();
+        let cpu0 = thread_cpu();
         let mut sent = 0u64;
         let mut i = 0;
         while start.elapsed().as_secs_f64() < secs {
@@ -157,18 +191,23 @@ fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
                 sent += SEGS as u64;
             }
         }
-        sent
+        (sent, thread_cpu() - cpu0)
     });
     let t0 = Instant::now();
-    let sent = sender.join().unwrap();
+    let j0 = machine_jiffies();
+    let (sent, gen_cpu) = sender.join().unwrap();
+    let j1 = machine_jiffies();
     let secs_sent = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
-    receiver.join().unwrap();
+    let rx_cpu = receiver.join().unwrap();
     Throughput {
         received: received.load(Ordering::Relaxed),
         sent,
         secs: secs_sent,
+        gen_cpu,
+        rx_cpu,
+        idle: (j1.0 - j0.0) as f64 / (j1.1 - j0.1).max(1) as f64,
     }
 }
 
@@ -188,11 +227,14 @@ fn bench_throughput() {
         let (_net, a, b) = setup("tpk");
         let t = blast(&a, &b, secs, window);
         println!(
-            "BENCH baseline (no airpack): {:.0} packets/s received ({} sent, {} received in {:.1} s)",
+            "BENCH baseline (no airpack): {:.0} packets/s received ({} sent, {} received in {:.1} s; generator {:.2} s CPU, receiver {:.2} s, machine idle {:.0} %)",
             t.received as f64 / t.secs,
             t.sent,
             t.received,
-            t.secs
+            t.secs,
+            t.gen_cpu,
+            t.rx_cpu,
+            100.0 * t.idle
         );
     }
     let (net, a, b) = setup("tpd");
@@ -227,6 +269,12 @@ fn bench_throughput() {
         cb * 1e6 / t.received.max(1) as f64,
         ca,
         cb
+    );
+    println!(
+        "BENCH airpack: CPU of the generator {:.2} s, of the receiver {:.2} s; machine idle {:.0} % during the run",
+        t.gen_cpu,
+        t.rx_cpu,
+        100.0 * t.idle
     );
 }
 
