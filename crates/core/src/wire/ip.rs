@@ -155,7 +155,7 @@ pub fn validate_inner(packet: &[u8]) -> Result<u8, DecodeError> {
     if let Some(h) = packet.first_chunk::<IPV4_HEADER_LEN>() {
         if h[0] == 0x45
             && usize::from(u16::from_be_bytes([h[2], h[3]])) == packet.len()
-            && ipv4_checksum_ok(h)
+            && ipv4_checksum_ok_20(h)
             && !is_bundle_protocol(h[9])
         {
             return Ok(4);
@@ -408,23 +408,45 @@ fn fold(sum: u64) -> u16 {
 }
 
 /// True when an IPv4 header (`hdr.len()` = the IHL in bytes) holds a correct
-/// checksum, i.e. [`checksum`] over it is 0. The common 20-byte header gets a
-/// straight-line sum of its five words.
+/// checksum, i.e. [`checksum`] over it is 0. The common 20-byte header gets
+/// [`ipv4_checksum_ok_20`].
 #[inline]
 fn ipv4_checksum_ok(hdr: &[u8]) -> bool {
     match <&[u8; IPV4_HEADER_LEN]>::try_from(hdr) {
-        Ok(h) => {
-            let w = |i: usize| u64::from(u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
-            // Five 32-bit words sum to less than 2^35, so three 16-bit folds
-            // suffice: < 2^20, then < 2^16 + 2^4, then <= 0xffff.
-            let s = w(0) + w(4) + w(8) + w(12) + w(16);
-            let s = (s & 0xffff) + (s >> 16);
-            let s = (s & 0xffff) + (s >> 16);
-            let s = (s & 0xffff) + (s >> 16);
-            s == 0xffff
-        }
+        Ok(h) => ipv4_checksum_ok_20(h),
         Err(_) => checksum(hdr) == 0,
     }
+}
+
+/// [`ipv4_checksum_ok`] for a 20-byte header, without a fold.
+///
+/// The one's-complement sum of the header's 16-bit words is `0xffff` (the
+/// checksum verifies) exactly when the plain integer sum `T` of those words is
+/// a non-zero multiple of 65535: end-around-carry addition computes `T` modulo
+/// 65535, except that it represents a non-zero multiple as `0xffff` and only
+/// an all-zero header sums to 0. Two facts make the words cheap to read:
+/// a 32-bit word `hi * 2^16 + lo` is `hi + lo` modulo 65535 (as `2^16 ≡ 1`), so
+/// five 32-bit words may be summed instead of ten 16-bit ones; and reading the
+/// bytes little-endian swaps the two bytes of every 16-bit word, which
+/// multiplies its value by 256 modulo 65535 (`256 * (256a + b) ≡ 256b + a`),
+/// and 256 is invertible modulo 65535, so the little-endian sum is a multiple
+/// of 65535 exactly when the big-endian one is (and zero exactly when it is).
+///
+/// "A non-zero multiple of 65535" is one multiply and one compare: 65535 is
+/// odd, so multiplying by its inverse modulo 2^64 maps the multiples
+/// `65535 * k` (`k <= u64::MAX / 65535`) to `k` and every other value above
+/// `u64::MAX / 65535`; subtracting 1 moves `k = 0` (the all-zero header) to
+/// the top as well.
+#[inline(always)]
+fn ipv4_checksum_ok_20(h: &[u8; IPV4_HEADER_LEN]) -> bool {
+    /// The inverse of 65535 modulo 2^64.
+    const INV: u64 = 0xfffe_fffe_fffe_ffff;
+    const _: () = assert!(INV.wrapping_mul(0xffff) == 1);
+    let w = |i: usize| u64::from(u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
+    // Five words below 2^32 each: no overflow.
+    let t = w(0) + w(4) + w(8) + w(12) + w(16);
+    // t != 0 && t % 0xffff == 0
+    t.wrapping_mul(INV).wrapping_sub(1) < u64::MAX / 0xffff
 }
 
 /// Writes a 20-byte IPv4 header (no options, DF clear, checksum filled) for a
@@ -597,6 +619,24 @@ mod tests {
             !ipv4_checksum_ok(&[0u8; 20]),
             "all-zero header sums to 0, not 0xffff"
         );
+        // Sums at and around the multiples of 65535 (and of 2^16, where a
+        // fold carries): two or three non-zero 16-bit words anywhere.
+        for round in 0..20_000u32 {
+            let mut h = [0u8; 20];
+            let a = rnd() as u16;
+            let target =
+                [0xffffu32, 0x1_fffe, 0x2_fffd, 0x1_0000, 0xfffe, 0x1_ffff][round as usize % 6];
+            let b = target.wrapping_sub(u32::from(a)) as u16;
+            let (i, j) = (rnd() as usize % 10, rnd() as usize % 10);
+            h[2 * i..2 * i + 2].copy_from_slice(&a.to_be_bytes());
+            let old = u16::from_be_bytes([h[2 * j], h[2 * j + 1]]);
+            h[2 * j..2 * j + 2].copy_from_slice(&old.wrapping_add(b).to_be_bytes());
+            if round % 3 == 0 {
+                let k = rnd() as usize % 10;
+                h[2 * k] ^= 0xff;
+            }
+            assert_eq!(ipv4_checksum_ok(&h), checksum(&h) == 0, "{h:02x?}");
+        }
     }
 
     #[test]
