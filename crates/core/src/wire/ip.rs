@@ -183,6 +183,47 @@ fn validate_inner_full(packet: &[u8]) -> Result<u8, DecodeError> {
     }
 }
 
+/// What the engine's fast path reads from an unfragmented UDP/IPv4 packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Udp4 {
+    /// DiffServ code point.
+    pub dscp: u8,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port.
+    pub dst_port: u16,
+}
+
+/// The voice case of [`inspect`], in line: a valid IPv4 packet with a 20-byte
+/// header (version 4 + IHL 5, total length equal to the slice, correct
+/// checksum), not a fragment (MF clear, offset 0), carrying UDP with at least
+/// the two ports present. `None` for anything else, valid or not (the caller
+/// then takes the general path through [`inspect`]).
+///
+/// When this returns `Some(u)`, `inspect(packet)` returns `Ok(info)` with
+/// `version == 4`, `protocol == 17`, `!fragment`, `len == packet.len()`,
+/// `dscp == u.dscp`, `src_port == Some(u.src_port)`,
+/// `dst_port == Some(u.dst_port)` and `tcp_flags == None` (tested below).
+#[inline(always)]
+pub(crate) fn udp4(packet: &[u8]) -> Option<Udp4> {
+    let p = packet.first_chunk::<{ IPV4_HEADER_LEN + 4 }>()?;
+    let h = p.first_chunk::<IPV4_HEADER_LEN>()?;
+    if h[0] == 0x45
+        && h[9] == proto::UDP
+        && usize::from(be16(h, 2)) == packet.len()
+        && be16(h, 6) & 0x3fff == 0
+        && ipv4_checksum_ok_20(h)
+    {
+        Some(Udp4 {
+            dscp: h[1] >> 2,
+            src_port: be16(p, 20),
+            dst_port: be16(p, 22),
+        })
+    } else {
+        None
+    }
+}
+
 /// Ports (and TCP flags) of an upper-layer header starting at `l4`, if present.
 #[inline]
 fn ports(protocol: u8, l4: &[u8]) -> (Option<u16>, Option<u16>, Option<u8>) {
@@ -861,6 +902,85 @@ mod tests {
         // Hop-by-hop not first.
         let pl = [0, 0, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0, 0];
         assert_eq!(inspect(&v6(60, &pl)), Err(DecodeError::BadInnerHeader));
+    }
+
+    /// `udp4` says `Some` only for packets `inspect` accepts as unfragmented
+    /// UDP/IPv4 with both ports, with the same fields, and says `Some` for
+    /// every such packet with a 20-byte header.
+    fn check_udp4(p: &[u8]) {
+        let fast = udp4(p);
+        let full = inspect(p);
+        match (fast, &full) {
+            (Some(u), Ok(i)) => {
+                assert_eq!(
+                    (i.version, i.protocol, i.fragment, i.len, i.tcp_flags),
+                    (4, proto::UDP, false, p.len(), None),
+                    "{p:02x?}"
+                );
+                assert_eq!(i.dscp, u.dscp);
+                assert_eq!(i.src_port, Some(u.src_port));
+                assert_eq!(i.dst_port, Some(u.dst_port));
+            }
+            (Some(_), Err(e)) => panic!("udp4 accepts what inspect rejects ({e:?}): {p:02x?}"),
+            (None, Ok(i)) => assert!(
+                p[0] != 0x45 || i.protocol != proto::UDP || i.fragment || i.src_port.is_none(),
+                "udp4 refuses a plain UDP/IPv4 packet: {p:02x?}"
+            ),
+            (None, Err(_)) => {}
+        }
+    }
+
+    #[test]
+    fn udp4_agrees_with_inspect() {
+        let mut x: u32 = 0x2468_ace1;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        for round in 0..50_000u32 {
+            let len = 20 + rnd() as usize % 60;
+            let protocol = [17, 17, 17, 6, 253, 1][round as usize % 6];
+            let mut p = v4(protocol, &vec![0x5a; len - 20]);
+            p[1] = (rnd() as u8) & 0xfc;
+            p[20..].iter_mut().for_each(|b| *b = rnd() as u8);
+            match rnd() % 8 {
+                // Header fields that matter: flags/offset, version/IHL, length.
+                0 => p[6] = rnd() as u8,
+                1 => p[7] = rnd() as u8,
+                2 => p[0] = rnd() as u8,
+                3 => p[2..4].copy_from_slice(&(rnd() as u16 % 100).to_be_bytes()),
+                _ => {}
+            }
+            if rnd() % 4 != 0 {
+                // Keep the checksum valid (else udp4 and inspect both refuse).
+                p[10] = 0;
+                p[11] = 0;
+                let ihl = (usize::from(p[0] & 0x0f) * 4).clamp(20, p.len());
+                let c = checksum(&p[..ihl]);
+                p[10..12].copy_from_slice(&c.to_be_bytes());
+            }
+            if rnd() % 16 == 0 {
+                let cut = rnd() as usize % (p.len() + 1);
+                p.truncate(cut);
+            }
+            check_udp4(&p);
+        }
+        // A plain voice packet, a fragment, a 24-byte UDP packet with no payload room for more than the ports.
+        let p = v4(17, &[0x40, 0, 0x40, 2, 0, 8, 0, 0]);
+        assert_eq!(
+            udp4(&p),
+            Some(Udp4 {
+                dscp: 46,
+                src_port: 0x4000,
+                dst_port: 0x4002
+            })
+        );
+        check_udp4(&p);
+        check_udp4(&v4(17, &[0, 1, 0, 2]));
+        assert!(udp4(&v4(17, &[0, 1, 0])).is_none());
+        check_udp4(&v4(17, &[0, 1, 0]));
     }
 
     #[test]
