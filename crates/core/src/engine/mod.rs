@@ -268,6 +268,10 @@ struct Slot {
     /// Format header plus what the first packet costs beyond `Entry::cost`
     /// (kept up to date by `Engine::refresh` whenever the front changes).
     fixed_cost: usize,
+    /// `cfg.max_packets` clamped to what a bundle may hold (kept by `Slot::sync`).
+    max_packets: usize,
+    /// `size_ready`'s byte condition is `cost_sum >= ready_cost` (kept by `Slot::sync`).
+    ready_cost: usize,
     opportunistic: usize,
     /// Packets at the front of `q` that `flush`/`remove_peer` made ready.
     flush_pending: usize,
@@ -294,6 +298,8 @@ impl Slot {
             queued_bytes: 0,
             cost_sum: 0,
             fixed_cost: 0,
+            max_packets: 0,
+            ready_cost: 0,
             opportunistic: 0,
             flush_pending: 0,
             dl_gen: 0,
@@ -302,6 +308,36 @@ impl Slot {
             in_wake: false,
             stats: Stats::default(),
         }
+        .synced()
+    }
+
+    fn synced(mut self) -> Self {
+        self.sync();
+        self
+    }
+
+    /// Recomputes the values derived from `cfg` and `fixed_cost`; called
+    /// whenever either changes.
+    fn sync(&mut self) {
+        self.max_packets = self.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE);
+        // wire_estimate() >= min(min_size, max_size), with the cost sum alone.
+        self.ready_cost = self
+            .cfg
+            .min_size
+            .min(self.cfg.max_size)
+            .saturating_sub(self.cfg.outer_overhead.saturating_add(self.fixed_cost));
+    }
+
+    /// Replaces the configuration.
+    fn set_cfg(&mut self, cfg: PeerConfig) {
+        self.cfg = cfg;
+        self.sync();
+    }
+
+    /// Changes the maximum bundle size.
+    fn set_max_size(&mut self, max_size: usize) {
+        self.cfg.max_size = max_size;
+        self.sync();
     }
 
     /// Payload + outer overhead of a bundle holding the whole queue.
@@ -317,17 +353,21 @@ impl Slot {
             None => 0,
         };
         self.fixed_cost = header_len(enc) + first_extra;
+        self.sync();
     }
 
     /// Minimum size, maximum size or packet count reached.
     #[inline]
     fn size_ready(&self) -> bool {
-        if self.q.len() >= self.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE) {
-            return true;
-        }
-        let est = self.wire_estimate();
-        // A bundle exactly at the maximum is full: nothing else can join it.
-        est >= self.cfg.min_size || est >= self.cfg.max_size
+        let ready = self.q.len() >= self.max_packets || self.cost_sum >= self.ready_cost;
+        debug_assert_eq!(ready, {
+            let est = self.wire_estimate();
+            // A bundle exactly at the maximum is full: nothing else can join it.
+            self.q.len() >= self.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE)
+                || est >= self.cfg.min_size
+                || est >= self.cfg.max_size
+        });
+        ready
     }
 
     /// Why this queue may send now, apart from its hold time (the deadline heap's job).
@@ -585,7 +625,7 @@ impl Engine {
     pub fn set_peer_max_size(&mut self, peer: PeerKey, max_size: usize) {
         if let Some(i) = self.lookup(peer) {
             if self.slots[i].cfg.max_size != max_size {
-                self.slots[i].cfg.max_size = max_size;
+                self.slots[i].set_max_size(max_size);
                 self.refresh(i, false);
                 self.settle();
             }
@@ -703,7 +743,7 @@ impl Engine {
             let m = ((mark >> 2) & 0xFFFF) as usize;
             let s = &mut self.slots[i];
             if m != 0 && m != s.cfg.max_size {
-                s.cfg.max_size = m;
+                s.set_max_size(m);
                 max_changed = true;
             }
         }
@@ -925,7 +965,7 @@ impl Engine {
                 s.live = true;
                 s.draining = false;
                 s.explicit = explicit;
-                s.cfg = cfg;
+                s.set_cfg(cfg);
                 s.flush_pending = 0;
                 s.stats.clear();
                 i as usize
@@ -977,7 +1017,34 @@ impl Engine {
         Verdict::Queued(TrafficClass::Bypass)
     }
 
+    /// Queues a bundle- or opportunistic-class packet for slot `i`.
+    #[inline(always)]
     fn enqueue(
+        &mut self,
+        i: usize,
+        packet: &[u8],
+        dscp: u8,
+        opportunistic: bool,
+        carry: bool,
+    ) -> Verdict {
+        let len = packet.len();
+        let s = &self.slots[i];
+        // Below both limits after adding it (which implies it is within the
+        // byte limit on its own and the packet limit is not zero).
+        if s.q.len() < s.cfg.queue_limit_packets && s.queued_bytes + len <= s.cfg.queue_limit_bytes
+        {
+            let front_changed = s.q.is_empty();
+            self.push_packet(i, packet, dscp, opportunistic, carry, front_changed)
+        } else {
+            self.enqueue_over_limit(i, packet, dscp, opportunistic, carry)
+        }
+    }
+
+    /// [`Engine::enqueue`] when the packet would exceed a queue limit: drop it
+    /// or the oldest packets.
+    #[cold]
+    #[inline(never)]
+    fn enqueue_over_limit(
         &mut self,
         i: usize,
         packet: &[u8],
@@ -993,17 +1060,27 @@ impl Engine {
         if s.cfg.queue_limit_packets == 0 {
             return self.drop_new(Some(i), DropReason::QueuePackets);
         }
-        let mut front_changed = s.q.is_empty();
-        if s.q.len() >= s.cfg.queue_limit_packets || s.queued_bytes + len > s.cfg.queue_limit_bytes
-        {
-            while self.slots[i].q.len() >= self.slots[i].cfg.queue_limit_packets {
-                self.drop_front(i, DropReason::QueuePackets);
-            }
-            while self.slots[i].queued_bytes + len > self.slots[i].cfg.queue_limit_bytes {
-                self.drop_front(i, DropReason::QueueBytes);
-            }
-            front_changed = true;
+        while self.slots[i].q.len() >= self.slots[i].cfg.queue_limit_packets {
+            self.drop_front(i, DropReason::QueuePackets);
         }
+        while self.slots[i].queued_bytes + len > self.slots[i].cfg.queue_limit_bytes {
+            self.drop_front(i, DropReason::QueueBytes);
+        }
+        self.push_packet(i, packet, dscp, opportunistic, carry, true)
+    }
+
+    /// Appends a packet that fits the queue limits to slot `i`'s queue.
+    #[inline(always)]
+    fn push_packet(
+        &mut self,
+        i: usize,
+        packet: &[u8],
+        dscp: u8,
+        opportunistic: bool,
+        carry: bool,
+        front_changed: bool,
+    ) -> Verdict {
+        let len = packet.len();
         let s = &mut self.slots[i];
         if s.q.is_empty() {
             self.nonempty += 1;
@@ -1070,7 +1147,7 @@ impl Engine {
             s.bytes = fresh;
             s.cost_sum = sum;
         }
-        s.cfg = cfg;
+        s.set_cfg(cfg);
         while self.slots[i].q.len() > self.slots[i].cfg.queue_limit_packets {
             self.drop_front(i, DropReason::QueuePackets);
         }
@@ -1287,7 +1364,7 @@ impl Engine {
             .saturating_sub(s.cfg.outer_overhead)
             .min(buf.len())
             .min(MAX_BUNDLE);
-        let maxp = s.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE);
+        let maxp = s.max_packets;
         // A bundle only when at least the first two packets go into it (same
         // cost function as the writer's); otherwise the first leaves alone.
         let bundle = s.cfg.accepts_bundles
