@@ -48,8 +48,9 @@ impl ByteFifo {
         let k = k.min(N);
         let n = k + bytes.len();
         let at = self.reserve(n.max(N));
-        self.buf[at..at + N].copy_from_slice(prefix);
-        copy_packet(&mut self.buf[at + k..at + n], bytes);
+        let dst = &mut self.buf[at..at + n.max(N)];
+        dst[..N].copy_from_slice(prefix);
+        copy_packet(&mut dst[k..n], bytes);
         self.tail = at + n;
     }
 
@@ -215,6 +216,22 @@ impl<T: Copy + Default> Ring<T> {
         self.len -= n;
     }
 
+    /// The records, front to back, as two slices (the second is non-empty
+    /// only when the live range wraps around the end of the buffer).
+    #[inline]
+    pub(crate) fn as_slices(&self) -> (&[T], &[T]) {
+        let at = self.head.min(self.buf.len());
+        let (wrapped, tail) = self.buf.split_at(at);
+        let first = self.len.min(tail.len());
+        (&tail[..first], &wrapped[..self.len - first])
+    }
+
+    /// Every record, front to back.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        let (a, b) = self.as_slices();
+        a.iter().chain(b)
+    }
+
     /// Every record, front to back.
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
         let at = self.head.min(self.buf.len());
@@ -283,6 +300,7 @@ mod tests {
                 }
             }
             assert_eq!(r.len(), m.len());
+            assert!(r.iter().eq(m.iter()));
             peak = peak.max(m.len());
             assert_eq!(r.is_empty(), m.is_empty());
             assert_eq!(r.front(), m.front());
@@ -294,6 +312,9 @@ mod tests {
                 r.capacity()
             );
         }
+        assert!(r.iter().eq(m.iter()));
+        let (a, b) = r.as_slices();
+        assert!(a.iter().chain(b).eq(m.iter()));
         let all: Vec<u32> = r.iter_mut().map(|v| *v).collect();
         assert_eq!(all, m.iter().copied().collect::<Vec<_>>());
     }

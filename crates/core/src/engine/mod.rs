@@ -237,6 +237,27 @@ struct Entry {
     carry: bool,
 }
 
+/// Sums over records removed from a queue (see `Slot::forget_front`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Removed {
+    bytes: usize,
+    cost: usize,
+    opportunistic: usize,
+    nocarry: usize,
+    arrivals: u128,
+}
+
+impl Removed {
+    #[inline(always)]
+    fn add(&mut self, e: &Entry) {
+        self.bytes += e.len as usize;
+        self.cost += e.cost as usize;
+        self.opportunistic += e.opportunistic as usize;
+        self.nocarry += !e.carry as usize;
+        self.arrivals += u128::from(e.arrival);
+    }
+}
+
 /// One bypass packet (bytes in the bypass [`ByteFifo`]).
 #[derive(Clone, Copy, Debug, Default)]
 struct BypassEntry {
@@ -273,6 +294,14 @@ struct Slot {
     /// `size_ready`'s byte condition is `cost_sum >= ready_cost` (kept by `Slot::sync`).
     ready_cost: usize,
     opportunistic: usize,
+    /// Records in `q` whose `carry` is false.
+    nocarry: usize,
+    /// Sum of `Entry::arrival` over `q`.
+    arrival_sum: u128,
+    /// The highest `Entry::dscp` in `q` when `dscp_exact`; otherwise at
+    /// least that (packets have left since the queue was last empty).
+    dscp_max: u8,
+    dscp_exact: bool,
     /// Packets at the front of `q` that `flush`/`remove_peer` made ready.
     flush_pending: usize,
     /// Generation of the one valid deadline-heap entry.
@@ -301,6 +330,10 @@ impl Slot {
             max_packets: 0,
             ready_cost: 0,
             opportunistic: 0,
+            nocarry: 0,
+            arrival_sum: 0,
+            dscp_max: 0,
+            dscp_exact: false,
             flush_pending: 0,
             dl_gen: 0,
             rd_gen: 0,
@@ -338,6 +371,73 @@ impl Slot {
     fn set_max_size(&mut self, max_size: usize) {
         self.cfg.max_size = max_size;
         self.sync();
+    }
+
+    /// Appends a packet (behind its later-packet separator, ready to be
+    /// copied into a bundle) and its record; no limits, no readiness.
+    #[inline(always)]
+    fn push(&mut self, now: Micros, packet: &[u8], dscp: u8, opportunistic: bool, carry: bool) {
+        let len = packet.len();
+        if self.q.is_empty() {
+            self.dscp_max = dscp;
+            self.dscp_exact = true;
+        } else {
+            self.dscp_max = self.dscp_max.max(dscp);
+        }
+        let (sep, k) = self.cfg.encoding.later_separator(packet);
+        let c = k + len;
+        self.bytes.push_prefixed(&sep, k, packet);
+        self.q.push_back(Entry {
+            arrival: now,
+            len: len as u32,
+            cost: c as u32,
+            dscp,
+            opportunistic,
+            carry,
+        });
+        self.queued_bytes += len;
+        self.cost_sum += c;
+        self.opportunistic += opportunistic as usize;
+        self.nocarry += !carry as usize;
+        self.arrival_sum += u128::from(now);
+        debug_assert!(self.aggregates_hold());
+    }
+
+    /// Takes the aggregates of the `n` records just removed from the front
+    /// of `q` out of the queue's: their lengths, costs, opportunistic and
+    /// non-carriable counts and arrival times summed.
+    #[inline(always)]
+    fn forget_front(&mut self, n: usize, removed: Removed) {
+        self.queued_bytes -= removed.bytes;
+        self.cost_sum -= removed.cost;
+        self.opportunistic -= removed.opportunistic;
+        self.nocarry -= removed.nocarry;
+        self.arrival_sum -= removed.arrivals;
+        self.flush_pending = self.flush_pending.saturating_sub(n);
+        // The highest DSCP may have left; it is exact again once the queue
+        // has been empty.
+        self.dscp_exact &= self.q.is_empty();
+        debug_assert!(self.aggregates_hold());
+    }
+
+    /// Every aggregate kept over `q` equals its sum over the records (tests).
+    fn aggregates_hold(&self) -> bool {
+        let mut r = Removed::default();
+        let mut dscp = 0;
+        for e in self.q.iter() {
+            r.add(e);
+            dscp = dscp.max(e.dscp);
+        }
+        (r.bytes, r.cost, r.opportunistic, r.nocarry, r.arrivals)
+            == (
+                self.queued_bytes,
+                self.cost_sum,
+                self.opportunistic,
+                self.nocarry,
+                self.arrival_sum,
+            )
+            && (self.q.is_empty()
+                || (self.dscp_max >= dscp && (!self.dscp_exact || self.dscp_max == dscp)))
     }
 
     /// Payload + outer overhead of a bundle holding the whole queue.
@@ -456,6 +556,41 @@ impl HoldRun {
             self.sum = 0;
         }
     }
+}
+
+/// Records the hold time (`now` minus arrival) of every packet in `q`, in
+/// both histograms, given the sum of their arrival times. Arrival times are
+/// non-decreasing along a queue, so when the first and the last packet's
+/// hold times fall in the same bucket, every one does, and the bucket gets
+/// them all at once: their count and the sum of their hold times,
+/// `len * now - arrivals`. Otherwise they are recorded in runs.
+fn record_holds(
+    q: &Ring<Entry>,
+    now: Micros,
+    arrivals: u128,
+    peer: &mut Histogram,
+    total: &mut Histogram,
+) {
+    let (a, b) = q.as_slices();
+    let (Some(first), Some(last)) = (a.first(), b.last().or(a.last())) else {
+        return;
+    };
+    let mut run = HoldRun::new(peer, now.saturating_sub(first.arrival));
+    if now >= last.arrival && now - last.arrival >= run.lo {
+        // Every hold time lies between the last's and the first's, so in the run's bucket.
+        debug_assert!(a
+            .iter()
+            .chain(b)
+            .all(|e| (run.lo..=run.hi).contains(&(now - e.arrival))));
+        let sum = q.len() as u128 * u128::from(now) - arrivals;
+        run.count = q.len() as u64;
+        run.sum = u64::try_from(sum).unwrap_or(u64::MAX);
+    } else {
+        for e in a.iter().chain(b) {
+            run.add(peer, total, now.saturating_sub(e.arrival));
+        }
+    }
+    run.finish(peer, total);
 }
 
 #[inline]
@@ -1085,25 +1220,26 @@ impl Engine {
         if s.q.is_empty() {
             self.nonempty += 1;
         }
-        // Stored behind its later-packet separator, ready to be copied into a bundle.
-        let (sep, k) = s.cfg.encoding.later_separator(packet);
-        let c = k + len;
-        s.bytes.push_prefixed(&sep, k, packet);
-        s.q.push_back(Entry {
-            arrival: self.now,
-            len: len as u32,
-            cost: c as u32,
-            dscp,
-            opportunistic,
-            carry,
-        });
-        s.queued_bytes += len;
-        s.cost_sum += c;
-        s.opportunistic += opportunistic as usize;
+        s.push(self.now, packet, dscp, opportunistic, carry);
         self.queued_packets += 1;
         self.queued_bytes += len;
-        self.refresh(i, front_changed);
+        // `refresh`, with its common case in line: the front is unchanged, the
+        // queue is not ready, not in the ready heap and the link is idle
+        // (nothing to do).
+        if front_changed
+            || s.ready_reason(self.link_busy, self.config.link_mode)
+                .is_some()
+            || s.in_ready
+            || self.link_busy
+        {
+            self.refresh_out_of_line(i, front_changed);
+        }
         Verdict::Queued(TrafficClass::Bundle)
+    }
+
+    #[inline(never)]
+    fn refresh_out_of_line(&mut self, i: usize, front_changed: bool) {
+        self.refresh(i, front_changed);
     }
 
     /// Drops the oldest packet of slot `i` (no deadline/ready bookkeeping).
@@ -1111,10 +1247,9 @@ impl Engine {
         let s = &mut self.slots[i];
         let Some(e) = s.q.pop_front() else { return };
         s.bytes.pop(e.cost as usize);
-        s.queued_bytes -= e.len as usize;
-        s.cost_sum -= e.cost as usize;
-        s.opportunistic -= e.opportunistic as usize;
-        s.flush_pending = s.flush_pending.saturating_sub(1);
+        let mut r = Removed::default();
+        r.add(&e);
+        s.forget_front(1, r);
         if s.q.is_empty() {
             self.nonempty -= 1;
         }
@@ -1132,6 +1267,7 @@ impl Engine {
             // Re-encode the queue: each packet behind the new encoding's separator.
             let mut fresh = ByteFifo::default();
             let mut sum = 0;
+            let mut nocarry = 0;
             let mut off = 0;
             for e in s.q.iter_mut() {
                 let (l, old) = (e.len as usize, e.cost as usize);
@@ -1143,9 +1279,11 @@ impl Engine {
                 debug_assert_eq!(e.cost as usize, cost(cfg.encoding, l, false));
                 e.carry = cfg.encoding.can_carry(pkt);
                 sum += e.cost as usize;
+                nocarry += !e.carry as usize;
             }
             s.bytes = fresh;
             s.cost_sum = sum;
+            s.nocarry = nocarry;
         }
         s.set_cfg(cfg);
         while self.slots[i].q.len() > self.slots[i].cfg.queue_limit_packets {
@@ -1379,11 +1517,9 @@ impl Engine {
                 }
                 _ => false,
             };
-        let mut n: usize;
+        let n: usize;
         let mut dscp = 0;
-        let mut inner_bytes: usize;
-        let mut removed_cost: usize;
-        let mut removed_opp: usize;
+        let inner_bytes: usize;
         // (`limit` holds the header and two packets, so the writer exists.)
         let writer = if bundle {
             BundleWriter::new(enc, &mut buf[..limit])
@@ -1394,52 +1530,71 @@ impl Engine {
             // The queue holds each packet behind its later-packet separator
             // (`Entry::cost` bytes). The first packet is written in its
             // first-packet form; the packets after it are already encoded, so
-            // the walk only decides how many fit and copies them in one piece.
-            // Arrival times are non-decreasing along the queue, so hold times
-            // are non-increasing and their histogram bucket only moves down:
-            // record runs of equal buckets at once.
+            // they are copied in one piece once it is known how many fit.
             let src = s.bytes.live();
             let first = *s.q.get(0).expect("checked above: two packets queued");
             let (fl, fc) = (first.len as usize, first.cost as usize);
-            let mut run = HoldRun::new(&s.stats.hold_time_us, now.saturating_sub(first.arrival));
             w.push_checked(&src[fc - fl..fc])
                 .expect("checked above: header and the first two packets fit");
-            n = 1;
-            inner_bytes = fl;
-            removed_cost = fc;
-            removed_opp = first.opportunistic as usize;
-            dscp = first.dscp;
-            run.add(
-                &mut s.stats.hold_time_us,
-                &mut self.total.hold_time_us,
-                now.saturating_sub(first.arrival),
-            );
             let room = w.remaining();
             let count = maxp.min(s.q.len());
-            let mut body = 0usize;
-            while n < count {
-                let Some(&e) = s.q.get(n) else { break };
-                let c = e.cost as usize;
-                if !e.carry || body + c > room {
-                    break;
+            let (peer_holds, total_holds) =
+                (&mut s.stats.hold_time_us, &mut self.total.hold_time_us);
+            let body;
+            let removed;
+            if count == s.q.len() && s.nocarry == 0 && s.cost_sum - fc <= room {
+                // The whole queue fits (the common case): what leaves is the
+                // queue's aggregates, no walk needed to find or sum it.
+                n = count;
+                body = s.cost_sum - fc;
+                removed = Removed {
+                    bytes: s.queued_bytes,
+                    cost: s.cost_sum,
+                    opportunistic: s.opportunistic,
+                    nocarry: 0,
+                    arrivals: s.arrival_sum,
+                };
+                dscp = if s.dscp_exact {
+                    s.dscp_max
+                } else {
+                    s.q.iter().map(|e| e.dscp).max().unwrap_or(0)
+                };
+                record_holds(&s.q, now, s.arrival_sum, peer_holds, total_holds);
+            } else {
+                // Walk while the next packet fits. Arrival times are
+                // non-decreasing along the queue, so hold times are
+                // non-increasing and their histogram bucket only moves down:
+                // record runs of equal buckets at once.
+                let mut run = HoldRun::new(peer_holds, now.saturating_sub(first.arrival));
+                let mut r = Removed::default();
+                r.add(&first);
+                dscp = first.dscp;
+                run.add(peer_holds, total_holds, now.saturating_sub(first.arrival));
+                let mut k = 1;
+                let mut later = 0usize;
+                while k < count {
+                    let Some(&e) = s.q.get(k) else { break };
+                    let c = e.cost as usize;
+                    if !e.carry || later + c > room {
+                        break;
+                    }
+                    later += c;
+                    k += 1;
+                    r.add(&e);
+                    dscp = dscp.max(e.dscp);
+                    run.add(peer_holds, total_holds, now.saturating_sub(e.arrival));
                 }
-                body += c;
-                n += 1;
-                inner_bytes += e.len as usize;
-                removed_opp += e.opportunistic as usize;
-                dscp = dscp.max(e.dscp);
-                run.add(
-                    &mut s.stats.hold_time_us,
-                    &mut self.total.hold_time_us,
-                    now.saturating_sub(e.arrival),
-                );
+                run.finish(peer_holds, total_holds);
+                n = k;
+                body = later;
+                removed = r;
             }
-            removed_cost += body;
             w.push_encoded(&src[fc..fc + body], n - 1)
                 .expect("the walk kept to the room and packet count left");
             s.q.drop_front(n);
-            s.bytes.pop(removed_cost);
-            run.finish(&mut s.stats.hold_time_us, &mut self.total.hold_time_us);
+            s.bytes.pop(removed.cost);
+            s.forget_front(n, removed);
+            inner_bytes = removed.bytes;
             debug_assert!(n >= 2, "the first two packets were checked to fit");
             (
                 w.finish(),
@@ -1456,8 +1611,6 @@ impl Engine {
             let c = e.cost as usize;
             n = 1;
             inner_bytes = l;
-            removed_cost = c;
-            removed_opp = e.opportunistic as usize;
             let fits = l <= buf.len();
             if fits {
                 buf[..l].copy_from_slice(s.bytes.get(c - l, l));
@@ -1468,11 +1621,10 @@ impl Engine {
                 self.total.hold_time_us.record_in(b, hold);
             }
             s.bytes.pop(c);
+            let mut r = Removed::default();
+            r.add(&e);
+            s.forget_front(1, r);
             if !fits {
-                s.queued_bytes -= l;
-                s.cost_sum -= removed_cost;
-                s.opportunistic -= removed_opp;
-                s.flush_pending = s.flush_pending.saturating_sub(1);
                 self.queued_packets -= 1;
                 self.queued_bytes -= l;
                 count(&mut self.total, Some(&mut s.stats), |c| {
@@ -1482,10 +1634,6 @@ impl Engine {
             }
             (l, TransmitKind::Single)
         };
-        s.queued_bytes -= inner_bytes;
-        s.cost_sum -= removed_cost;
-        s.opportunistic -= removed_opp;
-        s.flush_pending = s.flush_pending.saturating_sub(n);
         self.queued_packets -= n;
         self.queued_bytes -= inner_bytes;
         let (t, p) = (&mut self.total, &mut s.stats);
