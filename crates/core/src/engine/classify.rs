@@ -162,6 +162,9 @@ span_impl!(usize);
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Udp4Rule {
     class: TrafficClass,
+    /// The port condition (`either`) is the only one: every other range is
+    /// full and the mark mask is 0.
+    ports_only: bool,
     src: Span<u16>,
     dst: Span<u16>,
     either: Span<u16>,
@@ -197,8 +200,9 @@ impl Udp4Rules {
             if mark_value & !mark_mask != 0 {
                 return None;
             }
-            Some(Udp4Rule {
+            let mut rule = Udp4Rule {
                 class: r.class,
+                ports_only: false,
                 src: Span::<u16>::of_opt(&r.src_ports)?,
                 dst: Span::<u16>::of_opt(&r.dst_ports)?,
                 either: Span::<u16>::of_opt(&r.ports)?,
@@ -206,7 +210,16 @@ impl Udp4Rules {
                 len: Span::<usize>::of_opt(&r.len)?,
                 mark_value,
                 mark_mask,
-            })
+            };
+            rule.ports_only = (rule.src, rule.dst, rule.dscp, rule.len, rule.mark_mask)
+                == (
+                    Span::<u16>::ALL,
+                    Span::<u16>::ALL,
+                    Span::<u8>::ALL,
+                    Span::<usize>::ALL,
+                    0,
+                );
+            Some(rule)
         };
         Udp4Rules {
             rules: c.rules.iter().filter_map(compile).collect(),
@@ -230,12 +243,13 @@ impl Udp4Rules {
             return TrafficClass::Bypass;
         }
         for r in &self.rules {
-            if r.src.has(src_port)
-                && r.dst.has(dst_port)
-                && (r.either.has(src_port) || r.either.has(dst_port))
-                && r.dscp.has(dscp)
-                && r.len.has(len)
-                && mark & r.mark_mask == r.mark_value
+            if (r.either.has(src_port) || r.either.has(dst_port))
+                && (r.ports_only
+                    || (r.src.has(src_port)
+                        && r.dst.has(dst_port)
+                        && r.dscp.has(dscp)
+                        && r.len.has(len)
+                        && mark & r.mark_mask == r.mark_value))
             {
                 return r.class;
             }

@@ -384,7 +384,11 @@ impl Slot {
         } else {
             self.dscp_max = self.dscp_max.max(dscp);
         }
-        let (sep, k) = self.cfg.encoding.later_separator(packet);
+        let (sep, k) = match self.cfg.encoding {
+            // The usual voice case, without the general separator writer.
+            Encoding::Native if len < 0x80 => ([len as u8, 0, 0, 0], 1),
+            enc => enc.later_separator(packet),
+        };
         let c = k + len;
         self.bytes.push_prefixed(&sep, k, packet);
         self.q.push_back(Entry {
