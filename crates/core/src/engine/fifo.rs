@@ -39,17 +39,20 @@ impl ByteFifo {
     /// after `k` are overwritten by the packet or lie beyond the tail), so no
     /// length-dependent copy is needed for it.
     #[inline(always)]
-    pub(crate) fn push_prefixed<const N: usize>(
-        &mut self,
-        prefix: &[u8; N],
-        k: usize,
-        bytes: &[u8],
-    ) {
+    pub(crate) fn push_prefixed(&mut self, prefix: &[u8; 4], k: usize, bytes: &[u8]) {
+        self.push_prefixed_word(u32::from_le_bytes(*prefix), k, bytes);
+    }
+
+    /// [`ByteFifo::push_prefixed`] with the prefix bytes as a little-endian
+    /// word (one store).
+    #[inline(always)]
+    pub(crate) fn push_prefixed_word(&mut self, prefix: u32, k: usize, bytes: &[u8]) {
+        const N: usize = 4;
         let k = k.min(N);
         let n = k + bytes.len();
         let at = self.reserve(n.max(N));
         let dst = &mut self.buf[at..at + n.max(N)];
-        dst[..N].copy_from_slice(prefix);
+        dst[..N].copy_from_slice(&prefix.to_le_bytes());
         copy_packet(&mut dst[k..n], bytes);
         self.tail = at + n;
     }
@@ -186,7 +189,7 @@ impl<T: Copy + Default> Ring<T> {
     }
 
     /// Appends `v` at the back.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_back(&mut self, v: T) {
         if self.len == self.buf.len() {
             self.grow();

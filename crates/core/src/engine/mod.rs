@@ -386,11 +386,14 @@ impl Slot {
         }
         let (sep, k) = match self.cfg.encoding {
             // The usual voice case, without the general separator writer.
-            Encoding::Native if len < 0x80 => ([len as u8, 0, 0, 0], 1),
-            enc => enc.later_separator(packet),
+            Encoding::Native if len < 0x80 => (len as u32, 1),
+            enc => {
+                let (sep, k) = enc.later_separator(packet);
+                (u32::from_le_bytes(sep), k)
+            }
         };
         let c = k + len;
-        self.bytes.push_prefixed(&sep, k, packet);
+        self.bytes.push_prefixed_word(sep, k, packet);
         self.q.push_back(Entry {
             arrival: now,
             len: len as u32,
@@ -442,6 +445,28 @@ impl Slot {
             )
             && (self.q.is_empty()
                 || (self.dscp_max >= dscp && (!self.dscp_exact || self.dscp_max == dscp)))
+    }
+
+    /// After a push to this queue with its front unchanged: whether
+    /// `Engine::refresh` has anything to do, i.e. `in_ready || link_busy ||
+    /// ready_reason(..).is_some()`, with `q` not empty and `!link_busy && x ||
+    /// link_busy` written as `x || link_busy`. Its common case, in line: not
+    /// ready, not in the ready heap, and the link is idle.
+    #[inline(always)]
+    fn refresh_after_push(&self, link_busy: bool, mode: LinkMode) -> bool {
+        let refresh = link_busy
+            || self.in_ready
+            || self.draining
+            || self.flush_pending > 0
+            || !self.cfg.accepts_bundles
+            || self.size_ready()
+            || mode == LinkMode::HoldWhileBusy
+            || self.opportunistic > 0;
+        debug_assert_eq!(
+            refresh,
+            self.in_ready || link_busy || self.ready_reason(link_busy, mode).is_some()
+        );
+        refresh
     }
 
     /// Payload + outer overhead of a bundle holding the whole queue.
@@ -639,21 +664,56 @@ pub struct Engine {
     deadlines: BinaryHeap<DeadlineItem>,
     ready: BinaryHeap<ReadyItem>,
     ready_count: usize,
-    nonempty: usize,
+    counts: QueueCounts,
     wake: Vec<u32>,
     bypass: Ring<BypassEntry>,
     bypass_bytes: ByteFifo,
     bypass_turn: bool,
     link_busy: bool,
     now: Micros,
-    queued_packets: usize,
-    queued_bytes: usize,
     total: Stats,
     /// `config.classifier` compiled for the UDP/IPv4 fast path.
     udp4_rules: Udp4Rules,
     /// Unit tests: every packet takes the general path.
     #[cfg(test)]
     general_only: bool,
+}
+
+/// Packets, bytes and non-empty queues over all peers (bypass FIFO included
+/// in the packets and bytes).
+#[derive(Debug, Default)]
+struct QueueCounts {
+    nonempty: usize,
+    packets: usize,
+    bytes: usize,
+}
+
+/// The common case of [`Engine::enqueue`], on the slot itself (so that a
+/// caller holding the slot does not look it up again): queue `packet` on `s`
+/// when it stays below both queue limits. `None` when it would exceed one
+/// (nothing changed), else whether the front changed (the queue was empty).
+#[inline(always)]
+fn push_within_limits(
+    s: &mut Slot,
+    counts: &mut QueueCounts,
+    now: Micros,
+    packet: &[u8],
+    dscp: u8,
+    opportunistic: bool,
+    carry: bool,
+) -> Option<bool> {
+    let len = packet.len();
+    // Below both limits after adding it (which implies it is within the
+    // byte limit on its own and the packet limit is not zero).
+    if s.q.len() >= s.cfg.queue_limit_packets || s.queued_bytes + len > s.cfg.queue_limit_bytes {
+        return None;
+    }
+    let front_changed = s.q.is_empty();
+    counts.nonempty += front_changed as usize;
+    s.push(now, packet, dscp, opportunistic, carry);
+    counts.packets += 1;
+    counts.bytes += len;
+    Some(front_changed)
 }
 
 /// Applies `f` to the total counters and, when given, to a peer's counters.
@@ -679,15 +739,13 @@ impl Engine {
             deadlines: BinaryHeap::new(),
             ready: BinaryHeap::new(),
             ready_count: 0,
-            nonempty: 0,
+            counts: QueueCounts::default(),
             wake: Vec::new(),
             bypass: Ring::default(),
             bypass_bytes: ByteFifo::default(),
             bypass_turn: false,
             link_busy: false,
             now: 0,
-            queued_packets: 0,
-            queued_bytes: 0,
             total: Stats::default(),
         }
     }
@@ -815,21 +873,32 @@ impl Engine {
         let class =
             self.udp4_rules
                 .classify(u.dscp, u.src_port, u.dst_port, len, mark, s.cfg.max_size);
-        // An IPv4 packet that is not a bundle: every encoding carries it.
-        let verdict = match class {
-            TrafficClass::Bypass => self.enqueue_bypass(i, packet, u.dscp),
-            _ => self.enqueue(
-                i,
-                packet,
-                u.dscp,
-                class == TrafficClass::Opportunistic,
-                true,
-            ),
-        };
-        match verdict {
-            Verdict::Queued(_) => Verdict::Queued(class),
-            d => d,
+        if class == TrafficClass::Bypass {
+            return self.enqueue_bypass(i, packet, u.dscp);
         }
+        // `enqueue`, on the slot already at hand. An IPv4 packet that is not
+        // a bundle: every encoding carries it.
+        let opportunistic = class == TrafficClass::Opportunistic;
+        let pushed = push_within_limits(
+            s,
+            &mut self.counts,
+            self.now,
+            packet,
+            u.dscp,
+            opportunistic,
+            true,
+        );
+        match pushed {
+            Some(false) if !s.refresh_after_push(self.link_busy, self.config.link_mode) => {}
+            Some(front_changed) => self.refresh_out_of_line(i, front_changed),
+            None => {
+                return match self.enqueue_over_limit(i, packet, u.dscp, opportunistic, true) {
+                    Verdict::Queued(_) => Verdict::Queued(class),
+                    d => d,
+                }
+            }
+        }
+        Verdict::Queued(class)
     }
 
     /// Whether [`Engine::handle_packet`] may take its fast path (unit tests
@@ -1039,7 +1108,7 @@ impl Engine {
 
     /// Packets and bytes currently queued (all peers and the bypass FIFO).
     pub fn queued(&self) -> (usize, usize) {
-        (self.queued_packets, self.queued_bytes)
+        (self.counts.packets, self.counts.bytes)
     }
 
     /// Totals over all peers.
@@ -1054,7 +1123,7 @@ impl Engine {
 
     /// Known peers, in no particular order.
     pub fn peers(&self) -> impl Iterator<Item = PeerKey> + '_ {
-        self.index.keys().copied()
+        self.index.keys()
     }
 
     /// Whether the engine currently believes the link is busy.
@@ -1151,8 +1220,8 @@ impl Engine {
             gen: self.slots[i].gen,
             dscp,
         });
-        self.queued_packets += 1;
-        self.queued_bytes += packet.len();
+        self.counts.packets += 1;
+        self.counts.bytes += packet.len();
         Verdict::Queued(TrafficClass::Bypass)
     }
 
@@ -1166,17 +1235,22 @@ impl Engine {
         opportunistic: bool,
         carry: bool,
     ) -> Verdict {
-        let len = packet.len();
-        let s = &self.slots[i];
-        // Below both limits after adding it (which implies it is within the
-        // byte limit on its own and the packet limit is not zero).
-        if s.q.len() < s.cfg.queue_limit_packets && s.queued_bytes + len <= s.cfg.queue_limit_bytes
-        {
-            let front_changed = s.q.is_empty();
-            self.push_packet(i, packet, dscp, opportunistic, carry, front_changed)
-        } else {
-            self.enqueue_over_limit(i, packet, dscp, opportunistic, carry)
+        let s = &mut self.slots[i];
+        let pushed = push_within_limits(
+            s,
+            &mut self.counts,
+            self.now,
+            packet,
+            dscp,
+            opportunistic,
+            carry,
+        );
+        match pushed {
+            Some(false) if !s.refresh_after_push(self.link_busy, self.config.link_mode) => {}
+            Some(front_changed) => self.refresh_out_of_line(i, front_changed),
+            None => return self.enqueue_over_limit(i, packet, dscp, opportunistic, carry),
         }
+        Verdict::Queued(TrafficClass::Bundle)
     }
 
     /// [`Engine::enqueue`] when the packet would exceed a queue limit: drop it
@@ -1205,45 +1279,20 @@ impl Engine {
         while self.slots[i].queued_bytes + len > self.slots[i].cfg.queue_limit_bytes {
             self.drop_front(i, DropReason::QueueBytes);
         }
-        self.push_packet(i, packet, dscp, opportunistic, carry, true)
-    }
-
-    /// Appends a packet that fits the queue limits to slot `i`'s queue.
-    #[inline(always)]
-    fn push_packet(
-        &mut self,
-        i: usize,
-        packet: &[u8],
-        dscp: u8,
-        opportunistic: bool,
-        carry: bool,
-        front_changed: bool,
-    ) -> Verdict {
-        let len = packet.len();
         let s = &mut self.slots[i];
-        if s.q.is_empty() {
-            self.nonempty += 1;
-        }
-        s.push(self.now, packet, dscp, opportunistic, carry);
-        self.queued_packets += 1;
-        self.queued_bytes += len;
-        // `refresh`, with its common case in line: the front is unchanged, the
-        // queue is not ready, not in the ready heap and the link is idle
-        // (nothing to do).
-        if front_changed
-            || s.ready_reason(self.link_busy, self.config.link_mode)
-                .is_some()
-            || s.in_ready
-            || self.link_busy
-        {
-            self.refresh_out_of_line(i, front_changed);
-        }
+        let pushed = push_within_limits(
+            s,
+            &mut self.counts,
+            self.now,
+            packet,
+            dscp,
+            opportunistic,
+            carry,
+        );
+        debug_assert!(pushed.is_some(), "room was made");
+        // The front may have changed with the drops.
+        self.refresh(i, true);
         Verdict::Queued(TrafficClass::Bundle)
-    }
-
-    #[inline(never)]
-    fn refresh_out_of_line(&mut self, i: usize, front_changed: bool) {
-        self.refresh(i, front_changed);
     }
 
     /// Drops the oldest packet of slot `i` (no deadline/ready bookkeeping).
@@ -1255,10 +1304,10 @@ impl Engine {
         r.add(&e);
         s.forget_front(1, r);
         if s.q.is_empty() {
-            self.nonempty -= 1;
+            self.counts.nonempty -= 1;
         }
-        self.queued_packets -= 1;
-        self.queued_bytes -= e.len as usize;
+        self.counts.packets -= 1;
+        self.counts.bytes -= e.len as usize;
         count(&mut self.total, Some(&mut s.stats), |c| {
             c.dropped[reason.index()] += 1
         });
@@ -1319,6 +1368,11 @@ impl Engine {
         // there is no wake list to join: nothing to do (the common case).
     }
 
+    #[inline(never)]
+    fn refresh_out_of_line(&mut self, i: usize, front_changed: bool) {
+        self.refresh(i, front_changed);
+    }
+
     /// The oldest packet of slot `i` changed: new fixed cost and deadline.
     #[inline(never)]
     fn reset_deadline(&mut self, i: usize) {
@@ -1327,7 +1381,7 @@ impl Engine {
         s.dl_gen = s.dl_gen.wrapping_add(1);
         if let Some(d) = s.deadline() {
             self.deadlines.push(Reverse((d, i as u32, s.dl_gen)));
-            if self.deadlines.len() > 2 * self.nonempty + 64 {
+            if self.deadlines.len() > 2 * self.counts.nonempty + 64 {
                 let slots = &self.slots;
                 self.deadlines
                     .retain(|Reverse((_, j, g))| slots[*j as usize].dl_gen == *g);
@@ -1403,8 +1457,8 @@ impl Engine {
     fn next_bypass(&mut self, buf: &mut [u8]) -> Option<Transmit> {
         while let Some(e) = self.bypass.pop_front() {
             let len = e.len as usize;
-            self.queued_packets -= 1;
-            self.queued_bytes -= len;
+            self.counts.packets -= 1;
+            self.counts.bytes -= len;
             let slot = &mut self.slots[e.slot as usize];
             let key = slot.key;
             let ps = (slot.gen == e.gen).then_some(&mut slot.stats);
@@ -1478,7 +1532,7 @@ impl Engine {
             let (j, reason) = pick.expect("picked above");
             let t = self.serve(j, reason, now, buf);
             if self.slots[j].q.is_empty() {
-                self.nonempty -= 1;
+                self.counts.nonempty -= 1;
                 if self.slots[j].draining {
                     self.free_slot(j);
                 } else {
@@ -1629,8 +1683,8 @@ impl Engine {
             r.add(&e);
             s.forget_front(1, r);
             if !fits {
-                self.queued_packets -= 1;
-                self.queued_bytes -= l;
+                self.counts.packets -= 1;
+                self.counts.bytes -= l;
                 count(&mut self.total, Some(&mut s.stats), |c| {
                     c.dropped[DropReason::TooLarge.index()] += 1
                 });
@@ -1638,8 +1692,8 @@ impl Engine {
             }
             (l, TransmitKind::Single)
         };
-        self.queued_packets -= n;
-        self.queued_bytes -= inner_bytes;
+        self.counts.packets -= n;
+        self.counts.bytes -= inner_bytes;
         let (t, p) = (&mut self.total, &mut s.stats);
         for st in [t, p] {
             let c = &mut st.counters;
