@@ -310,6 +310,10 @@ struct Slot {
     rd_gen: u32,
     in_ready: bool,
     in_wake: bool,
+    /// `!in_ready && !draining && flush_pending == 0 && cfg.accepts_bundles
+    /// && opportunistic == 0` (kept by `Slot::sync_calm`): with an idle link
+    /// in fixed mode, a push can only make the queue ready by its size.
+    calm: bool,
     stats: Stats,
 }
 
@@ -339,6 +343,7 @@ impl Slot {
             rd_gen: 0,
             in_ready: false,
             in_wake: false,
+            calm: false,
             stats: Stats::default(),
         }
         .synced()
@@ -352,6 +357,7 @@ impl Slot {
     /// Recomputes the values derived from `cfg` and `fixed_cost`; called
     /// whenever either changes.
     fn sync(&mut self) {
+        self.sync_calm();
         self.max_packets = self.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE);
         // wire_estimate() >= min(min_size, max_size), with the cost sum alone.
         self.ready_cost = self
@@ -359,6 +365,16 @@ impl Slot {
             .min_size
             .min(self.cfg.max_size)
             .saturating_sub(self.cfg.outer_overhead.saturating_add(self.fixed_cost));
+    }
+
+    /// Recomputes `calm`; called whenever one of its inputs changes.
+    #[inline]
+    fn sync_calm(&mut self) {
+        self.calm = !self.in_ready
+            && !self.draining
+            && self.flush_pending == 0
+            && self.cfg.accepts_bundles
+            && self.opportunistic == 0;
     }
 
     /// Replaces the configuration.
@@ -404,7 +420,10 @@ impl Slot {
         });
         self.queued_bytes += len;
         self.cost_sum += c;
-        self.opportunistic += opportunistic as usize;
+        if opportunistic {
+            self.opportunistic += 1;
+            self.calm = false;
+        }
         self.nocarry += !carry as usize;
         self.arrival_sum += u128::from(now);
         debug_assert!(self.aggregates_hold());
@@ -421,6 +440,7 @@ impl Slot {
         self.nocarry -= removed.nocarry;
         self.arrival_sum -= removed.arrivals;
         self.flush_pending = self.flush_pending.saturating_sub(n);
+        self.sync_calm();
         // The highest DSCP may have left; it is exact again once the queue
         // has been empty.
         self.dscp_exact &= self.q.is_empty();
@@ -445,23 +465,23 @@ impl Slot {
             )
             && (self.q.is_empty()
                 || (self.dscp_max >= dscp && (!self.dscp_exact || self.dscp_max == dscp)))
+            && self.calm
+                == (!self.in_ready
+                    && !self.draining
+                    && self.flush_pending == 0
+                    && self.cfg.accepts_bundles
+                    && self.opportunistic == 0)
     }
 
     /// After a push to this queue with its front unchanged: whether
     /// `Engine::refresh` has anything to do, i.e. `in_ready || link_busy ||
-    /// ready_reason(..).is_some()`, with `q` not empty and `!link_busy && x ||
-    /// link_busy` written as `x || link_busy`. Its common case, in line: not
-    /// ready, not in the ready heap, and the link is idle.
+    /// ready_reason(..).is_some()` with `q` not empty. Its common case, in
+    /// line: a calm queue on an idle link in fixed mode that has not reached
+    /// its size.
     #[inline(always)]
-    fn refresh_after_push(&self, link_busy: bool, mode: LinkMode) -> bool {
-        let refresh = link_busy
-            || self.in_ready
-            || self.draining
-            || self.flush_pending > 0
-            || !self.cfg.accepts_bundles
-            || self.size_ready()
-            || mode == LinkMode::HoldWhileBusy
-            || self.opportunistic > 0;
+    fn refresh_after_push(&self, calm_link: bool, link_busy: bool, mode: LinkMode) -> bool {
+        debug_assert_eq!(calm_link, !link_busy && mode == LinkMode::Fixed);
+        let refresh = !(self.calm && calm_link) || self.size_ready();
         debug_assert_eq!(
             refresh,
             self.in_ready || link_busy || self.ready_reason(link_busy, mode).is_some()
@@ -670,6 +690,8 @@ pub struct Engine {
     bypass_bytes: ByteFifo,
     bypass_turn: bool,
     link_busy: bool,
+    /// `!link_busy && config.link_mode == LinkMode::Fixed`.
+    calm_link: bool,
     now: Micros,
     total: Stats,
     /// `config.classifier` compiled for the UDP/IPv4 fast path.
@@ -730,6 +752,7 @@ impl Engine {
     pub fn new(config: EngineConfig) -> Self {
         Engine {
             udp4_rules: Udp4Rules::new(&config.classifier),
+            calm_link: config.link_mode == LinkMode::Fixed,
             #[cfg(test)]
             general_only: false,
             config,
@@ -765,6 +788,7 @@ impl Engine {
     pub fn reconfigure(&mut self, config: EngineConfig) {
         self.udp4_rules = Udp4Rules::new(&config.classifier);
         self.config = config;
+        self.calm_link = !self.link_busy && self.config.link_mode == LinkMode::Fixed;
         for i in 0..self.slots.len() {
             let s = &self.slots[i];
             if !s.live {
@@ -813,6 +837,7 @@ impl Engine {
         } else {
             s.draining = true;
             s.flush_pending = s.q.len();
+            s.sync_calm();
             self.refresh(i, false);
         }
         self.settle();
@@ -889,7 +914,9 @@ impl Engine {
             true,
         );
         match pushed {
-            Some(false) if !s.refresh_after_push(self.link_busy, self.config.link_mode) => {}
+            Some(false)
+                if !s.refresh_after_push(self.calm_link, self.link_busy, self.config.link_mode) => {
+            }
             Some(front_changed) => self.refresh_out_of_line(i, front_changed),
             None => {
                 return match self.enqueue_over_limit(i, packet, u.dscp, opportunistic, true) {
@@ -998,6 +1025,7 @@ impl Engine {
             return;
         }
         self.link_busy = busy;
+        self.calm_link = !busy && self.config.link_mode == LinkMode::Fixed;
         if !busy {
             let mut wake = core::mem::take(&mut self.wake);
             for &i in &wake {
@@ -1074,6 +1102,7 @@ impl Engine {
             let s = &mut self.slots[i];
             if !s.q.is_empty() {
                 s.flush_pending = s.q.len();
+                s.sync_calm();
                 self.refresh(i, false);
             }
         }
@@ -1173,8 +1202,8 @@ impl Engine {
                 s.live = true;
                 s.draining = false;
                 s.explicit = explicit;
-                s.set_cfg(cfg);
                 s.flush_pending = 0;
+                s.set_cfg(cfg);
                 s.stats.clear();
                 i as usize
             }
@@ -1199,6 +1228,7 @@ impl Engine {
             s.in_ready = false;
             self.ready_count -= 1;
         }
+        s.sync_calm();
         self.free.push(i as u32);
     }
 
@@ -1246,7 +1276,9 @@ impl Engine {
             carry,
         );
         match pushed {
-            Some(false) if !s.refresh_after_push(self.link_busy, self.config.link_mode) => {}
+            Some(false)
+                if !s.refresh_after_push(self.calm_link, self.link_busy, self.config.link_mode) => {
+            }
             Some(front_changed) => self.refresh_out_of_line(i, front_changed),
             None => return self.enqueue_over_limit(i, packet, dscp, opportunistic, carry),
         }
@@ -1400,6 +1432,7 @@ impl Engine {
         self.ready.push((key, Reverse(i as u32), s.rd_gen));
         if !s.in_ready {
             s.in_ready = true;
+            s.calm = false;
             self.ready_count += 1;
         }
         if self.ready.len() > 2 * self.ready_count + 64 {
@@ -1418,6 +1451,7 @@ impl Engine {
         if s.in_ready {
             s.in_ready = false;
             s.rd_gen = s.rd_gen.wrapping_add(1);
+            s.sync_calm();
             self.ready_count -= 1;
         }
         self.maybe_wake(i);
@@ -1523,6 +1557,7 @@ impl Engine {
                         let s = &mut self.slots[j];
                         s.in_ready = false;
                         s.rd_gen = s.rd_gen.wrapping_add(1);
+                        s.sync_calm();
                         self.ready_count -= 1;
                         self.maybe_wake(j);
                         continue;
