@@ -692,6 +692,11 @@ pub struct Engine {
     link_busy: bool,
     /// `!link_busy && config.link_mode == LinkMode::Fixed`.
     calm_link: bool,
+    /// `poll_transmit` has nothing to send while `now` is before this: 0 when
+    /// the ready heap or the bypass FIFO is not empty, else the earliest
+    /// deadline (`Micros::MAX` if none). Recomputed by `settle`, zeroed
+    /// where the ready heap or the bypass FIFO gains an entry.
+    quiet_until: Micros,
     now: Micros,
     total: Stats,
     /// `config.classifier` compiled for the UDP/IPv4 fast path.
@@ -753,6 +758,7 @@ impl Engine {
         Engine {
             udp4_rules: Udp4Rules::new(&config.classifier),
             calm_link: config.link_mode == LinkMode::Fixed,
+            quiet_until: Micros::MAX,
             #[cfg(test)]
             general_only: false,
             config,
@@ -1066,10 +1072,29 @@ impl Engine {
     /// then the fullest.
     ///
     /// A packet longer than `buf` is dropped ([`DropReason::TooLarge`]).
+    #[inline]
     pub fn poll_transmit(&mut self, now: Micros, buf: &mut [u8]) -> Option<Transmit> {
         self.advance(now);
         // Fast path: nothing ready and (the top of the deadline heap being
-        // valid, see `settle`) nothing due.
+        // valid, see `settle`) nothing due. `quiet_until` says so in one
+        // compare; otherwise the same conditions are checked in full.
+        if self.now < self.quiet_until {
+            debug_assert!(
+                self.ready.is_empty()
+                    && self.bypass.is_empty()
+                    && self
+                        .deadlines
+                        .peek()
+                        .map_or(true, |Reverse((t, _, _))| *t > self.now)
+            );
+            return None;
+        }
+        self.poll_transmit_slow(buf)
+    }
+
+    /// [`Engine::poll_transmit`] after `advance`, when something may be due.
+    #[inline(never)]
+    fn poll_transmit_slow(&mut self, buf: &mut [u8]) -> Option<Transmit> {
         if self.ready.is_empty() && self.bypass.is_empty() {
             match self.deadlines.peek() {
                 None => return None,
@@ -1244,6 +1269,7 @@ impl Engine {
             return self.drop_new(Some(i), DropReason::BypassQueueFull);
         }
         self.bypass_bytes.push(packet);
+        self.quiet_until = 0;
         self.bypass.push_back(BypassEntry {
             len: packet.len() as u32,
             slot: i as u32,
@@ -1430,6 +1456,7 @@ impl Engine {
         s.rd_gen = s.rd_gen.wrapping_add(1);
         let key = s.wire_estimate();
         self.ready.push((key, Reverse(i as u32), s.rd_gen));
+        self.quiet_until = 0;
         if !s.in_ready {
             s.in_ready = true;
             s.calm = false;
@@ -1486,6 +1513,13 @@ impl Engine {
             }
             self.deadlines.pop();
         }
+        self.quiet_until = if self.ready.is_empty() && self.bypass.is_empty() {
+            self.deadlines
+                .peek()
+                .map_or(Micros::MAX, |Reverse((t, _, _))| *t)
+        } else {
+            0
+        };
     }
 
     fn next_bypass(&mut self, buf: &mut [u8]) -> Option<Transmit> {
