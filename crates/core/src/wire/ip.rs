@@ -147,21 +147,29 @@ pub fn inspect_inner(packet: &[u8]) -> Result<PacketInfo, DecodeError> {
 /// Same result as `inspect_inner(packet).map(|i| i.version)`, error for error.
 #[inline(always)]
 pub fn validate_inner(packet: &[u8]) -> Result<u8, DecodeError> {
-    // Fast path, in line: a valid IPv4 packet with a 20-byte header (the
-    // voice case). Version 4 + IHL 5 in the first byte, total length equal to
-    // the slice (so >= 20 and non-zero), a correct checksum and a protocol
-    // that is not a bundle protocol pass every check below. Anything else
-    // (including every error) takes the full path, which names the error.
-    if let Some(h) = packet.first_chunk::<IPV4_HEADER_LEN>() {
-        if h[0] == 0x45
-            && usize::from(u16::from_be_bytes([h[2], h[3]])) == packet.len()
-            && ipv4_checksum_ok_20(h)
-            && !is_bundle_protocol(h[9])
-        {
-            return Ok(4);
-        }
+    if valid_inner_ipv4_20(packet) {
+        return Ok(4);
     }
     validate_inner_full(packet)
+}
+
+/// [`validate_inner`]'s fast path, in line: a valid IPv4 packet with a
+/// 20-byte header (the voice case). Version 4 + IHL 5 in the first byte,
+/// total length equal to the slice (so >= 20 and non-zero), a correct
+/// checksum and a protocol that is not a bundle protocol pass every check of
+/// the full path. `false` for anything else (valid or not), which the full
+/// path then checks and names the error of.
+#[inline(always)]
+pub(crate) fn valid_inner_ipv4_20(packet: &[u8]) -> bool {
+    match packet.first_chunk::<IPV4_HEADER_LEN>() {
+        Some(h) => {
+            h[0] == 0x45
+                && usize::from(u16::from_be_bytes([h[2], h[3]])) == packet.len()
+                && ipv4_checksum_ok_20(h)
+                && !is_bundle_protocol(h[9])
+        }
+        None => false,
+    }
 }
 
 /// All of [`validate_inner`]'s checks, for any packet.
