@@ -1102,7 +1102,8 @@ impl Engine {
                 _ => {}
             }
         }
-        let t = if self.bypass_turn {
+        // (`next_bypass` of an empty FIFO is `None`: not called then.)
+        let t = if self.bypass_turn && !self.bypass.is_empty() {
             match self.next_bypass(buf) {
                 Some(t) => Some(t),
                 None => self.next_bundle(buf),
@@ -1110,7 +1111,8 @@ impl Engine {
         } else {
             match self.next_bundle(buf) {
                 Some(t) => Some(t),
-                None => self.next_bypass(buf),
+                None if !self.bypass.is_empty() => self.next_bypass(buf),
+                None => None,
             }
         };
         if let Some(t) = &t {
@@ -1435,7 +1437,11 @@ impl Engine {
     #[inline(never)]
     fn reset_deadline(&mut self, i: usize) {
         let s = &mut self.slots[i];
-        s.update_fixed_cost();
+        // (An empty queue's fixed cost is recomputed when its next first
+        // packet arrives, which resets the deadline again.)
+        if !s.q.is_empty() {
+            s.update_fixed_cost();
+        }
         s.dl_gen = s.dl_gen.wrapping_add(1);
         if let Some(d) = s.deadline() {
             self.deadlines.push(Reverse((d, i as u32, s.dl_gen)));
@@ -1763,6 +1769,12 @@ impl Engine {
         };
         self.counts.packets -= n;
         self.counts.bytes -= inner_bytes;
+        // Both histograms have the same bounds: one bucket lookup for both.
+        let size_bucket = if n >= 2 {
+            s.stats.bundle_packets.bucket(n as u64)
+        } else {
+            0
+        };
         let (t, p) = (&mut self.total, &mut s.stats);
         for st in [t, p] {
             let c = &mut st.counters;
@@ -1783,7 +1795,7 @@ impl Engine {
                 Reason::NotAccepted | Reason::Bypass => {}
             }
             if n >= 2 {
-                st.bundle_packets.record(n as u64);
+                st.bundle_packets.record_in(size_bucket, n as u64);
             }
         }
         Some(Transmit {
