@@ -1667,9 +1667,17 @@ impl Engine {
             let src = s.bytes.live();
             let first = *s.q.get(0).expect("checked above: two packets queued");
             let (fl, fc) = (first.len as usize, first.cost as usize);
-            w.push_checked(&src[fc - fl..fc])
-                .expect("checked above: header and the first two packets fit");
-            let room = w.remaining();
+            // Room for the later packets once the first is written (it is
+            // copied with them when its stored form is its first form).
+            let first_as_later = enc.first_as_later();
+            let room = if first_as_later {
+                debug_assert_eq!(cost(enc, fl, true), fc);
+                w.remaining() - fc
+            } else {
+                w.push_checked(&src[fc - fl..fc])
+                    .expect("checked above: header and the first two packets fit");
+                w.remaining()
+            };
             let count = maxp.min(s.q.len());
             let (peer_holds, total_holds) =
                 (&mut s.stats.hold_time_us, &mut self.total.hold_time_us);
@@ -1722,8 +1730,12 @@ impl Engine {
                 body = later;
                 removed = r;
             }
-            w.push_encoded(&src[fc..fc + body], n - 1)
-                .expect("the walk kept to the room and packet count left");
+            if first_as_later {
+                w.push_encoded(&src[..fc + body], n)
+            } else {
+                w.push_encoded(&src[fc..fc + body], n - 1)
+            }
+            .expect("the walk kept to the room and packet count left");
             s.q.drop_front(n);
             s.bytes.pop(removed.cost);
             s.forget_front(n, removed);
