@@ -13,7 +13,8 @@
 #   bundle   = Engine::next_bundle (serve the ready peer, write the bundle)
 #   receiver = native::decode (split + validate every inner packet)
 #   loop     = the rest: the benchmark loop, poll_transmit's inlined
-#              "nothing to send" check, and iterating the split packets.
+#              "nothing to send" check and its out-of-line part around
+#              next_bundle, and iterating the split packets.
 #
 # Usage (from the repository root): crates/core/benches/callgrind.sh
 # PEERS="1 16" to choose peer counts.

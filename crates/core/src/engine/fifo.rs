@@ -6,93 +6,129 @@
 //! so each queue's packets lie back to back from `head`; the metadata queue
 //! only needs each packet's length. The buffer keeps its capacity, so steady
 //! state does not allocate; dead space at the front is reclaimed by one
-//! `copy_within` only when at least half the buffer is dead, which bounds the
-//! copying to O(1) amortised per byte and the capacity to a small multiple of
-//! the live bytes.
+//! `copy_within` only when an append does not fit behind the tail and at least
+//! half of the used part is dead, which bounds the copying to O(1) amortised
+//! per byte and the capacity to a small multiple of the live bytes.
 //!
 //! Must not touch: policy, statistics or packet contents.
 
 /// A FIFO of byte strings stored back to back (lengths are kept by the caller).
+///
+/// `buf` is always fully initialised (its length is the capacity in use); the
+/// live bytes are `buf[head..tail]`, so appending is one room check and plain
+/// slice copies.
 #[derive(Debug, Default)]
 pub(crate) struct ByteFifo {
     buf: Vec<u8>,
     head: usize,
+    tail: usize,
 }
 
 impl ByteFifo {
     /// Appends `bytes` at the tail.
     #[inline]
     pub(crate) fn push(&mut self, bytes: &[u8]) {
-        self.make_room(bytes.len());
-        self.buf.extend_from_slice(bytes);
+        let n = bytes.len();
+        let at = self.reserve(n);
+        self.buf[at..at + n].copy_from_slice(bytes);
+        self.tail = at + n;
     }
 
     /// Appends `prefix[..k]` and then `bytes` (a packet behind its separator),
-    /// as one record. The short prefix is copied as a whole array, so no
+    /// as one record. The short prefix is copied as a whole array (the bytes
+    /// after `k` are overwritten by the packet or lie beyond the tail), so no
     /// length-dependent copy is needed for it.
-    #[inline]
-    pub(crate) fn push_prefixed<const N: usize>(
-        &mut self,
-        prefix: &[u8; N],
-        k: usize,
-        bytes: &[u8],
-    ) {
-        let k = k.min(N);
-        self.make_room(k + bytes.len());
-        let at = self.buf.len();
-        self.buf.extend_from_slice(prefix);
-        self.buf.truncate(at + k);
-        self.buf.extend_from_slice(bytes);
+    #[inline(always)]
+    pub(crate) fn push_prefixed(&mut self, prefix: &[u8; 4], k: usize, bytes: &[u8]) {
+        self.push_prefixed_word(u32::from_le_bytes(*prefix), k, bytes);
     }
 
-    /// Before appending `n` bytes: restart an empty buffer at its beginning,
-    /// or reclaim the dead front when the append would grow the buffer and at
-    /// least half of it is dead.
-    #[inline]
+    /// [`ByteFifo::push_prefixed`] with the prefix bytes as a little-endian
+    /// word (one store).
+    #[inline(always)]
+    pub(crate) fn push_prefixed_word(&mut self, prefix: u32, k: usize, bytes: &[u8]) {
+        const N: usize = 4;
+        let k = k.min(N);
+        let n = k + bytes.len();
+        let at = self.reserve(n.max(N));
+        let dst = &mut self.buf[at..at + n.max(N)];
+        dst[..N].copy_from_slice(&prefix.to_le_bytes());
+        copy_packet(&mut dst[k..n], bytes);
+        self.tail = at + n;
+    }
+
+    /// Where the next `n` bytes go: `buf[tail..tail + n]` is in bounds afterwards.
+    #[inline(always)]
+    fn reserve(&mut self, n: usize) -> usize {
+        if self.buf.len() - self.tail < n {
+            self.make_room(n);
+        }
+        self.tail
+    }
+
+    /// Before appending `n` bytes that do not fit behind the tail: reclaim the
+    /// dead front when at least half of the used part is dead, and grow
+    /// (at least doubling) if that is not enough.
+    #[cold]
+    #[inline(never)]
     fn make_room(&mut self, n: usize) {
-        if self.head == self.buf.len() {
-            self.buf.clear();
+        if self.head * 2 >= self.tail {
+            self.buf.copy_within(self.head..self.tail, 0);
+            self.tail -= self.head;
             self.head = 0;
-        } else if self.buf.len() + n > self.buf.capacity() && self.head * 2 >= self.buf.len() {
-            let live = self.buf.len() - self.head;
-            self.buf.copy_within(self.head.., 0);
-            self.buf.truncate(live);
-            self.head = 0;
+        }
+        if self.buf.len() - self.tail < n {
+            let len = (self.buf.len() * 2).max(self.tail + n).max(64);
+            self.buf.resize(len, 0);
         }
     }
 
     /// The `len` bytes that start `offset` bytes after the head.
     #[inline]
     pub(crate) fn get(&self, offset: usize, len: usize) -> &[u8] {
-        &self.buf[self.head + offset..self.head + offset + len]
+        &self.live()[offset..offset + len]
     }
 
     /// All live bytes, head first.
     #[inline]
     pub(crate) fn live(&self) -> &[u8] {
-        &self.buf[self.head..]
+        &self.buf[self.head..self.tail]
     }
 
-    /// Removes `len` bytes from the head.
+    /// Removes `len` bytes from the head (an emptied FIFO restarts at the
+    /// beginning of its buffer).
     #[inline]
     pub(crate) fn pop(&mut self, len: usize) {
         self.head += len;
-        if self.head >= self.buf.len() {
-            self.buf.clear();
+        if self.head >= self.tail {
             self.head = 0;
+            self.tail = 0;
         }
     }
 
     /// Live bytes.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.buf.len() - self.head
+        self.tail - self.head
     }
 
     /// Allocated bytes.
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
-        self.buf.capacity()
+        self.buf.len()
+    }
+}
+
+/// `dst.copy_from_slice(src)`, with packets of 32 to 64 bytes (voice) copied
+/// in line as two overlapping 32-byte moves instead of a `memcpy` call.
+#[inline(always)]
+fn copy_packet(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if (32..=64).contains(&n) && dst.len() == n {
+        dst[..32].copy_from_slice(&src[..32]);
+        dst[n - 32..].copy_from_slice(&src[n - 32..]);
+    } else {
+        dst.copy_from_slice(src);
     }
 }
 
@@ -153,7 +189,7 @@ impl<T: Copy + Default> Ring<T> {
     }
 
     /// Appends `v` at the back.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_back(&mut self, v: T) {
         if self.len == self.buf.len() {
             self.grow();
@@ -181,6 +217,22 @@ impl<T: Copy + Default> Ring<T> {
         assert!(n <= self.len, "drop_front past the end");
         self.head = (self.head + n) & self.mask();
         self.len -= n;
+    }
+
+    /// The records, front to back, as two slices (the second is non-empty
+    /// only when the live range wraps around the end of the buffer).
+    #[inline]
+    pub(crate) fn as_slices(&self) -> (&[T], &[T]) {
+        let at = self.head.min(self.buf.len());
+        let (wrapped, tail) = self.buf.split_at(at);
+        let first = self.len.min(tail.len());
+        (&tail[..first], &wrapped[..self.len - first])
+    }
+
+    /// Every record, front to back.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        let (a, b) = self.as_slices();
+        a.iter().chain(b)
     }
 
     /// Every record, front to back.
@@ -251,6 +303,7 @@ mod tests {
                 }
             }
             assert_eq!(r.len(), m.len());
+            assert!(r.iter().eq(m.iter()));
             peak = peak.max(m.len());
             assert_eq!(r.is_empty(), m.is_empty());
             assert_eq!(r.front(), m.front());
@@ -262,8 +315,21 @@ mod tests {
                 r.capacity()
             );
         }
+        assert!(r.iter().eq(m.iter()));
+        let (a, b) = r.as_slices();
+        assert!(a.iter().chain(b).eq(m.iter()));
         let all: Vec<u32> = r.iter_mut().map(|v| *v).collect();
         assert_eq!(all, m.iter().copied().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn copy_packet_copies_every_length() {
+        let src: Vec<u8> = (0..200u32).map(|i| (i * 7 + 3) as u8).collect();
+        for n in 0..200 {
+            let mut dst = vec![0xeeu8; n];
+            super::copy_packet(&mut dst, &src[..n]);
+            assert_eq!(dst, &src[..n]);
+        }
     }
 
     #[test]

@@ -50,10 +50,13 @@
 //!   hold time is measured from that.
 
 pub mod classify;
+#[cfg(test)]
+mod fast_path_tests;
 mod fifo;
 pub mod stats;
 mod table;
 
+use classify::Udp4Rules;
 pub use classify::{Classifier, Rule, TrafficClass};
 pub use stats::{Counters, DropReason, Histogram, Stats};
 
@@ -234,6 +237,27 @@ struct Entry {
     carry: bool,
 }
 
+/// Sums over records removed from a queue (see `Slot::forget_front`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Removed {
+    bytes: usize,
+    cost: usize,
+    opportunistic: usize,
+    nocarry: usize,
+    arrivals: u128,
+}
+
+impl Removed {
+    #[inline(always)]
+    fn add(&mut self, e: &Entry) {
+        self.bytes += e.len as usize;
+        self.cost += e.cost as usize;
+        self.opportunistic += e.opportunistic as usize;
+        self.nocarry += !e.carry as usize;
+        self.arrivals += u128::from(e.arrival);
+    }
+}
+
 /// One bypass packet (bytes in the bypass [`ByteFifo`]).
 #[derive(Clone, Copy, Debug, Default)]
 struct BypassEntry {
@@ -265,7 +289,19 @@ struct Slot {
     /// Format header plus what the first packet costs beyond `Entry::cost`
     /// (kept up to date by `Engine::refresh` whenever the front changes).
     fixed_cost: usize,
+    /// `cfg.max_packets` clamped to what a bundle may hold (kept by `Slot::sync`).
+    max_packets: usize,
+    /// `size_ready`'s byte condition is `cost_sum >= ready_cost` (kept by `Slot::sync`).
+    ready_cost: usize,
     opportunistic: usize,
+    /// Records in `q` whose `carry` is false.
+    nocarry: usize,
+    /// Sum of `Entry::arrival` over `q`.
+    arrival_sum: u128,
+    /// The highest `Entry::dscp` in `q` when `dscp_exact`; otherwise at
+    /// least that (packets have left since the queue was last empty).
+    dscp_max: u8,
+    dscp_exact: bool,
     /// Packets at the front of `q` that `flush`/`remove_peer` made ready.
     flush_pending: usize,
     /// Generation of the one valid deadline-heap entry.
@@ -274,6 +310,10 @@ struct Slot {
     rd_gen: u32,
     in_ready: bool,
     in_wake: bool,
+    /// `!in_ready && !draining && flush_pending == 0 && cfg.accepts_bundles
+    /// && opportunistic == 0` (kept by `Slot::sync_calm`): with an idle link
+    /// in fixed mode, a push can only make the queue ready by its size.
+    calm: bool,
     stats: Stats,
 }
 
@@ -291,14 +331,162 @@ impl Slot {
             queued_bytes: 0,
             cost_sum: 0,
             fixed_cost: 0,
+            max_packets: 0,
+            ready_cost: 0,
             opportunistic: 0,
+            nocarry: 0,
+            arrival_sum: 0,
+            dscp_max: 0,
+            dscp_exact: false,
             flush_pending: 0,
             dl_gen: 0,
             rd_gen: 0,
             in_ready: false,
             in_wake: false,
+            calm: false,
             stats: Stats::default(),
         }
+        .synced()
+    }
+
+    fn synced(mut self) -> Self {
+        self.sync();
+        self
+    }
+
+    /// Recomputes the values derived from `cfg` and `fixed_cost`; called
+    /// whenever either changes.
+    fn sync(&mut self) {
+        self.sync_calm();
+        self.max_packets = self.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE);
+        // wire_estimate() >= min(min_size, max_size), with the cost sum alone.
+        self.ready_cost = self
+            .cfg
+            .min_size
+            .min(self.cfg.max_size)
+            .saturating_sub(self.cfg.outer_overhead.saturating_add(self.fixed_cost));
+    }
+
+    /// Recomputes `calm`; called whenever one of its inputs changes.
+    #[inline]
+    fn sync_calm(&mut self) {
+        self.calm = !self.in_ready
+            && !self.draining
+            && self.flush_pending == 0
+            && self.cfg.accepts_bundles
+            && self.opportunistic == 0;
+    }
+
+    /// Replaces the configuration.
+    fn set_cfg(&mut self, cfg: PeerConfig) {
+        self.cfg = cfg;
+        self.sync();
+    }
+
+    /// Changes the maximum bundle size.
+    fn set_max_size(&mut self, max_size: usize) {
+        self.cfg.max_size = max_size;
+        self.sync();
+    }
+
+    /// Appends a packet (behind its later-packet separator, ready to be
+    /// copied into a bundle) and its record; no limits, no readiness.
+    #[inline(always)]
+    fn push(&mut self, now: Micros, packet: &[u8], dscp: u8, opportunistic: bool, carry: bool) {
+        let len = packet.len();
+        if self.q.is_empty() {
+            self.dscp_max = dscp;
+            self.dscp_exact = true;
+        } else {
+            self.dscp_max = self.dscp_max.max(dscp);
+        }
+        let (sep, k) = match self.cfg.encoding {
+            // The usual voice case, without the general separator writer.
+            Encoding::Native if len < 0x80 => (len as u32, 1),
+            enc => {
+                let (sep, k) = enc.later_separator(packet);
+                (u32::from_le_bytes(sep), k)
+            }
+        };
+        let c = k + len;
+        self.bytes.push_prefixed_word(sep, k, packet);
+        self.q.push_back(Entry {
+            arrival: now,
+            len: len as u32,
+            cost: c as u32,
+            dscp,
+            opportunistic,
+            carry,
+        });
+        self.queued_bytes += len;
+        self.cost_sum += c;
+        if opportunistic {
+            self.opportunistic += 1;
+            self.calm = false;
+        }
+        self.nocarry += !carry as usize;
+        self.arrival_sum += u128::from(now);
+        debug_assert!(self.aggregates_hold());
+    }
+
+    /// Takes the aggregates of the `n` records just removed from the front
+    /// of `q` out of the queue's: their lengths, costs, opportunistic and
+    /// non-carriable counts and arrival times summed.
+    #[inline(always)]
+    fn forget_front(&mut self, n: usize, removed: Removed) {
+        self.queued_bytes -= removed.bytes;
+        self.cost_sum -= removed.cost;
+        self.opportunistic -= removed.opportunistic;
+        self.nocarry -= removed.nocarry;
+        self.arrival_sum -= removed.arrivals;
+        self.flush_pending = self.flush_pending.saturating_sub(n);
+        self.sync_calm();
+        // The highest DSCP may have left; it is exact again once the queue
+        // has been empty.
+        self.dscp_exact &= self.q.is_empty();
+        debug_assert!(self.aggregates_hold());
+    }
+
+    /// Every aggregate kept over `q` equals its sum over the records (tests).
+    fn aggregates_hold(&self) -> bool {
+        let mut r = Removed::default();
+        let mut dscp = 0;
+        for e in self.q.iter() {
+            r.add(e);
+            dscp = dscp.max(e.dscp);
+        }
+        (r.bytes, r.cost, r.opportunistic, r.nocarry, r.arrivals)
+            == (
+                self.queued_bytes,
+                self.cost_sum,
+                self.opportunistic,
+                self.nocarry,
+                self.arrival_sum,
+            )
+            && (self.q.is_empty()
+                || (self.dscp_max >= dscp && (!self.dscp_exact || self.dscp_max == dscp)))
+            && self.calm
+                == (!self.in_ready
+                    && !self.draining
+                    && self.flush_pending == 0
+                    && self.cfg.accepts_bundles
+                    && self.opportunistic == 0)
+    }
+
+    /// After a push to this queue with its front unchanged: whether
+    /// `Engine::refresh` has anything to do, i.e. `in_ready || link_busy ||
+    /// ready_reason(..).is_some()` with `q` not empty. Its common case, in
+    /// line: a calm queue on an idle link in fixed mode that has not reached
+    /// its size.
+    #[inline(always)]
+    fn refresh_after_push(&self, calm_link: bool, link_busy: bool, mode: LinkMode) -> bool {
+        debug_assert_eq!(calm_link, !link_busy && mode == LinkMode::Fixed);
+        let refresh = !(self.calm && calm_link) || self.size_ready();
+        debug_assert_eq!(
+            refresh,
+            self.in_ready || link_busy || self.ready_reason(link_busy, mode).is_some()
+        );
+        refresh
     }
 
     /// Payload + outer overhead of a bundle holding the whole queue.
@@ -314,17 +502,21 @@ impl Slot {
             None => 0,
         };
         self.fixed_cost = header_len(enc) + first_extra;
+        self.sync();
     }
 
     /// Minimum size, maximum size or packet count reached.
     #[inline]
     fn size_ready(&self) -> bool {
-        if self.q.len() >= self.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE) {
-            return true;
-        }
-        let est = self.wire_estimate();
-        // A bundle exactly at the maximum is full: nothing else can join it.
-        est >= self.cfg.min_size || est >= self.cfg.max_size
+        let ready = self.q.len() >= self.max_packets || self.cost_sum >= self.ready_cost;
+        debug_assert_eq!(ready, {
+            let est = self.wire_estimate();
+            // A bundle exactly at the maximum is full: nothing else can join it.
+            self.q.len() >= self.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE)
+                || est >= self.cfg.min_size
+                || est >= self.cfg.max_size
+        });
+        ready
     }
 
     /// Why this queue may send now, apart from its hold time (the deadline heap's job).
@@ -415,6 +607,41 @@ impl HoldRun {
     }
 }
 
+/// Records the hold time (`now` minus arrival) of every packet in `q`, in
+/// both histograms, given the sum of their arrival times. Arrival times are
+/// non-decreasing along a queue, so when the first and the last packet's
+/// hold times fall in the same bucket, every one does, and the bucket gets
+/// them all at once: their count and the sum of their hold times,
+/// `len * now - arrivals`. Otherwise they are recorded in runs.
+fn record_holds(
+    q: &Ring<Entry>,
+    now: Micros,
+    arrivals: u128,
+    peer: &mut Histogram,
+    total: &mut Histogram,
+) {
+    let (a, b) = q.as_slices();
+    let (Some(first), Some(last)) = (a.first(), b.last().or(a.last())) else {
+        return;
+    };
+    let mut run = HoldRun::new(peer, now.saturating_sub(first.arrival));
+    if now >= last.arrival && now - last.arrival >= run.lo {
+        // Every hold time lies between the last's and the first's, so in the run's bucket.
+        debug_assert!(a
+            .iter()
+            .chain(b)
+            .all(|e| (run.lo..=run.hi).contains(&(now - e.arrival))));
+        let sum = q.len() as u128 * u128::from(now) - arrivals;
+        run.count = q.len() as u64;
+        run.sum = u64::try_from(sum).unwrap_or(u64::MAX);
+    } else {
+        for e in a.iter().chain(b) {
+            run.add(peer, total, now.saturating_sub(e.arrival));
+        }
+    }
+    run.finish(peer, total);
+}
+
 #[inline]
 fn header_len(enc: Encoding) -> usize {
     match enc {
@@ -457,16 +684,63 @@ pub struct Engine {
     deadlines: BinaryHeap<DeadlineItem>,
     ready: BinaryHeap<ReadyItem>,
     ready_count: usize,
-    nonempty: usize,
+    counts: QueueCounts,
     wake: Vec<u32>,
     bypass: Ring<BypassEntry>,
     bypass_bytes: ByteFifo,
     bypass_turn: bool,
     link_busy: bool,
+    /// `!link_busy && config.link_mode == LinkMode::Fixed`.
+    calm_link: bool,
+    /// `poll_transmit` has nothing to send while `now` is before this: 0 when
+    /// the ready heap or the bypass FIFO is not empty, else the earliest
+    /// deadline (`Micros::MAX` if none). Recomputed by `settle`, zeroed
+    /// where the ready heap or the bypass FIFO gains an entry.
+    quiet_until: Micros,
     now: Micros,
-    queued_packets: usize,
-    queued_bytes: usize,
     total: Stats,
+    /// `config.classifier` compiled for the UDP/IPv4 fast path.
+    udp4_rules: Udp4Rules,
+    /// Unit tests: every packet takes the general path.
+    #[cfg(test)]
+    general_only: bool,
+}
+
+/// Packets, bytes and non-empty queues over all peers (bypass FIFO included
+/// in the packets and bytes).
+#[derive(Debug, Default)]
+struct QueueCounts {
+    nonempty: usize,
+    packets: usize,
+    bytes: usize,
+}
+
+/// The common case of [`Engine::enqueue`], on the slot itself (so that a
+/// caller holding the slot does not look it up again): queue `packet` on `s`
+/// when it stays below both queue limits. `None` when it would exceed one
+/// (nothing changed), else whether the front changed (the queue was empty).
+#[inline(always)]
+fn push_within_limits(
+    s: &mut Slot,
+    counts: &mut QueueCounts,
+    now: Micros,
+    packet: &[u8],
+    dscp: u8,
+    opportunistic: bool,
+    carry: bool,
+) -> Option<bool> {
+    let len = packet.len();
+    // Below both limits after adding it (which implies it is within the
+    // byte limit on its own and the packet limit is not zero).
+    if s.q.len() >= s.cfg.queue_limit_packets || s.queued_bytes + len > s.cfg.queue_limit_bytes {
+        return None;
+    }
+    let front_changed = s.q.is_empty();
+    counts.nonempty += front_changed as usize;
+    s.push(now, packet, dscp, opportunistic, carry);
+    counts.packets += 1;
+    counts.bytes += len;
+    Some(front_changed)
 }
 
 /// Applies `f` to the total counters and, when given, to a peer's counters.
@@ -482,6 +756,11 @@ impl Engine {
     /// A new engine with no peers.
     pub fn new(config: EngineConfig) -> Self {
         Engine {
+            udp4_rules: Udp4Rules::new(&config.classifier),
+            calm_link: config.link_mode == LinkMode::Fixed,
+            quiet_until: Micros::MAX,
+            #[cfg(test)]
+            general_only: false,
             config,
             slots: Vec::new(),
             free: Vec::new(),
@@ -489,15 +768,13 @@ impl Engine {
             deadlines: BinaryHeap::new(),
             ready: BinaryHeap::new(),
             ready_count: 0,
-            nonempty: 0,
+            counts: QueueCounts::default(),
             wake: Vec::new(),
             bypass: Ring::default(),
             bypass_bytes: ByteFifo::default(),
             bypass_turn: false,
             link_busy: false,
             now: 0,
-            queued_packets: 0,
-            queued_bytes: 0,
             total: Stats::default(),
         }
     }
@@ -515,7 +792,9 @@ impl Engine {
     /// [`Engine::set_peer`] keep their configuration. A smaller `max_peers`
     /// only refuses new peers until the table is small enough.
     pub fn reconfigure(&mut self, config: EngineConfig) {
+        self.udp4_rules = Udp4Rules::new(&config.classifier);
         self.config = config;
+        self.calm_link = !self.link_busy && self.config.link_mode == LinkMode::Fixed;
         for i in 0..self.slots.len() {
             let s = &self.slots[i];
             if !s.live {
@@ -564,6 +843,7 @@ impl Engine {
         } else {
             s.draining = true;
             s.flush_pending = s.q.len();
+            s.sync_calm();
             self.refresh(i, false);
         }
         self.settle();
@@ -573,7 +853,7 @@ impl Engine {
     pub fn set_peer_max_size(&mut self, peer: PeerKey, max_size: usize) {
         if let Some(i) = self.lookup(peer) {
             if self.slots[i].cfg.max_size != max_size {
-                self.slots[i].cfg.max_size = max_size;
+                self.slots[i].set_max_size(max_size);
                 self.refresh(i, false);
                 self.settle();
             }
@@ -594,6 +874,83 @@ impl Engine {
         mark: u32,
     ) -> Verdict {
         self.advance(now);
+        // Fast path, the voice case: a known peer and a valid, unfragmented
+        // UDP/IPv4 packet with a 20-byte header (`ip::udp4` says which; those
+        // are exactly the packets for which `inspect` gives version 4, UDP, no
+        // fragment and both ports), no dynamic-marking mark. It does what the
+        // general path does for such a packet (counters, the same
+        // classification through the compiled rules, an IPv4 packet every
+        // encoding can carry, the same queueing), without building a
+        // `PacketInfo`. Anything else takes the general path.
+        if let Some(i) = self.index.get(&peer) {
+            if let Some(u) = ip::udp4(packet) {
+                if !(self.config.dynamic_marking && mark & 3 == 3) && self.fast_path_on() {
+                    return self.handle_udp4(i as usize, packet, u, mark);
+                }
+            }
+        }
+        self.handle_packet_general(peer, packet, mark)
+    }
+
+    /// The fast path of [`Engine::handle_packet`] for slot `i`.
+    #[inline(always)]
+    fn handle_udp4(&mut self, i: usize, packet: &[u8], u: ip::Udp4, mark: u32) -> Verdict {
+        let len = packet.len();
+        self.total.counters.packets_in += 1;
+        self.total.counters.bytes_in += len as u64;
+        let s = &mut self.slots[i];
+        s.stats.counters.packets_in += 1;
+        s.stats.counters.bytes_in += len as u64;
+        let class =
+            self.udp4_rules
+                .classify(u.dscp, u.src_port, u.dst_port, len, mark, s.cfg.max_size);
+        if class == TrafficClass::Bypass {
+            return self.enqueue_bypass(i, packet, u.dscp);
+        }
+        // `enqueue`, on the slot already at hand. An IPv4 packet that is not
+        // a bundle: every encoding carries it.
+        let opportunistic = class == TrafficClass::Opportunistic;
+        let pushed = push_within_limits(
+            s,
+            &mut self.counts,
+            self.now,
+            packet,
+            u.dscp,
+            opportunistic,
+            true,
+        );
+        match pushed {
+            Some(false)
+                if !s.refresh_after_push(self.calm_link, self.link_busy, self.config.link_mode) => {
+            }
+            Some(front_changed) => self.refresh_out_of_line(i, front_changed),
+            None => {
+                return match self.enqueue_over_limit(i, packet, u.dscp, opportunistic, true) {
+                    Verdict::Queued(_) => Verdict::Queued(class),
+                    d => d,
+                }
+            }
+        }
+        Verdict::Queued(class)
+    }
+
+    /// Whether [`Engine::handle_packet`] may take its fast path (unit tests
+    /// compare it with the general path by turning it off).
+    #[inline(always)]
+    fn fast_path_on(&self) -> bool {
+        #[cfg(test)]
+        {
+            !self.general_only
+        }
+        #[cfg(not(test))]
+        {
+            true
+        }
+    }
+
+    /// [`Engine::handle_packet`] for any packet, after `advance`.
+    #[inline(never)]
+    fn handle_packet_general(&mut self, peer: PeerKey, packet: &[u8], mark: u32) -> Verdict {
         let len = packet.len();
         self.total.counters.packets_in += 1;
         self.total.counters.bytes_in += len as u64;
@@ -627,7 +984,7 @@ impl Engine {
             let m = ((mark >> 2) & 0xFFFF) as usize;
             let s = &mut self.slots[i];
             if m != 0 && m != s.cfg.max_size {
-                s.cfg.max_size = m;
+                s.set_max_size(m);
                 max_changed = true;
             }
         }
@@ -674,6 +1031,7 @@ impl Engine {
             return;
         }
         self.link_busy = busy;
+        self.calm_link = !busy && self.config.link_mode == LinkMode::Fixed;
         if !busy {
             let mut wake = core::mem::take(&mut self.wake);
             for &i in &wake {
@@ -714,10 +1072,29 @@ impl Engine {
     /// then the fullest.
     ///
     /// A packet longer than `buf` is dropped ([`DropReason::TooLarge`]).
+    #[inline]
     pub fn poll_transmit(&mut self, now: Micros, buf: &mut [u8]) -> Option<Transmit> {
         self.advance(now);
         // Fast path: nothing ready and (the top of the deadline heap being
-        // valid, see `settle`) nothing due.
+        // valid, see `settle`) nothing due. `quiet_until` says so in one
+        // compare; otherwise the same conditions are checked in full.
+        if self.now < self.quiet_until {
+            debug_assert!(
+                self.ready.is_empty()
+                    && self.bypass.is_empty()
+                    && self
+                        .deadlines
+                        .peek()
+                        .map_or(true, |Reverse((t, _, _))| *t > self.now)
+            );
+            return None;
+        }
+        self.poll_transmit_slow(buf)
+    }
+
+    /// [`Engine::poll_transmit`] after `advance`, when something may be due.
+    #[inline(never)]
+    fn poll_transmit_slow(&mut self, buf: &mut [u8]) -> Option<Transmit> {
         if self.ready.is_empty() && self.bypass.is_empty() {
             match self.deadlines.peek() {
                 None => return None,
@@ -725,7 +1102,8 @@ impl Engine {
                 _ => {}
             }
         }
-        let t = if self.bypass_turn {
+        // (`next_bypass` of an empty FIFO is `None`: not called then.)
+        let t = if self.bypass_turn && !self.bypass.is_empty() {
             match self.next_bypass(buf) {
                 Some(t) => Some(t),
                 None => self.next_bundle(buf),
@@ -733,7 +1111,8 @@ impl Engine {
         } else {
             match self.next_bundle(buf) {
                 Some(t) => Some(t),
-                None => self.next_bypass(buf),
+                None if !self.bypass.is_empty() => self.next_bypass(buf),
+                None => None,
             }
         };
         if let Some(t) = &t {
@@ -750,6 +1129,7 @@ impl Engine {
             let s = &mut self.slots[i];
             if !s.q.is_empty() {
                 s.flush_pending = s.q.len();
+                s.sync_calm();
                 self.refresh(i, false);
             }
         }
@@ -784,7 +1164,7 @@ impl Engine {
 
     /// Packets and bytes currently queued (all peers and the bypass FIFO).
     pub fn queued(&self) -> (usize, usize) {
-        (self.queued_packets, self.queued_bytes)
+        (self.counts.packets, self.counts.bytes)
     }
 
     /// Totals over all peers.
@@ -799,7 +1179,7 @@ impl Engine {
 
     /// Known peers, in no particular order.
     pub fn peers(&self) -> impl Iterator<Item = PeerKey> + '_ {
-        self.index.keys().copied()
+        self.index.keys()
     }
 
     /// Whether the engine currently believes the link is busy.
@@ -849,8 +1229,8 @@ impl Engine {
                 s.live = true;
                 s.draining = false;
                 s.explicit = explicit;
-                s.cfg = cfg;
                 s.flush_pending = 0;
+                s.set_cfg(cfg);
                 s.stats.clear();
                 i as usize
             }
@@ -875,6 +1255,7 @@ impl Engine {
             s.in_ready = false;
             self.ready_count -= 1;
         }
+        s.sync_calm();
         self.free.push(i as u32);
     }
 
@@ -890,18 +1271,53 @@ impl Engine {
             return self.drop_new(Some(i), DropReason::BypassQueueFull);
         }
         self.bypass_bytes.push(packet);
+        self.quiet_until = 0;
         self.bypass.push_back(BypassEntry {
             len: packet.len() as u32,
             slot: i as u32,
             gen: self.slots[i].gen,
             dscp,
         });
-        self.queued_packets += 1;
-        self.queued_bytes += packet.len();
+        self.counts.packets += 1;
+        self.counts.bytes += packet.len();
         Verdict::Queued(TrafficClass::Bypass)
     }
 
+    /// Queues a bundle- or opportunistic-class packet for slot `i`.
+    #[inline(always)]
     fn enqueue(
+        &mut self,
+        i: usize,
+        packet: &[u8],
+        dscp: u8,
+        opportunistic: bool,
+        carry: bool,
+    ) -> Verdict {
+        let s = &mut self.slots[i];
+        let pushed = push_within_limits(
+            s,
+            &mut self.counts,
+            self.now,
+            packet,
+            dscp,
+            opportunistic,
+            carry,
+        );
+        match pushed {
+            Some(false)
+                if !s.refresh_after_push(self.calm_link, self.link_busy, self.config.link_mode) => {
+            }
+            Some(front_changed) => self.refresh_out_of_line(i, front_changed),
+            None => return self.enqueue_over_limit(i, packet, dscp, opportunistic, carry),
+        }
+        Verdict::Queued(TrafficClass::Bundle)
+    }
+
+    /// [`Engine::enqueue`] when the packet would exceed a queue limit: drop it
+    /// or the oldest packets.
+    #[cold]
+    #[inline(never)]
+    fn enqueue_over_limit(
         &mut self,
         i: usize,
         packet: &[u8],
@@ -917,39 +1333,25 @@ impl Engine {
         if s.cfg.queue_limit_packets == 0 {
             return self.drop_new(Some(i), DropReason::QueuePackets);
         }
-        let mut front_changed = s.q.is_empty();
-        if s.q.len() >= s.cfg.queue_limit_packets || s.queued_bytes + len > s.cfg.queue_limit_bytes
-        {
-            while self.slots[i].q.len() >= self.slots[i].cfg.queue_limit_packets {
-                self.drop_front(i, DropReason::QueuePackets);
-            }
-            while self.slots[i].queued_bytes + len > self.slots[i].cfg.queue_limit_bytes {
-                self.drop_front(i, DropReason::QueueBytes);
-            }
-            front_changed = true;
+        while self.slots[i].q.len() >= self.slots[i].cfg.queue_limit_packets {
+            self.drop_front(i, DropReason::QueuePackets);
+        }
+        while self.slots[i].queued_bytes + len > self.slots[i].cfg.queue_limit_bytes {
+            self.drop_front(i, DropReason::QueueBytes);
         }
         let s = &mut self.slots[i];
-        if s.q.is_empty() {
-            self.nonempty += 1;
-        }
-        // Stored behind its later-packet separator, ready to be copied into a bundle.
-        let (sep, k) = s.cfg.encoding.later_separator(packet);
-        let c = k + len;
-        s.bytes.push_prefixed(&sep, k, packet);
-        s.q.push_back(Entry {
-            arrival: self.now,
-            len: len as u32,
-            cost: c as u32,
+        let pushed = push_within_limits(
+            s,
+            &mut self.counts,
+            self.now,
+            packet,
             dscp,
             opportunistic,
             carry,
-        });
-        s.queued_bytes += len;
-        s.cost_sum += c;
-        s.opportunistic += opportunistic as usize;
-        self.queued_packets += 1;
-        self.queued_bytes += len;
-        self.refresh(i, front_changed);
+        );
+        debug_assert!(pushed.is_some(), "room was made");
+        // The front may have changed with the drops.
+        self.refresh(i, true);
         Verdict::Queued(TrafficClass::Bundle)
     }
 
@@ -958,15 +1360,14 @@ impl Engine {
         let s = &mut self.slots[i];
         let Some(e) = s.q.pop_front() else { return };
         s.bytes.pop(e.cost as usize);
-        s.queued_bytes -= e.len as usize;
-        s.cost_sum -= e.cost as usize;
-        s.opportunistic -= e.opportunistic as usize;
-        s.flush_pending = s.flush_pending.saturating_sub(1);
+        let mut r = Removed::default();
+        r.add(&e);
+        s.forget_front(1, r);
         if s.q.is_empty() {
-            self.nonempty -= 1;
+            self.counts.nonempty -= 1;
         }
-        self.queued_packets -= 1;
-        self.queued_bytes -= e.len as usize;
+        self.counts.packets -= 1;
+        self.counts.bytes -= e.len as usize;
         count(&mut self.total, Some(&mut s.stats), |c| {
             c.dropped[reason.index()] += 1
         });
@@ -979,6 +1380,7 @@ impl Engine {
             // Re-encode the queue: each packet behind the new encoding's separator.
             let mut fresh = ByteFifo::default();
             let mut sum = 0;
+            let mut nocarry = 0;
             let mut off = 0;
             for e in s.q.iter_mut() {
                 let (l, old) = (e.len as usize, e.cost as usize);
@@ -990,11 +1392,13 @@ impl Engine {
                 debug_assert_eq!(e.cost as usize, cost(cfg.encoding, l, false));
                 e.carry = cfg.encoding.can_carry(pkt);
                 sum += e.cost as usize;
+                nocarry += !e.carry as usize;
             }
             s.bytes = fresh;
             s.cost_sum = sum;
+            s.nocarry = nocarry;
         }
-        s.cfg = cfg;
+        s.set_cfg(cfg);
         while self.slots[i].q.len() > self.slots[i].cfg.queue_limit_packets {
             self.drop_front(i, DropReason::QueuePackets);
         }
@@ -1024,15 +1428,24 @@ impl Engine {
         // there is no wake list to join: nothing to do (the common case).
     }
 
+    #[inline(never)]
+    fn refresh_out_of_line(&mut self, i: usize, front_changed: bool) {
+        self.refresh(i, front_changed);
+    }
+
     /// The oldest packet of slot `i` changed: new fixed cost and deadline.
     #[inline(never)]
     fn reset_deadline(&mut self, i: usize) {
         let s = &mut self.slots[i];
-        s.update_fixed_cost();
+        // (An empty queue's fixed cost is recomputed when its next first
+        // packet arrives, which resets the deadline again.)
+        if !s.q.is_empty() {
+            s.update_fixed_cost();
+        }
         s.dl_gen = s.dl_gen.wrapping_add(1);
         if let Some(d) = s.deadline() {
             self.deadlines.push(Reverse((d, i as u32, s.dl_gen)));
-            if self.deadlines.len() > 2 * self.nonempty + 64 {
+            if self.deadlines.len() > 2 * self.counts.nonempty + 64 {
                 let slots = &self.slots;
                 self.deadlines
                     .retain(|Reverse((_, j, g))| slots[*j as usize].dl_gen == *g);
@@ -1049,8 +1462,10 @@ impl Engine {
         s.rd_gen = s.rd_gen.wrapping_add(1);
         let key = s.wire_estimate();
         self.ready.push((key, Reverse(i as u32), s.rd_gen));
+        self.quiet_until = 0;
         if !s.in_ready {
             s.in_ready = true;
+            s.calm = false;
             self.ready_count += 1;
         }
         if self.ready.len() > 2 * self.ready_count + 64 {
@@ -1069,6 +1484,7 @@ impl Engine {
         if s.in_ready {
             s.in_ready = false;
             s.rd_gen = s.rd_gen.wrapping_add(1);
+            s.sync_calm();
             self.ready_count -= 1;
         }
         self.maybe_wake(i);
@@ -1103,13 +1519,20 @@ impl Engine {
             }
             self.deadlines.pop();
         }
+        self.quiet_until = if self.ready.is_empty() && self.bypass.is_empty() {
+            self.deadlines
+                .peek()
+                .map_or(Micros::MAX, |Reverse((t, _, _))| *t)
+        } else {
+            0
+        };
     }
 
     fn next_bypass(&mut self, buf: &mut [u8]) -> Option<Transmit> {
         while let Some(e) = self.bypass.pop_front() {
             let len = e.len as usize;
-            self.queued_packets -= 1;
-            self.queued_bytes -= len;
+            self.counts.packets -= 1;
+            self.counts.bytes -= len;
             let slot = &mut self.slots[e.slot as usize];
             let key = slot.key;
             let ps = (slot.gen == e.gen).then_some(&mut slot.stats);
@@ -1174,6 +1597,7 @@ impl Engine {
                         let s = &mut self.slots[j];
                         s.in_ready = false;
                         s.rd_gen = s.rd_gen.wrapping_add(1);
+                        s.sync_calm();
                         self.ready_count -= 1;
                         self.maybe_wake(j);
                         continue;
@@ -1183,7 +1607,7 @@ impl Engine {
             let (j, reason) = pick.expect("picked above");
             let t = self.serve(j, reason, now, buf);
             if self.slots[j].q.is_empty() {
-                self.nonempty -= 1;
+                self.counts.nonempty -= 1;
                 if self.slots[j].draining {
                     self.free_slot(j);
                 } else {
@@ -1211,7 +1635,7 @@ impl Engine {
             .saturating_sub(s.cfg.outer_overhead)
             .min(buf.len())
             .min(MAX_BUNDLE);
-        let maxp = s.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE);
+        let maxp = s.max_packets;
         // A bundle only when at least the first two packets go into it (same
         // cost function as the writer's); otherwise the first leaves alone.
         let bundle = s.cfg.accepts_bundles
@@ -1226,11 +1650,9 @@ impl Engine {
                 }
                 _ => false,
             };
-        let mut n: usize;
+        let n: usize;
         let mut dscp = 0;
-        let mut inner_bytes: usize;
-        let mut removed_cost: usize;
-        let mut removed_opp: usize;
+        let inner_bytes: usize;
         // (`limit` holds the header and two packets, so the writer exists.)
         let writer = if bundle {
             BundleWriter::new(enc, &mut buf[..limit])
@@ -1241,52 +1663,83 @@ impl Engine {
             // The queue holds each packet behind its later-packet separator
             // (`Entry::cost` bytes). The first packet is written in its
             // first-packet form; the packets after it are already encoded, so
-            // the walk only decides how many fit and copies them in one piece.
-            // Arrival times are non-decreasing along the queue, so hold times
-            // are non-increasing and their histogram bucket only moves down:
-            // record runs of equal buckets at once.
+            // they are copied in one piece once it is known how many fit.
             let src = s.bytes.live();
             let first = *s.q.get(0).expect("checked above: two packets queued");
             let (fl, fc) = (first.len as usize, first.cost as usize);
-            let mut run = HoldRun::new(&s.stats.hold_time_us, now.saturating_sub(first.arrival));
-            w.push_checked(&src[fc - fl..fc])
-                .expect("checked above: header and the first two packets fit");
-            n = 1;
-            inner_bytes = fl;
-            removed_cost = fc;
-            removed_opp = first.opportunistic as usize;
-            dscp = first.dscp;
-            run.add(
-                &mut s.stats.hold_time_us,
-                &mut self.total.hold_time_us,
-                now.saturating_sub(first.arrival),
-            );
-            let room = w.remaining();
+            // Room for the later packets once the first is written (it is
+            // copied with them when its stored form is its first form).
+            let first_as_later = enc.first_as_later();
+            let room = if first_as_later {
+                debug_assert_eq!(cost(enc, fl, true), fc);
+                w.remaining() - fc
+            } else {
+                w.push_checked(&src[fc - fl..fc])
+                    .expect("checked above: header and the first two packets fit");
+                w.remaining()
+            };
             let count = maxp.min(s.q.len());
-            let mut body = 0usize;
-            while n < count {
-                let Some(&e) = s.q.get(n) else { break };
-                let c = e.cost as usize;
-                if !e.carry || body + c > room {
-                    break;
+            let (peer_holds, total_holds) =
+                (&mut s.stats.hold_time_us, &mut self.total.hold_time_us);
+            let body;
+            let removed;
+            if count == s.q.len() && s.nocarry == 0 && s.cost_sum - fc <= room {
+                // The whole queue fits (the common case): what leaves is the
+                // queue's aggregates, no walk needed to find or sum it.
+                n = count;
+                body = s.cost_sum - fc;
+                removed = Removed {
+                    bytes: s.queued_bytes,
+                    cost: s.cost_sum,
+                    opportunistic: s.opportunistic,
+                    nocarry: 0,
+                    arrivals: s.arrival_sum,
+                };
+                dscp = if s.dscp_exact {
+                    s.dscp_max
+                } else {
+                    s.q.iter().map(|e| e.dscp).max().unwrap_or(0)
+                };
+                record_holds(&s.q, now, s.arrival_sum, peer_holds, total_holds);
+            } else {
+                // Walk while the next packet fits. Arrival times are
+                // non-decreasing along the queue, so hold times are
+                // non-increasing and their histogram bucket only moves down:
+                // record runs of equal buckets at once.
+                let mut run = HoldRun::new(peer_holds, now.saturating_sub(first.arrival));
+                let mut r = Removed::default();
+                r.add(&first);
+                dscp = first.dscp;
+                run.add(peer_holds, total_holds, now.saturating_sub(first.arrival));
+                let mut k = 1;
+                let mut later = 0usize;
+                while k < count {
+                    let Some(&e) = s.q.get(k) else { break };
+                    let c = e.cost as usize;
+                    if !e.carry || later + c > room {
+                        break;
+                    }
+                    later += c;
+                    k += 1;
+                    r.add(&e);
+                    dscp = dscp.max(e.dscp);
+                    run.add(peer_holds, total_holds, now.saturating_sub(e.arrival));
                 }
-                body += c;
-                n += 1;
-                inner_bytes += e.len as usize;
-                removed_opp += e.opportunistic as usize;
-                dscp = dscp.max(e.dscp);
-                run.add(
-                    &mut s.stats.hold_time_us,
-                    &mut self.total.hold_time_us,
-                    now.saturating_sub(e.arrival),
-                );
+                run.finish(peer_holds, total_holds);
+                n = k;
+                body = later;
+                removed = r;
             }
-            removed_cost += body;
-            w.push_encoded(&src[fc..fc + body], n - 1)
-                .expect("the walk kept to the room and packet count left");
+            if first_as_later {
+                w.push_encoded(&src[..fc + body], n)
+            } else {
+                w.push_encoded(&src[fc..fc + body], n - 1)
+            }
+            .expect("the walk kept to the room and packet count left");
             s.q.drop_front(n);
-            s.bytes.pop(removed_cost);
-            run.finish(&mut s.stats.hold_time_us, &mut self.total.hold_time_us);
+            s.bytes.pop(removed.cost);
+            s.forget_front(n, removed);
+            inner_bytes = removed.bytes;
             debug_assert!(n >= 2, "the first two packets were checked to fit");
             (
                 w.finish(),
@@ -1303,8 +1756,6 @@ impl Engine {
             let c = e.cost as usize;
             n = 1;
             inner_bytes = l;
-            removed_cost = c;
-            removed_opp = e.opportunistic as usize;
             let fits = l <= buf.len();
             if fits {
                 buf[..l].copy_from_slice(s.bytes.get(c - l, l));
@@ -1315,13 +1766,12 @@ impl Engine {
                 self.total.hold_time_us.record_in(b, hold);
             }
             s.bytes.pop(c);
+            let mut r = Removed::default();
+            r.add(&e);
+            s.forget_front(1, r);
             if !fits {
-                s.queued_bytes -= l;
-                s.cost_sum -= removed_cost;
-                s.opportunistic -= removed_opp;
-                s.flush_pending = s.flush_pending.saturating_sub(1);
-                self.queued_packets -= 1;
-                self.queued_bytes -= l;
+                self.counts.packets -= 1;
+                self.counts.bytes -= l;
                 count(&mut self.total, Some(&mut s.stats), |c| {
                     c.dropped[DropReason::TooLarge.index()] += 1
                 });
@@ -1329,12 +1779,14 @@ impl Engine {
             }
             (l, TransmitKind::Single)
         };
-        s.queued_bytes -= inner_bytes;
-        s.cost_sum -= removed_cost;
-        s.opportunistic -= removed_opp;
-        s.flush_pending = s.flush_pending.saturating_sub(n);
-        self.queued_packets -= n;
-        self.queued_bytes -= inner_bytes;
+        self.counts.packets -= n;
+        self.counts.bytes -= inner_bytes;
+        // Both histograms have the same bounds: one bucket lookup for both.
+        let size_bucket = if n >= 2 {
+            s.stats.bundle_packets.bucket(n as u64)
+        } else {
+            0
+        };
         let (t, p) = (&mut self.total, &mut s.stats);
         for st in [t, p] {
             let c = &mut st.counters;
@@ -1355,7 +1807,7 @@ impl Engine {
                 Reason::NotAccepted | Reason::Bypass => {}
             }
             if n >= 2 {
-                st.bundle_packets.record(n as u64);
+                st.bundle_packets.record_in(size_bucket, n as u64);
             }
         }
         Some(Transmit {

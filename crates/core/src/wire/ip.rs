@@ -147,21 +147,29 @@ pub fn inspect_inner(packet: &[u8]) -> Result<PacketInfo, DecodeError> {
 /// Same result as `inspect_inner(packet).map(|i| i.version)`, error for error.
 #[inline(always)]
 pub fn validate_inner(packet: &[u8]) -> Result<u8, DecodeError> {
-    // Fast path, in line: a valid IPv4 packet with a 20-byte header (the
-    // voice case). Version 4 + IHL 5 in the first byte, total length equal to
-    // the slice (so >= 20 and non-zero), a correct checksum and a protocol
-    // that is not a bundle protocol pass every check below. Anything else
-    // (including every error) takes the full path, which names the error.
-    if let Some(h) = packet.first_chunk::<IPV4_HEADER_LEN>() {
-        if h[0] == 0x45
-            && usize::from(u16::from_be_bytes([h[2], h[3]])) == packet.len()
-            && ipv4_checksum_ok(h)
-            && !is_bundle_protocol(h[9])
-        {
-            return Ok(4);
-        }
+    if valid_inner_ipv4_20(packet) {
+        return Ok(4);
     }
     validate_inner_full(packet)
+}
+
+/// [`validate_inner`]'s fast path, in line: a valid IPv4 packet with a
+/// 20-byte header (the voice case). Version 4 + IHL 5 in the first byte,
+/// total length equal to the slice (so >= 20 and non-zero), a correct
+/// checksum and a protocol that is not a bundle protocol pass every check of
+/// the full path. `false` for anything else (valid or not), which the full
+/// path then checks and names the error of.
+#[inline(always)]
+pub(crate) fn valid_inner_ipv4_20(packet: &[u8]) -> bool {
+    match packet.first_chunk::<IPV4_HEADER_LEN>() {
+        Some(h) => {
+            h[0] == 0x45
+                && usize::from(u16::from_be_bytes([h[2], h[3]])) == packet.len()
+                && ipv4_checksum_ok_20(h)
+                && !is_bundle_protocol(h[9])
+        }
+        None => false,
+    }
 }
 
 /// All of [`validate_inner`]'s checks, for any packet.
@@ -180,6 +188,47 @@ fn validate_inner_full(packet: &[u8]) -> Result<u8, DecodeError> {
         Ok((version, _)) => Ok(version),
         Err(DecodeError::Truncated) | Err(DecodeError::Empty) => Err(DecodeError::ZeroLength),
         Err(e) => Err(e),
+    }
+}
+
+/// What the engine's fast path reads from an unfragmented UDP/IPv4 packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Udp4 {
+    /// DiffServ code point.
+    pub dscp: u8,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port.
+    pub dst_port: u16,
+}
+
+/// The voice case of [`inspect`], in line: a valid IPv4 packet with a 20-byte
+/// header (version 4 + IHL 5, total length equal to the slice, correct
+/// checksum), not a fragment (MF clear, offset 0), carrying UDP with at least
+/// the two ports present. `None` for anything else, valid or not (the caller
+/// then takes the general path through [`inspect`]).
+///
+/// When this returns `Some(u)`, `inspect(packet)` returns `Ok(info)` with
+/// `version == 4`, `protocol == 17`, `!fragment`, `len == packet.len()`,
+/// `dscp == u.dscp`, `src_port == Some(u.src_port)`,
+/// `dst_port == Some(u.dst_port)` and `tcp_flags == None` (tested below).
+#[inline(always)]
+pub(crate) fn udp4(packet: &[u8]) -> Option<Udp4> {
+    let p = packet.first_chunk::<{ IPV4_HEADER_LEN + 4 }>()?;
+    let h = p.first_chunk::<IPV4_HEADER_LEN>()?;
+    if h[0] == 0x45
+        && h[9] == proto::UDP
+        && usize::from(be16(h, 2)) == packet.len()
+        && be16(h, 6) & 0x3fff == 0
+        && ipv4_checksum_ok_20(h)
+    {
+        Some(Udp4 {
+            dscp: h[1] >> 2,
+            src_port: be16(p, 20),
+            dst_port: be16(p, 22),
+        })
+    } else {
+        None
     }
 }
 
@@ -408,23 +457,45 @@ fn fold(sum: u64) -> u16 {
 }
 
 /// True when an IPv4 header (`hdr.len()` = the IHL in bytes) holds a correct
-/// checksum, i.e. [`checksum`] over it is 0. The common 20-byte header gets a
-/// straight-line sum of its five words.
+/// checksum, i.e. [`checksum`] over it is 0. The common 20-byte header gets
+/// [`ipv4_checksum_ok_20`].
 #[inline]
 fn ipv4_checksum_ok(hdr: &[u8]) -> bool {
     match <&[u8; IPV4_HEADER_LEN]>::try_from(hdr) {
-        Ok(h) => {
-            let w = |i: usize| u64::from(u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
-            // Five 32-bit words sum to less than 2^35, so three 16-bit folds
-            // suffice: < 2^20, then < 2^16 + 2^4, then <= 0xffff.
-            let s = w(0) + w(4) + w(8) + w(12) + w(16);
-            let s = (s & 0xffff) + (s >> 16);
-            let s = (s & 0xffff) + (s >> 16);
-            let s = (s & 0xffff) + (s >> 16);
-            s == 0xffff
-        }
+        Ok(h) => ipv4_checksum_ok_20(h),
         Err(_) => checksum(hdr) == 0,
     }
+}
+
+/// [`ipv4_checksum_ok`] for a 20-byte header, without a fold.
+///
+/// The one's-complement sum of the header's 16-bit words is `0xffff` (the
+/// checksum verifies) exactly when the plain integer sum `T` of those words is
+/// a non-zero multiple of 65535: end-around-carry addition computes `T` modulo
+/// 65535, except that it represents a non-zero multiple as `0xffff` and only
+/// an all-zero header sums to 0. Two facts make the words cheap to read:
+/// a 32-bit word `hi * 2^16 + lo` is `hi + lo` modulo 65535 (as `2^16 ≡ 1`), so
+/// five 32-bit words may be summed instead of ten 16-bit ones; and reading the
+/// bytes little-endian swaps the two bytes of every 16-bit word, which
+/// multiplies its value by 256 modulo 65535 (`256 * (256a + b) ≡ 256b + a`),
+/// and 256 is invertible modulo 65535, so the little-endian sum is a multiple
+/// of 65535 exactly when the big-endian one is (and zero exactly when it is).
+///
+/// "A non-zero multiple of 65535" is one multiply and one compare: 65535 is
+/// odd, so multiplying by its inverse modulo 2^64 maps the multiples
+/// `65535 * k` (`k <= u64::MAX / 65535`) to `k` and every other value above
+/// `u64::MAX / 65535`; subtracting 1 moves `k = 0` (the all-zero header) to
+/// the top as well.
+#[inline(always)]
+fn ipv4_checksum_ok_20(h: &[u8; IPV4_HEADER_LEN]) -> bool {
+    /// The inverse of 65535 modulo 2^64.
+    const INV: u64 = 0xfffe_fffe_fffe_ffff;
+    const _: () = assert!(INV.wrapping_mul(0xffff) == 1);
+    let w = |i: usize| u64::from(u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
+    // Five words below 2^32 each: no overflow.
+    let t = w(0) + w(4) + w(8) + w(12) + w(16);
+    // t != 0 && t % 0xffff == 0
+    t.wrapping_mul(INV).wrapping_sub(1) < u64::MAX / 0xffff
 }
 
 /// Writes a 20-byte IPv4 header (no options, DF clear, checksum filled) for a
@@ -597,6 +668,24 @@ mod tests {
             !ipv4_checksum_ok(&[0u8; 20]),
             "all-zero header sums to 0, not 0xffff"
         );
+        // Sums at and around the multiples of 65535 (and of 2^16, where a
+        // fold carries): two or three non-zero 16-bit words anywhere.
+        for round in 0..20_000u32 {
+            let mut h = [0u8; 20];
+            let a = rnd() as u16;
+            let target =
+                [0xffffu32, 0x1_fffe, 0x2_fffd, 0x1_0000, 0xfffe, 0x1_ffff][round as usize % 6];
+            let b = target.wrapping_sub(u32::from(a)) as u16;
+            let (i, j) = (rnd() as usize % 10, rnd() as usize % 10);
+            h[2 * i..2 * i + 2].copy_from_slice(&a.to_be_bytes());
+            let old = u16::from_be_bytes([h[2 * j], h[2 * j + 1]]);
+            h[2 * j..2 * j + 2].copy_from_slice(&old.wrapping_add(b).to_be_bytes());
+            if round % 3 == 0 {
+                let k = rnd() as usize % 10;
+                h[2 * k] ^= 0xff;
+            }
+            assert_eq!(ipv4_checksum_ok(&h), checksum(&h) == 0, "{h:02x?}");
+        }
     }
 
     #[test]
@@ -821,6 +910,85 @@ mod tests {
         // Hop-by-hop not first.
         let pl = [0, 0, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0, 0];
         assert_eq!(inspect(&v6(60, &pl)), Err(DecodeError::BadInnerHeader));
+    }
+
+    /// `udp4` says `Some` only for packets `inspect` accepts as unfragmented
+    /// UDP/IPv4 with both ports, with the same fields, and says `Some` for
+    /// every such packet with a 20-byte header.
+    fn check_udp4(p: &[u8]) {
+        let fast = udp4(p);
+        let full = inspect(p);
+        match (fast, &full) {
+            (Some(u), Ok(i)) => {
+                assert_eq!(
+                    (i.version, i.protocol, i.fragment, i.len, i.tcp_flags),
+                    (4, proto::UDP, false, p.len(), None),
+                    "{p:02x?}"
+                );
+                assert_eq!(i.dscp, u.dscp);
+                assert_eq!(i.src_port, Some(u.src_port));
+                assert_eq!(i.dst_port, Some(u.dst_port));
+            }
+            (Some(_), Err(e)) => panic!("udp4 accepts what inspect rejects ({e:?}): {p:02x?}"),
+            (None, Ok(i)) => assert!(
+                p[0] != 0x45 || i.protocol != proto::UDP || i.fragment || i.src_port.is_none(),
+                "udp4 refuses a plain UDP/IPv4 packet: {p:02x?}"
+            ),
+            (None, Err(_)) => {}
+        }
+    }
+
+    #[test]
+    fn udp4_agrees_with_inspect() {
+        let mut x: u32 = 0x2468_ace1;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        for round in 0..50_000u32 {
+            let len = 20 + rnd() as usize % 60;
+            let protocol = [17, 17, 17, 6, 253, 1][round as usize % 6];
+            let mut p = v4(protocol, &vec![0x5a; len - 20]);
+            p[1] = (rnd() as u8) & 0xfc;
+            p[20..].iter_mut().for_each(|b| *b = rnd() as u8);
+            match rnd() % 8 {
+                // Header fields that matter: flags/offset, version/IHL, length.
+                0 => p[6] = rnd() as u8,
+                1 => p[7] = rnd() as u8,
+                2 => p[0] = rnd() as u8,
+                3 => p[2..4].copy_from_slice(&(rnd() as u16 % 100).to_be_bytes()),
+                _ => {}
+            }
+            if rnd() % 4 != 0 {
+                // Keep the checksum valid (else udp4 and inspect both refuse).
+                p[10] = 0;
+                p[11] = 0;
+                let ihl = (usize::from(p[0] & 0x0f) * 4).clamp(20, p.len());
+                let c = checksum(&p[..ihl]);
+                p[10..12].copy_from_slice(&c.to_be_bytes());
+            }
+            if rnd() % 16 == 0 {
+                let cut = rnd() as usize % (p.len() + 1);
+                p.truncate(cut);
+            }
+            check_udp4(&p);
+        }
+        // A plain voice packet, a fragment, a 24-byte UDP packet with no payload room for more than the ports.
+        let p = v4(17, &[0x40, 0, 0x40, 2, 0, 8, 0, 0]);
+        assert_eq!(
+            udp4(&p),
+            Some(Udp4 {
+                dscp: 46,
+                src_port: 0x4000,
+                dst_port: 0x4002
+            })
+        );
+        check_udp4(&p);
+        check_udp4(&v4(17, &[0, 1, 0, 2]));
+        assert!(udp4(&v4(17, &[0, 1, 0])).is_none());
+        check_udp4(&v4(17, &[0, 1, 0]));
     }
 
     #[test]

@@ -99,6 +99,15 @@ impl Encoding {
         (sep, n)
     }
 
+    /// Whether the first packet of a bundle is written exactly as a later one
+    /// (`native`: the same length prefix; `kau`: no separator), so that
+    /// packets kept in their later-packet form can be copied into a bundle
+    /// from the first one on ([`BundleWriter::push_encoded`]).
+    #[inline]
+    pub(crate) fn first_as_later(self) -> bool {
+        matches!(self, Encoding::Native | Encoding::Kau)
+    }
+
     /// Parses and fully validates a bundle payload. On success every inner
     /// packet has been checked, so iterating the [`Bundle`] cannot fail.
     pub fn decode(self, payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
@@ -421,12 +430,15 @@ impl<'a> BundleWriter<'a> {
     /// Appends `count` packets already written in their later-packet form
     /// (each one [`Encoding::later_separator`] followed by the packet, back to
     /// back), in one copy. The caller has checked each packet as for
-    /// [`BundleWriter::push_checked`]; at least one packet must already be in
-    /// the bundle (the first packet's separator may differ). On error nothing
-    /// is written.
+    /// [`BundleWriter::push_checked`]; unless the encoding writes its first
+    /// packet as a later one ([`Encoding::first_as_later`]), at least one
+    /// packet must already be in the bundle (the first packet's separator
+    /// differs). On error nothing is written.
     #[inline]
     pub(crate) fn push_encoded(&mut self, encoded: &[u8], count: usize) -> Result<(), EncodeError> {
-        if self.count == 0 || count > MAX_PACKETS_PER_BUNDLE - self.count {
+        if (self.count == 0 && !self.encoding.first_as_later())
+            || count > MAX_PACKETS_PER_BUNDLE - self.count
+        {
             return Err(EncodeError::Unsupported);
         }
         let free = &mut self.buf[self.len..];
@@ -504,11 +516,26 @@ mod tests {
             let la = w.finish();
             let mut b = vec![0u8; MAX_BUNDLE];
             let mut w = BundleWriter::new(enc, &mut b).unwrap();
-            assert_eq!(
-                w.push_encoded(&[], 0),
-                Err(EncodeError::Unsupported),
-                "not as the first packet"
-            );
+            if !enc.first_as_later() {
+                assert_eq!(
+                    w.push_encoded(&[], 0),
+                    Err(EncodeError::Unsupported),
+                    "not as the first packet"
+                );
+            } else {
+                // Every packet pre-encoded, the first one included.
+                let mut c = vec![0u8; MAX_BUNDLE];
+                let mut v = BundleWriter::new(enc, &mut c).unwrap();
+                let mut all = Vec::new();
+                for p in &pkts[..fit] {
+                    let (sep, k) = enc.later_separator(p);
+                    all.extend_from_slice(&sep[..k]);
+                    all.extend_from_slice(p);
+                }
+                v.push_encoded(&all, fit).unwrap();
+                let lc = v.finish();
+                assert_eq!(a[..la], c[..lc], "{enc}, {fit} packets, all pre-encoded");
+            }
             w.push_checked(&pkts[0]).unwrap();
             let mut later = Vec::new();
             for p in &pkts[1..fit] {

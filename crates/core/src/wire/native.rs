@@ -166,13 +166,42 @@ fn check_header(payload: &[u8]) -> Result<&[u8], DecodeError> {
 /// After at least one packet, fewer than 21 remaining bytes (too few for the
 /// smallest prefix + a 20-byte IPv4 header) are [`DecodeError::TrailingGarbage`].
 pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
+    decode_impl::<true>(payload)
+}
+
+/// [`decode`], with (`FAST`) or without its fast path (tests compare the two).
+#[inline(always)]
+fn decode_impl<const FAST: bool>(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
     let body = check_header(payload)?;
     if body.is_empty() {
         return Err(DecodeError::Empty);
     }
     let mut rest = body;
     let mut count = 0usize;
-    while !rest.is_empty() {
+    loop {
+        // Fast path: a one-byte prefix (at least 20) followed by that many
+        // bytes that are a valid 20-byte-header IPv4 packet, below the packet
+        // count bound. Such a packet passes every check of the general step
+        // below (the rest holds more than 21 bytes), so it is only skipped
+        // here; anything else, every error included, takes the general step.
+        while let Some((&b0, tail)) = rest.split_first().filter(|_| FAST) {
+            let l = usize::from(b0);
+            if !(ip::IPV4_HEADER_LEN..0x80).contains(&l)
+                || l > tail.len()
+                || count == MAX_PACKETS_PER_BUNDLE
+            {
+                break;
+            }
+            let (pkt, next) = tail.split_at(l);
+            if !ip::valid_inner_ipv4_20(pkt) {
+                break;
+            }
+            rest = next;
+            count += 1;
+        }
+        if rest.is_empty() {
+            break;
+        }
         if count > 0 && rest.len() < 1 + ip::IPV4_HEADER_LEN {
             // Too few bytes for even the smallest separator + packet.
             return Err(DecodeError::TrailingGarbage);
@@ -256,6 +285,62 @@ mod tests {
         assert_eq!(prefix_len(128), 2);
         assert_eq!(prefix_len(16383), 2);
         assert_eq!(prefix_len(16384), 3);
+    }
+
+    #[test]
+    fn fast_path_decodes_like_the_general_steps() {
+        // Valid bundles of 20..=140-byte packets (IPv4 with and without
+        // options, IPv6, bundle protocols), then mutated: one byte changed,
+        // cut short, extended; the same result (count, or error) either way.
+        let mut x: u32 = 0x0dec_0de5;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as usize
+        };
+        for round in 0..20_000 {
+            let n = 1 + rnd() % 30;
+            let mut b = vec![0x10, 0];
+            for _ in 0..n {
+                let len = 20 + rnd() % 121;
+                let mut p = v4(len, [17, 6, 253][rnd() % 3]);
+                match rnd() % 8 {
+                    0 => p[0] = 0x46,
+                    1 => p[0] = 0x60,
+                    2 => p[10] ^= 1,
+                    _ => {}
+                }
+                let (sep, k) = Encoding::Native.later_separator(&p);
+                b.extend_from_slice(&sep[..k]);
+                b.extend_from_slice(&p);
+            }
+            match rnd() % 4 {
+                0 => {
+                    let i = rnd() % b.len();
+                    b[i] = rnd() as u8;
+                }
+                1 => b.truncate(rnd() % (b.len() + 1)),
+                2 => b.extend((0..rnd() % 30).map(|_| rnd() as u8)),
+                _ => {}
+            }
+            let fast = decode_impl::<true>(&b).map(|d| d.len());
+            let general = decode_impl::<false>(&b).map(|d| d.len());
+            assert_eq!(fast, general, "round {round}: {b:02x?}");
+        }
+        // The packet-count bound, exactly at and past it.
+        let p = v4(20, 17);
+        for extra in 0..2 {
+            let mut b = vec![0x10, 0];
+            for _ in 0..MAX_PACKETS_PER_BUNDLE + extra {
+                b.push(20);
+                b.extend_from_slice(&p);
+            }
+            assert_eq!(
+                decode_impl::<true>(&b).map(|d| d.len()),
+                decode_impl::<false>(&b).map(|d| d.len())
+            );
+        }
     }
 
     #[test]
