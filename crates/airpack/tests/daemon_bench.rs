@@ -338,21 +338,31 @@ fn bench_delay() {
     assert_eq!(base.len(), n as usize);
     let (b50, b99) = (pct(&mut base, 0.5), pct(&mut base, 0.99));
     println!("BENCH delay baseline (no airpack): median {b50:.1} µs, p99 {b99:.1} µs");
-    let rt: &[&str] = &["--log", "warn", "--set", "daemon.sched_priority=50"];
     let normal: &[&str] = &["--log", "warn"];
-    for (mode, hold, args) in [
-        ("fixed", 5000u64, normal),
-        ("hold-while-busy", 5000, normal),
-        ("fixed", 5000, rt),
-        ("hold-while-busy", 5000, rt),
+    let rt: &[&str] = &["--log", "warn", "--set", "daemon.sched_priority=50"];
+    let rt_lat: &[&str] = &[
+        "--log",
+        "warn",
+        "--set",
+        "daemon.sched_priority=50",
+        "--set",
+        "daemon.cpu_latency_us=0",
+    ];
+    for (mode, hold, args, sched) in [
+        ("fixed", 5000u64, normal, "normal scheduling"),
+        ("hold-while-busy", 5000, normal, "normal scheduling"),
+        ("fixed", 5000, rt, "SCHED_FIFO 50"),
+        ("hold-while-busy", 5000, rt, "SCHED_FIFO 50"),
+        ("fixed", 5000, rt_lat, "SCHED_FIFO 50 + cpu_latency_us 0"),
+        (
+            "hold-while-busy",
+            5000,
+            rt_lat,
+            "SCHED_FIFO 50 + cpu_latency_us 0",
+        ),
     ] {
         let mut da = net.daemon(&a, &cfg(B, hold, mode), args);
         let mut db = net.daemon(&b, &cfg(A, hold, mode), args);
-        let sched = if args.len() > 2 {
-            "SCHED_FIFO 50"
-        } else {
-            "normal scheduling"
-        };
         let mut d = delays(&a, &b, n);
         assert_eq!(d.len(), n as usize, "{mode}: lost packets");
         let (m50, m99) = (pct(&mut d, 0.5), pct(&mut d, 0.99));

@@ -193,6 +193,10 @@ pub struct DaemonSection {
     pub udp_port: u16,
     /// Real-time priority of the daemon (SCHED_FIFO 1-99; 0 = normal scheduling).
     pub sched_priority: u8,
+    /// CPU wake-up latency limit in µs while the daemon runs (PM QoS,
+    /// `/dev/cpu_dma_latency`); none: the system's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_latency_us: Option<u32>,
     /// Inner-source check on received bundles (default: `route` hop-by-hop,
     /// `allowed-ips` end-to-end).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -215,6 +219,7 @@ impl Default for DaemonSection {
             transport: Transport::Ip,
             udp_port: 4150,
             sched_priority: 0,
+            cpu_latency_us: None,
             source_check: None,
         }
     }
@@ -1417,6 +1422,7 @@ pub fn known_keys() -> Vec<String> {
     let mut c = Config::default();
     c.daemon.prometheus = Some("127.0.0.1:9477".into());
     c.daemon.source_check = Some(SourceCheck::Route);
+    c.daemon.cpu_latency_us = Some(0);
     c.classes.push(ClassSection {
         class: ClassCfg::Bundle,
         protocol: Some(Spec::Str("udp".into())),
@@ -1648,6 +1654,7 @@ mode = "hop-by-hop"
 transport = "udp"
 filter_priority = 0x10
 bypass_mark = 0x11
+cpu_latency_us = 0
 [aggregation]
 encoding = "simplemux"
 hold_time_us = 2000
@@ -1712,6 +1719,7 @@ encoding = "native"
         assert_eq!(plan.steer[1].mark, Some((0x10, 0xff)));
         let spec = plan.steer_spec();
         assert_eq!((spec.bypass_mark, spec.priority), (0x11, 0x10));
+        assert_eq!(plan.config.daemon.cpu_latency_us, Some(0));
         assert!(
             spec.interfaces.is_empty(),
             "none configured: the daemon finds them"

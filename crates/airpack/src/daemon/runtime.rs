@@ -17,8 +17,9 @@ use super::control::{Request, Server, TOK_CONN_BASE, TOK_CONTROL, TOK_METRICS};
 use super::stats::{self, DaemonCounters};
 use super::sys;
 use crate::linux::{
-    self, monotonic_micros, BundleSocket, Events, Family, Interest, Poller, RawIpSender,
-    RouteMonitor, RouteResolver, Signals, Steering, Timer, Tun, TunBatch, UdpBundleSocket,
+    self, monotonic_micros, BundleSocket, CpuLatency, Events, Family, Interest, Poller,
+    RawIpSender, RouteMonitor, RouteResolver, Signals, Steering, Timer, Tun, TunBatch,
+    UdpBundleSocket,
 };
 use airpack_core::{Encoding, Engine, Transmit, TransmitKind};
 use anyhow::Context;
@@ -202,6 +203,8 @@ pub struct Daemon {
     tun: Tun,
     /// Writes the inner packets of one bundle into the TUN in one system call.
     tun_batch: TunBatch,
+    /// Held while the daemon runs (`daemon.cpu_latency_us`).
+    _cpu_latency: Option<CpuLatency>,
     steering: Option<Steering>,
     resolver: RouteResolver,
     monitor: RouteMonitor,
@@ -335,6 +338,18 @@ impl Daemon {
                 Err(e) => warn!("cannot use SCHED_FIFO priority {}: {e}", d.sched_priority),
             }
         }
+        let cpu_latency = d
+            .cpu_latency_us
+            .and_then(|us| match CpuLatency::request(us) {
+                Ok(l) => {
+                    info!(us, "CPU wake-up latency limited");
+                    Some(l)
+                }
+                Err(e) => {
+                    warn!("cannot limit the CPU wake-up latency to {us} µs: {e}");
+                    None
+                }
+            });
         let mut resolver =
             RouteResolver::new(d.bypass_mark).context("opening the netlink route resolver")?;
         let monitor = RouteMonitor::new().context("opening the netlink route monitor")?;
@@ -411,6 +426,7 @@ impl Daemon {
             engine,
             tun,
             tun_batch,
+            _cpu_latency: cpu_latency,
             steering: Some(steering),
             resolver,
             monitor,
@@ -821,6 +837,7 @@ impl Daemon {
             keep!(daemon.udp_port);
             keep!(daemon.log);
             keep!(daemon.sched_priority);
+            keep!(daemon.cpu_latency_us);
             keep!(aggregation.protocol);
             if !kept.is_empty() {
                 warn!(

@@ -30,7 +30,7 @@ pub use socket::{
     outq_bytes, scoped, set_buffer, BundleSocket, Family, RawIpSender, Received, UdpBundleSocket,
 };
 pub use steer::{Match, SteerSpec, Steering};
-pub use timer::{monotonic_micros, set_realtime, set_timer_slack, Signals, Timer};
+pub use timer::{monotonic_micros, set_realtime, set_timer_slack, CpuLatency, Signals, Timer};
 pub use tun::{Tun, TunBatch};
 
 use std::io;

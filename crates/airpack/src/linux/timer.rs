@@ -42,6 +42,29 @@ pub fn set_realtime(priority: u8) -> io::Result<()> {
     Ok(())
 }
 
+/// A CPU wake-up latency limit (PM QoS, `/dev/cpu_dma_latency`): while it
+/// is held, idle CPUs stay in states they can leave within `us` microseconds,
+/// so a timer fires closer to its deadline (measured on this project's VM:
+/// timerfd lateness p99 from 150-1200 µs down to 75-100 µs with 0). Costs
+/// power: idle CPUs no longer sleep deeply. Released when dropped.
+#[derive(Debug)]
+pub struct CpuLatency {
+    _fd: std::fs::File,
+}
+
+impl CpuLatency {
+    /// Requests a wake-up latency of at most `us` microseconds.
+    pub fn request(us: u32) -> io::Result<CpuLatency> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/cpu_dma_latency")?;
+        let v = i32::try_from(us).unwrap_or(i32::MAX);
+        f.write_all(&v.to_ne_bytes())?;
+        Ok(CpuLatency { _fd: f })
+    }
+}
+
 /// A one-shot timerfd on CLOCK_MONOTONIC (nonblocking, close-on-exec).
 #[derive(Debug)]
 pub struct Timer {
