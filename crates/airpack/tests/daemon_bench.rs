@@ -257,10 +257,11 @@ fn bench_throughput() {
         100.0 * (t.sent - t.received.min(t.sent)) as f64 / t.sent.max(1) as f64
     );
     println!(
-        "BENCH airpack: A aggregation ratio {:.1}, {} bundles; A dropped {}, B tun write errors {}",
+        "BENCH airpack: A aggregation ratio {:.1}, {} bundles; A dropped {}, A TUN queue drops {}, B tun write errors {}",
         sa["total"]["aggregation_ratio"].as_f64().unwrap(),
         sa["total"]["bundles"],
         sa["total"]["dropped"],
+        sa["tun"]["queue_drops"],
         sb["total"]["daemon"]["tun_write_errors"]
     );
     println!(

@@ -97,6 +97,12 @@ fn two_nodes_one_hop() {
         load.total()
     );
     assert_eq!(sb["total"]["decode_errors_total"], 0);
+    // The kernel's view of the TUNs agrees: every packet A's daemon read came
+    // through its TUN queue without a drop, every packet B's wrote went in.
+    assert_eq!(sa["steered_interfaces"], serde_json::json!(["va"]));
+    assert_eq!(sa["tun"]["queue_drops"], 0, "{}", sa["tun"]);
+    assert!(sa["tun"]["read_by_daemon"].as_u64().unwrap() >= load.total());
+    assert!(sb["tun"]["written_by_daemon"].as_u64().unwrap() >= load.total());
     assert_eq!(sb["total"]["daemon"]["rx_rejected"]["unknown_peer"], 0);
     assert_eq!(sb["total"]["daemon"]["rx_rejected"]["spoofed_source"], 0);
     println!(

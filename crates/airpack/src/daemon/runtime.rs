@@ -205,6 +205,8 @@ pub struct Daemon {
     tun_batch: TunBatch,
     /// Held while the daemon runs (`daemon.cpu_latency_us`).
     _cpu_latency: Option<CpuLatency>,
+    /// The TUN's kernel counters, as of the last control request.
+    tun_link: Option<linux::LinkStats>,
     steering: Option<Steering>,
     resolver: RouteResolver,
     monitor: RouteMonitor,
@@ -427,6 +429,7 @@ impl Daemon {
             tun,
             tun_batch,
             _cpu_latency: cpu_latency,
+            tun_link: None,
             steering: Some(steering),
             resolver,
             monitor,
@@ -976,7 +979,10 @@ impl Daemon {
         sent
     }
 
-    fn answer(&self, req: Request) -> (bool, Vec<u8>) {
+    fn answer(&mut self, req: Request) -> (bool, Vec<u8>) {
+        // The kernel's counters of the TUN (its queue toward the daemon can
+        // overflow before the daemon sees a packet): read per request.
+        self.tun_link = self.resolver.link_stats(self.tun.ifindex()).ok();
         match req {
             Request::Stats => (true, self.stats_bytes()),
             Request::Peers => (true, self.peers_bytes()),
@@ -1009,6 +1015,13 @@ impl Daemon {
             "queued": {"packets": qp, "bytes": qb},
             "links": self.links.iter().map(|l| json!({"interface": l.name, "up": l.up})).collect::<Vec<_>>(),
             "steered_interfaces": self.steering.as_ref().map(|s| s.steered()).unwrap_or_default(),
+            "tun": self.tun_link.as_ref().map(|l| json!({
+                "name": self.tun.name(),
+                "queue_drops": l.tx_dropped,
+                "read_by_daemon": l.tx_packets,
+                "written_by_daemon": l.rx_packets,
+                "rx_dropped": l.rx_dropped,
+            })),
             "total": total,
         });
         match head {

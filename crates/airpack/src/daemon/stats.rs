@@ -299,13 +299,16 @@ pub fn prometheus(doc: &Value) -> String {
     out
 }
 
-/// The `total` and `queued` part of [`prometheus`] (everything but `peers`).
+/// The `total`, `queued` and `tun` part of [`prometheus`] (everything but `peers`).
 pub fn prometheus_head(doc: &Value, out: &mut String) {
     if let Some(t) = doc.get("total") {
         prom_walk("", &[], t, out);
     }
     if let Some(q) = doc.get("queued") {
         prom_walk("queued", &[], q, out);
+    }
+    if let Some(t) = doc.get("tun") {
+        prom_walk("tun", &[], t, out);
     }
 }
 
