@@ -426,7 +426,7 @@ fn tun_batch_writes_in_order_with_and_without_io_uring() {
             })
             .collect();
         for uring in [true, false] {
-            let mut batch = airpack::linux::TunBatch::new(uring);
+            let mut batch = airpack::linux::TunBatch::new(&tun, uring);
             if uring && !batch.uses_io_uring() {
                 eprintln!("NOTE: io_uring unavailable here; only the fallback is tested");
                 continue;

@@ -418,7 +418,7 @@ impl Daemon {
             metrics = ?control.metrics_addr(),
             "airpack daemon running"
         );
-        let tun_batch = TunBatch::new(true);
+        let tun_batch = TunBatch::new(&tun, true);
         if !tun_batch.uses_io_uring() {
             info!("io_uring not available: one write per inner packet");
         }

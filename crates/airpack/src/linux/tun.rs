@@ -286,6 +286,9 @@ impl Tun {
 /// the per-packet system call, which dominates on small packets.
 pub struct TunBatch {
     ring: Option<io_uring::IoUring>,
+    /// The TUN descriptor registered with the ring (a fixed file: no
+    /// descriptor lookup per write).
+    fd: RawFd,
     /// Submitted, not yet completed.
     inflight: usize,
 }
@@ -304,15 +307,22 @@ const BATCH_ENTRIES: u32 = 256;
 const ENTER_RETRIES: usize = 1_000;
 
 impl TunBatch {
-    /// A batch writer; `io_uring = false` (or io_uring being unavailable)
-    /// writes one packet per system call.
-    pub fn new(io_uring: bool) -> TunBatch {
+    /// A batch writer into `tun`; `io_uring = false` (or io_uring being
+    /// unavailable) writes one packet per system call.
+    pub fn new(tun: &Tun, io_uring: bool) -> TunBatch {
+        let fd = tun.as_raw_fd();
         let ring = if io_uring {
-            io_uring::IoUring::new(BATCH_ENTRIES).ok()
+            io_uring::IoUring::new(BATCH_ENTRIES)
+                .ok()
+                .filter(|r| r.submitter().register_files(&[fd]).is_ok())
         } else {
             None
         };
-        TunBatch { ring, inflight: 0 }
+        TunBatch {
+            ring,
+            fd,
+            inflight: 0,
+        }
     }
 
     /// Whether batches go through io_uring.
@@ -320,10 +330,11 @@ impl TunBatch {
         self.ring.is_some()
     }
 
-    /// Writes every packet of `packets` into `tun`, calling `done` with each
-    /// write's result (in completion order, which need not be `packets`'
-    /// order). Returns only when every write has completed, so the packets'
-    /// memory is no longer referenced by the kernel.
+    /// Writes every packet of `packets` into `tun` (the device given to
+    /// [`TunBatch::new`]), calling `done` with each write's result (in
+    /// completion order, which need not be `packets`' order). Returns only
+    /// when every write has completed, so the packets' memory is no longer
+    /// referenced by the kernel.
     pub fn write<'p>(
         &mut self,
         tun: &Tun,
@@ -336,7 +347,8 @@ impl TunBatch {
             }
             return;
         }
-        let fd = io_uring::types::Fd(tun.as_raw_fd());
+        debug_assert_eq!(tun.as_raw_fd(), self.fd, "the TUN given to TunBatch::new");
+        let fd = io_uring::types::Fixed(0);
         for p in packets {
             let ring = self.ring.as_mut().expect("checked above");
             if ring.submission().is_full() {
