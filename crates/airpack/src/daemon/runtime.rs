@@ -784,19 +784,14 @@ impl Daemon {
     fn update_steering(&mut self, links: bool) {
         let Some(st) = &mut self.steering else { return };
         let before = st.steered();
-        let r = if self.steer_auto {
-            let want = auto_interfaces(&self.plan, &mut self.resolver, self.tun.ifindex());
-            if want != st.spec().interfaces {
-                st.set_interfaces(&want)
-            } else if links {
-                st.refresh().map(|_| ())
-            } else {
-                Ok(())
-            }
-        } else if links {
-            st.refresh().map(|_| ())
-        } else {
-            Ok(())
+        let want = self
+            .steer_auto
+            .then(|| auto_interfaces(&self.plan, &mut self.resolver, self.tun.ifindex()))
+            .filter(|w| *w != st.spec().interfaces);
+        let r = match want {
+            Some(want) => st.set_interfaces(&want),
+            None if links => st.refresh().map(|_| ()),
+            None => Ok(()),
         };
         if let Err(e) = r {
             self.counters.steering_errors += 1;
