@@ -272,7 +272,7 @@ fn key(p: u32) -> PeerKey {
     }
 }
 
-fn same_state(a: &Engine, b: &Engine) {
+fn same_state(a: &mut Engine, b: &mut Engine) {
     assert_eq!(a.stats(), b.stats());
     assert_eq!(a.queued(), b.queued());
     assert_eq!(a.poll_timeout(), b.poll_timeout());
@@ -350,17 +350,17 @@ fn run(dynamic_marking: bool, which: u8, max_peers: usize, defaults: PeerConfig,
                 b.flush();
             }
         }
-        same_state(&a, &b);
+        same_state(&mut a, &mut b);
         // Drain only sometimes, so queues also fill up to their limits.
         if !matches!(op, Op::Packet(..)) || now % 3 == 0 {
             drain(&mut a, &mut b, now, &mut buf_a, &mut buf_b);
-            same_state(&a, &b);
+            same_state(&mut a, &mut b);
         }
     }
     a.flush();
     b.flush();
     drain(&mut a, &mut b, now, &mut buf_a, &mut buf_b);
-    same_state(&a, &b);
+    same_state(&mut a, &mut b);
 }
 
 proptest! {

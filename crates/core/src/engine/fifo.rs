@@ -244,6 +244,17 @@ impl<T: Copy + Default> Ring<T> {
         tail[..first].iter_mut().chain(wrapped[..rest].iter_mut())
     }
 
+    /// Keeps only the records for which `keep` is true, in order.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        for _ in 0..self.len {
+            let v = self.pop_front().expect("counted");
+            if keep(&v) {
+                // Never grows: one record was just removed.
+                self.push_back(v);
+            }
+        }
+    }
+
     /// Doubles the capacity (at least 8), moving the live records to the start.
     #[cold]
     fn grow(&mut self) {
@@ -288,6 +299,11 @@ mod tests {
                     next += 1;
                 }
                 4 | 5 => assert_eq!(r.pop_front(), m.pop_front()),
+                6 if x % 64 == 6 => {
+                    let odd = x & 64 != 0;
+                    r.retain(|v| (v % 2 == 1) == odd);
+                    m.retain(|v| (v % 2 == 1) == odd);
+                }
                 6 => {
                     let n = (x as usize / 8) % (m.len() + 1);
                     r.drop_front(n);

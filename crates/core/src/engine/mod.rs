@@ -50,6 +50,7 @@
 //!   hold time is measured from that.
 
 pub mod classify;
+mod deadlines;
 #[cfg(test)]
 mod fast_path_tests;
 mod fifo;
@@ -66,6 +67,7 @@ use crate::wire::{
 use crate::Micros;
 use core::cmp::Reverse;
 use core::net::IpAddr;
+use deadlines::Deadlines;
 use fifo::{ByteFifo, Ring};
 use std::collections::BinaryHeap;
 use table::PeerTable;
@@ -662,8 +664,6 @@ fn cost(enc: Encoding, len: usize, first: bool) -> usize {
 
 /// Ready-heap entry: fullest first (estimated wire bytes), then lower slot index.
 type ReadyItem = (usize, Reverse<u32>, u32);
-/// Deadline-heap entry: earliest first.
-type DeadlineItem = Reverse<(Micros, u32, u32)>;
 
 /// The aggregation state machine. See the module documentation.
 ///
@@ -681,7 +681,7 @@ pub struct Engine {
     slots: Vec<Slot>,
     free: Vec<u32>,
     index: PeerTable,
-    deadlines: BinaryHeap<DeadlineItem>,
+    deadlines: Deadlines,
     ready: BinaryHeap<ReadyItem>,
     ready_count: usize,
     counts: QueueCounts,
@@ -765,7 +765,7 @@ impl Engine {
             slots: Vec::new(),
             free: Vec::new(),
             index: PeerTable::default(),
-            deadlines: BinaryHeap::new(),
+            deadlines: Deadlines::default(),
             ready: BinaryHeap::new(),
             ready_count: 0,
             counts: QueueCounts::default(),
@@ -866,6 +866,7 @@ impl Engine {
     }
 
     /// Hands one outgoing IP packet to the engine. The bytes are copied.
+    #[inline]
     pub fn handle_packet(
         &mut self,
         now: Micros,
@@ -1059,11 +1060,12 @@ impl Engine {
     /// When something is ready to send already, this is the latest time the
     /// engine has been given (drain `poll_transmit` now); `None` when nothing
     /// is queued.
-    pub fn poll_timeout(&self) -> Option<Micros> {
+    pub fn poll_timeout(&mut self) -> Option<Micros> {
+        self.settle();
         if self.ready_count > 0 || !self.bypass.is_empty() {
             return Some(self.now);
         }
-        self.deadlines.peek().map(|Reverse((t, _, _))| *t)
+        self.deadlines.peek().map(|(t, _, _)| t)
     }
 
     /// Writes the next datagram to send into `buf` (which should hold at least
@@ -1082,10 +1084,7 @@ impl Engine {
             debug_assert!(
                 self.ready.is_empty()
                     && self.bypass.is_empty()
-                    && self
-                        .deadlines
-                        .peek()
-                        .map_or(true, |Reverse((t, _, _))| *t > self.now)
+                    && self.deadlines.peek().map_or(true, |(t, _, _)| t > self.now)
             );
             return None;
         }
@@ -1098,7 +1097,7 @@ impl Engine {
         if self.ready.is_empty() && self.bypass.is_empty() {
             match self.deadlines.peek() {
                 None => return None,
-                Some(Reverse((t, _, _))) if *t > self.now => return None,
+                Some((t, _, _)) if t > self.now => return None,
                 _ => {}
             }
         }
@@ -1444,15 +1443,17 @@ impl Engine {
         }
         s.dl_gen = s.dl_gen.wrapping_add(1);
         if let Some(d) = s.deadline() {
-            self.deadlines.push(Reverse((d, i as u32, s.dl_gen)));
+            self.deadlines.push((d, i as u32, s.dl_gen));
+            self.quiet_until = self.quiet_until.min(d);
             if self.deadlines.len() > 2 * self.counts.nonempty + 64 {
                 let slots = &self.slots;
                 self.deadlines
-                    .retain(|Reverse((_, j, g))| slots[*j as usize].dl_gen == *g);
+                    .retain(|&(_, j, g)| slots[j as usize].dl_gen == g);
             }
         }
-        // The old entry may have been the top: keep the top valid.
-        self.settle();
+        // The old entry, now stale, may be the top: `settle` (at the end of
+        // every public call that can get here, or lazily in `poll_timeout`)
+        // drops it; until then `quiet_until` is a lower bound, which is safe.
     }
 
     /// Slot `i` is ready: (re)enters the ready heap with its current size.
@@ -1509,20 +1510,19 @@ impl Engine {
         self.slots[i].ready_reason(self.link_busy, self.config.link_mode)
     }
 
-    /// Drops pop-stale entries from the top of the deadline heap so that
-    /// `poll_timeout` (which cannot mutate) reads a valid deadline.
+    /// Drops stale entries from the top of the deadlines, so the top is a
+    /// valid deadline, and makes `quiet_until` exact again (between calls it
+    /// may be a lower bound: every deadline entry is at least `quiet_until`).
     #[inline]
     fn settle(&mut self) {
-        while let Some(Reverse((_, j, g))) = self.deadlines.peek() {
-            if self.slots[*j as usize].dl_gen == *g {
+        while let Some((_, j, g)) = self.deadlines.peek() {
+            if self.slots[j as usize].dl_gen == g {
                 break;
             }
             self.deadlines.pop();
         }
         self.quiet_until = if self.ready.is_empty() && self.bypass.is_empty() {
-            self.deadlines
-                .peek()
-                .map_or(Micros::MAX, |Reverse((t, _, _))| *t)
+            self.deadlines.peek().map_or(Micros::MAX, |(t, _, _)| t)
         } else {
             0
         };
@@ -1564,7 +1564,7 @@ impl Engine {
         let now = self.now;
         loop {
             let mut pick = None;
-            if let Some(&Reverse((t, j, g))) = self.deadlines.peek() {
+            if let Some((t, j, g)) = self.deadlines.peek() {
                 if self.slots[j as usize].dl_gen != g {
                     self.deadlines.pop();
                     continue;
