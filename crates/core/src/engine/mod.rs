@@ -316,6 +316,13 @@ struct Slot {
     /// && opportunistic == 0` (kept by `Slot::sync_calm`): with an idle link
     /// in fixed mode, a push can only make the queue ready by its size.
     calm: bool,
+    /// [`Engine::handle_packet`]'s shortest path (a short packet pushed in
+    /// the native encoding that changes nothing but the queue) applies when
+    /// `q.len() - 1 < fast_len` (wrapping: the queue is not empty) and
+    /// `cost_sum + cost < fast_cost`. `fast_len` is zero unless the queue is
+    /// `calm` in the native encoding; see `Slot::sync_calm` and `Slot::sync`.
+    fast_len: usize,
+    fast_cost: usize,
     stats: Stats,
 }
 
@@ -346,6 +353,8 @@ impl Slot {
             in_ready: false,
             in_wake: false,
             calm: false,
+            fast_len: 0,
+            fast_cost: 0,
             stats: Stats::default(),
         }
         .synced()
@@ -359,7 +368,6 @@ impl Slot {
     /// Recomputes the values derived from `cfg` and `fixed_cost`; called
     /// whenever either changes.
     fn sync(&mut self) {
-        self.sync_calm();
         self.max_packets = self.cfg.max_packets.clamp(1, MAX_PACKETS_PER_BUNDLE);
         // wire_estimate() >= min(min_size, max_size), with the cost sum alone.
         self.ready_cost = self
@@ -367,9 +375,15 @@ impl Slot {
             .min_size
             .min(self.cfg.max_size)
             .saturating_sub(self.cfg.outer_overhead.saturating_add(self.fixed_cost));
+        // Below the readiness threshold and (conservatively: a packet's cost
+        // is at least its length) within the byte limit after the push.
+        self.fast_cost = self
+            .ready_cost
+            .min(self.cfg.queue_limit_bytes.saturating_add(1));
+        self.sync_calm();
     }
 
-    /// Recomputes `calm`; called whenever one of its inputs changes.
+    /// Recomputes `calm` and `fast_len`; called whenever one of their inputs changes.
     #[inline]
     fn sync_calm(&mut self) {
         self.calm = !self.in_ready
@@ -377,6 +391,21 @@ impl Slot {
             && self.flush_pending == 0
             && self.cfg.accepts_bundles
             && self.opportunistic == 0;
+        // With `n = q.len()` before the push: `1 <= n` (the front stays),
+        // `n + 1 < max_packets` (not ready by count after it) and
+        // `n < queue_limit_packets` (room for it), i.e. `n - 1 < fast_len`.
+        self.fast_len = if self.calm && self.cfg.encoding == Encoding::Native {
+            (self.max_packets.saturating_sub(2)).min(self.cfg.queue_limit_packets.saturating_sub(1))
+        } else {
+            0
+        };
+    }
+
+    /// Clears `calm` (and with it `fast_len`).
+    #[inline]
+    fn clear_calm(&mut self) {
+        self.calm = false;
+        self.fast_len = 0;
     }
 
     /// Replaces the configuration.
@@ -424,9 +453,33 @@ impl Slot {
         self.cost_sum += c;
         if opportunistic {
             self.opportunistic += 1;
-            self.calm = false;
+            self.clear_calm();
         }
         self.nocarry += !carry as usize;
+        self.arrival_sum += u128::from(now);
+        debug_assert!(self.aggregates_hold());
+    }
+
+    /// [`Slot::push`] of a packet shorter than 128 bytes in the native
+    /// encoding (one-byte separator), bundle class, that an IPv4 packet is,
+    /// onto a non-empty queue: the shortest path, see `fast_len`.
+    #[inline(always)]
+    fn push_native_short(&mut self, now: Micros, packet: &[u8], dscp: u8) {
+        debug_assert!(!self.q.is_empty() && packet.len() < 0x80);
+        debug_assert_eq!(self.cfg.encoding, Encoding::Native);
+        let len = packet.len();
+        self.dscp_max = self.dscp_max.max(dscp);
+        self.bytes.push_prefixed_word(len as u32, 1, packet);
+        self.q.push_back(Entry {
+            arrival: now,
+            len: len as u32,
+            cost: len as u32 + 1,
+            dscp,
+            opportunistic: false,
+            carry: true,
+        });
+        self.queued_bytes += len;
+        self.cost_sum += len + 1;
         self.arrival_sum += u128::from(now);
         debug_assert!(self.aggregates_hold());
     }
@@ -473,6 +526,11 @@ impl Slot {
                     && self.flush_pending == 0
                     && self.cfg.accepts_bundles
                     && self.opportunistic == 0)
+            && (self.fast_len == 0 || (self.calm && self.cfg.encoding == Encoding::Native))
+            && self.fast_len + 2 <= self.max_packets.max(2)
+            && self.fast_len < self.cfg.queue_limit_packets.max(1)
+            && self.fast_cost <= self.ready_cost
+            && self.fast_cost <= self.cfg.queue_limit_bytes.saturating_add(1)
     }
 
     /// After a push to this queue with its front unchanged: whether
@@ -905,6 +963,24 @@ impl Engine {
         let class =
             self.udp4_rules
                 .classify(u.dscp, u.src_port, u.dst_port, len, mark, s.cfg.max_size);
+        // The shortest path: a voice packet joining a calm queue that it
+        // neither makes ready nor pushes over a limit, on a calm link.
+        if class == TrafficClass::Bundle
+            && len < 0x80
+            && s.q.len().wrapping_sub(1) < s.fast_len
+            && s.cost_sum + len + 1 < s.fast_cost
+            && self.calm_link
+        {
+            s.push_native_short(self.now, packet, u.dscp);
+            self.counts.packets += 1;
+            self.counts.bytes += len;
+            debug_assert!(!s.refresh_after_push(
+                self.calm_link,
+                self.link_busy,
+                self.config.link_mode
+            ));
+            return Verdict::Queued(class);
+        }
         if class == TrafficClass::Bypass {
             return self.enqueue_bypass(i, packet, u.dscp);
         }
@@ -1466,7 +1542,7 @@ impl Engine {
         self.quiet_until = 0;
         if !s.in_ready {
             s.in_ready = true;
-            s.calm = false;
+            s.clear_calm();
             self.ready_count += 1;
         }
         if self.ready.len() > 2 * self.ready_count + 64 {
