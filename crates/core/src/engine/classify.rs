@@ -187,6 +187,51 @@ struct Udp4Rule {
 pub(crate) struct Udp4Rules {
     rules: Vec<Udp4Rule>,
     default: TrafficClass,
+    /// When every rule is ports-only (the usual "voice is these UDP ports"
+    /// configuration), the whole classification by table lookups.
+    by_port: Option<Box<PortTable>>,
+}
+
+/// Ports-only rules as tables: a packet's class is that of the first rule
+/// whose port range holds its source or its destination port, i.e. of the
+/// lower of the two ports' first-rule indexes.
+#[derive(Clone, PartialEq, Eq)]
+struct PortTable {
+    /// For each port, the index of the first rule whose range holds it (`NONE`: no rule).
+    first: [u8; 65536],
+    /// The class of each rule index; `class[NONE]` is the default.
+    class: [TrafficClass; 256],
+}
+
+impl PortTable {
+    const NONE: u8 = u8::MAX;
+
+    /// The table of `rules`, if they are all ports-only and fewer than `NONE`.
+    fn new(rules: &[Udp4Rule], default: TrafficClass) -> Option<Box<Self>> {
+        if rules.len() >= usize::from(Self::NONE) || !rules.iter().all(|r| r.ports_only) {
+            return None;
+        }
+        let mut t = Box::new(PortTable {
+            first: [Self::NONE; 65536],
+            class: [default; 256],
+        });
+        // Later rules first, so an earlier rule overwrites them.
+        for (k, r) in rules.iter().enumerate().rev() {
+            let (lo, hi) = (
+                usize::from(r.either.lo),
+                usize::from(r.either.lo) + usize::from(r.either.span),
+            );
+            t.first[lo..=hi].fill(k as u8);
+            t.class[k] = r.class;
+        }
+        Some(t)
+    }
+}
+
+impl core::fmt::Debug for PortTable {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PortTable").finish_non_exhaustive()
+    }
 }
 
 impl Udp4Rules {
@@ -221,8 +266,10 @@ impl Udp4Rules {
                 );
             Some(rule)
         };
+        let rules: Vec<Udp4Rule> = c.rules.iter().filter_map(compile).collect();
         Udp4Rules {
-            rules: c.rules.iter().filter_map(compile).collect(),
+            by_port: PortTable::new(&rules, c.default),
+            rules,
             default: c.default,
         }
     }
@@ -241,6 +288,10 @@ impl Udp4Rules {
     ) -> TrafficClass {
         if len > max_size / 2 {
             return TrafficClass::Bypass;
+        }
+        if let Some(t) = &self.by_port {
+            let k = t.first[usize::from(src_port)].min(t.first[usize::from(dst_port)]);
+            return t.class[usize::from(k)];
         }
         for r in &self.rules {
             if (r.either.has(src_port) || r.either.has(dst_port))
@@ -399,6 +450,7 @@ mod tests {
                 TrafficClass::Bypass,
             ][r as usize % 3]
         };
+        let mut tables = 0;
         for _ in 0..3_000 {
             let range16 = |r: &mut dyn FnMut() -> u32| -> Option<RangeInclusive<u16>> {
                 match r() % 5 {
@@ -449,11 +501,21 @@ mod tests {
                 }
                 rules.push(rule);
             }
+            if rnd() % 2 == 0 {
+                // Ports-only rules (the port-table path).
+                for r in &mut rules {
+                    (r.src_ports, r.dst_ports, r.dscp, r.len, r.mark) =
+                        (None, None, None, None, None);
+                    r.version = r.version.filter(|&v| v == 4);
+                    r.protocol = r.protocol.filter(|&p| p == 17);
+                }
+            }
             let c = Classifier {
                 rules,
                 default: class(rnd()),
             };
             let fast = Udp4Rules::new(&c);
+            tables += usize::from(fast.by_port.is_some());
             for _ in 0..30 {
                 let len = 28 + (rnd() % 100) as usize;
                 let (sp, dp) = (16378 + (rnd() % 12) as u16, 16378 + (rnd() % 12) as u16);
@@ -468,6 +530,11 @@ mod tests {
                 );
             }
         }
+        // Both the table and the rule loop were exercised.
+        assert!(
+            (1_000..2_900).contains(&tables),
+            "{tables} of 3000 lists by table"
+        );
     }
 
     #[test]
