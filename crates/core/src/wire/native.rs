@@ -180,16 +180,16 @@ fn decode_impl<const FAST: bool>(payload: &[u8]) -> Result<Bundle<'_>, DecodeErr
     let mut count = 0usize;
     loop {
         // Fast path: a one-byte prefix (at least 20) followed by that many
-        // bytes that are a valid 20-byte-header IPv4 packet, below the packet
-        // count bound. Such a packet passes every check of the general step
-        // below (the rest holds more than 21 bytes), so it is only skipped
-        // here; anything else, every error included, takes the general step.
+        // bytes that are a valid 20-byte-header IPv4 packet. Such a packet
+        // passes every check of the general step below (the rest holds more
+        // than 21 bytes), so it is only skipped here; anything else, every
+        // error included, takes the general step. The packet count bound is
+        // checked once afterwards: the loop is bounded by the bytes (each
+        // packet takes at least 21), and a bundle that goes past the bound
+        // here fails as it would in the general step.
         while let Some((&b0, tail)) = rest.split_first().filter(|_| FAST) {
             let l = usize::from(b0);
-            if !(ip::IPV4_HEADER_LEN..0x80).contains(&l)
-                || l > tail.len()
-                || count == MAX_PACKETS_PER_BUNDLE
-            {
+            if !(ip::IPV4_HEADER_LEN..0x80).contains(&l) || l > tail.len() {
                 break;
             }
             let (pkt, next) = tail.split_at(l);
@@ -198,6 +198,9 @@ fn decode_impl<const FAST: bool>(payload: &[u8]) -> Result<Bundle<'_>, DecodeErr
             }
             rest = next;
             count += 1;
+        }
+        if count > MAX_PACKETS_PER_BUNDLE {
+            return Err(DecodeError::TooManyPackets);
         }
         if rest.is_empty() {
             break;
@@ -328,18 +331,25 @@ mod tests {
             let general = decode_impl::<false>(&b).map(|d| d.len());
             assert_eq!(fast, general, "round {round}: {b:02x?}");
         }
-        // The packet-count bound, exactly at and past it.
+        // The packet-count bound, below, at and past it, followed by nothing,
+        // by a packet the general step reads (two-byte prefix), or by garbage.
         let p = v4(20, 17);
-        for extra in 0..2 {
-            let mut b = vec![0x10, 0];
-            for _ in 0..MAX_PACKETS_PER_BUNDLE + extra {
-                b.push(20);
-                b.extend_from_slice(&p);
+        let mut long = vec![0x80, 200];
+        long.extend_from_slice(&v4(200, 17));
+        for extra in [-1i32, 0, 1, 2, 40] {
+            for tail in [&[][..], &long[..], &[1, 2, 3][..]] {
+                let mut b = vec![0x10, 0];
+                for _ in 0..(MAX_PACKETS_PER_BUNDLE as i32 + extra) {
+                    b.push(20);
+                    b.extend_from_slice(&p);
+                }
+                b.extend_from_slice(tail);
+                let fast = decode_impl::<true>(&b).map(|d| d.len());
+                assert_eq!(fast, decode_impl::<false>(&b).map(|d| d.len()));
+                if extra > 0 || (extra == 0 && tail == &long[..]) {
+                    assert_eq!(fast, Err(DecodeError::TooManyPackets), "{extra}");
+                }
             }
-            assert_eq!(
-                decode_impl::<true>(&b).map(|d| d.len()),
-                decode_impl::<false>(&b).map(|d| d.len())
-            );
         }
     }
 
