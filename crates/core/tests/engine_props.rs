@@ -207,6 +207,8 @@ struct Model {
     removed: Option<usize>,
     /// The engine's `peer_defaults` (peers created on demand get these).
     defaults: PeerConfig,
+    /// Packets and bytes handed to `handle_packet` so far.
+    handed_in: (u64, u64),
 }
 
 fn front_drops(e: &Engine, p: usize) -> u64 {
@@ -276,6 +278,7 @@ impl Model {
             transmits: 0,
             removed: None,
             defaults,
+            handed_in: (0, 0),
         }
     }
 
@@ -381,6 +384,8 @@ impl Model {
         let mark = mark.map_or(0, |m| (m as u32) << 2 | 3);
         let key = peer(p as u32);
         let verdict = self.engine.handle_packet(self.now, key, &bytes, mark);
+        self.handed_in.0 += 1;
+        self.handed_in.1 += bytes.len() as u64;
         if !self.exists[p] && self.engine.peer(key).is_some() {
             self.exists[p] = true; // created on demand with the defaults
             self.case.peers[p] = self.defaults.clone();
@@ -514,6 +519,14 @@ impl Model {
 
     fn check(&mut self) {
         check_accounting(&self.engine);
+        // The totals (summed over peers, removed ones included) count every
+        // packet handed in exactly once.
+        let c = self.engine.stats().counters;
+        assert_eq!(
+            (c.packets_in, c.bytes_in),
+            self.handed_in,
+            "packets and bytes in"
+        );
         let mut queued = self.bypass.len();
         for p in 0..PEERS {
             self.sync_drops(p);
@@ -745,6 +758,7 @@ proptest! {
         });
         let mut buf = vec![0u8; 2048];
         let mut now = 0;
+        let mut handed_in = 0u64;
         for (p, bytes, mark, as_bundle) in &inputs {
             now += 100;
             let key = peer(*p as u32);
@@ -756,6 +770,7 @@ proptest! {
                 }
             } else {
                 e.handle_packet(now, key, bytes, *mark);
+                handed_in += 1;
             }
             while let Some(t) = e.poll_transmit(now, &mut buf) {
                 prop_assert!(t.len <= buf.len());
@@ -767,6 +782,7 @@ proptest! {
         prop_assert_eq!(e.queued(), (0, 0));
         check_accounting(&e);
         let c = &e.stats().counters;
+        prop_assert_eq!(c.packets_in, handed_in);
         let received = c.bundles_received + c.decode_errors.iter().sum::<u64>();
         prop_assert_eq!(received, 3 * inputs.iter().filter(|x| x.3).count() as u64);
     }

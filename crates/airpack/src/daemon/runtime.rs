@@ -998,7 +998,7 @@ impl Daemon {
 
     /// The `airpack stats --json` document without `peers`.
     fn stats_head(&self) -> serde_json::Map<String, Value> {
-        let mut total = stats::stats_json(self.engine.stats());
+        let mut total = stats::stats_json(&self.engine.stats());
         total.insert("daemon".into(), stats::daemon_json(&self.counters));
         let (qp, qb) = self.engine.queued();
         let head = json!({

@@ -561,8 +561,13 @@ impl Slot {
             Some(e) => cost(enc, e.len as usize, true).saturating_sub(e.cost as usize),
             None => 0,
         };
-        self.fixed_cost = header_len(enc) + first_extra;
-        self.sync();
+        let fixed_cost = header_len(enc) + first_extra;
+        // (Unchanged in the native and kau encodings, whose first packet
+        // costs what a later one does: nothing to recompute then.)
+        if fixed_cost != self.fixed_cost {
+            self.fixed_cost = fixed_cost;
+            self.sync();
+        }
     }
 
     /// Minimum size, maximum size or packet count reached.
@@ -644,23 +649,22 @@ impl HoldRun {
         self.hi = h.bounds.get(b).copied().unwrap_or(u64::MAX);
     }
     #[inline(always)]
-    fn add(&mut self, peer: &mut Histogram, total: &mut Histogram, hold: u64) {
+    fn add(&mut self, h: &mut Histogram, hold: u64) {
         if hold < self.lo || hold > self.hi {
-            self.change(peer, total, hold);
+            self.change(h, hold);
         }
         self.count += 1;
         self.sum = self.sum.saturating_add(hold);
     }
     #[inline(never)]
-    fn change(&mut self, peer: &mut Histogram, total: &mut Histogram, hold: u64) {
-        self.finish(peer, total);
-        self.enter(peer, hold);
+    fn change(&mut self, h: &mut Histogram, hold: u64) {
+        self.finish(h);
+        self.enter(h, hold);
     }
     #[inline]
-    fn finish(&mut self, peer: &mut Histogram, total: &mut Histogram) {
+    fn finish(&mut self, h: &mut Histogram) {
         if self.count > 0 {
-            peer.record_many(self.bucket, self.count, self.sum);
-            total.record_many(self.bucket, self.count, self.sum);
+            h.record_many(self.bucket, self.count, self.sum);
             self.count = 0;
             self.sum = 0;
         }
@@ -668,23 +672,17 @@ impl HoldRun {
 }
 
 /// Records the hold time (`now` minus arrival) of every packet in `q`, in
-/// both histograms, given the sum of their arrival times. Arrival times are
+/// `h`, given the sum of their arrival times. Arrival times are
 /// non-decreasing along a queue, so when the first and the last packet's
 /// hold times fall in the same bucket, every one does, and the bucket gets
 /// them all at once: their count and the sum of their hold times,
 /// `len * now - arrivals`. Otherwise they are recorded in runs.
-fn record_holds(
-    q: &Ring<Entry>,
-    now: Micros,
-    arrivals: u128,
-    peer: &mut Histogram,
-    total: &mut Histogram,
-) {
+fn record_holds(q: &Ring<Entry>, now: Micros, arrivals: u128, h: &mut Histogram) {
     let (a, b) = q.as_slices();
     let (Some(first), Some(last)) = (a.first(), b.last().or(a.last())) else {
         return;
     };
-    let mut run = HoldRun::new(peer, now.saturating_sub(first.arrival));
+    let mut run = HoldRun::new(h, now.saturating_sub(first.arrival));
     if now >= last.arrival && now - last.arrival >= run.lo {
         // Every hold time lies between the last's and the first's, so in the run's bucket.
         debug_assert!(a
@@ -696,10 +694,10 @@ fn record_holds(
         run.sum = u64::try_from(sum).unwrap_or(u64::MAX);
     } else {
         for e in a.iter().chain(b) {
-            run.add(peer, total, now.saturating_sub(e.arrival));
+            run.add(h, now.saturating_sub(e.arrival));
         }
     }
-    run.finish(peer, total);
+    run.finish(h);
 }
 
 #[inline]
@@ -756,7 +754,9 @@ pub struct Engine {
     /// where the ready heap or the bypass FIFO gains an entry.
     quiet_until: Micros,
     now: Micros,
-    total: Stats,
+    /// Statistics of freed peer slots and of events no peer was found for;
+    /// [`Engine::stats`] adds those of the slots.
+    retired: Stats,
     /// `config.classifier` compiled for the UDP/IPv4 fast path.
     udp4_rules: Udp4Rules,
     /// Unit tests: every packet takes the general path.
@@ -801,12 +801,12 @@ fn push_within_limits(
     Some(front_changed)
 }
 
-/// Applies `f` to the total counters and, when given, to a peer's counters.
+/// Applies `f` to a peer's counters, or to the retired ones when there is no peer.
 #[inline]
-fn count(total: &mut Stats, peer: Option<&mut Stats>, f: impl Fn(&mut Counters)) {
-    f(&mut total.counters);
-    if let Some(p) = peer {
-        f(&mut p.counters);
+fn count(retired: &mut Stats, peer: Option<&mut Stats>, f: impl Fn(&mut Counters)) {
+    match peer {
+        Some(p) => f(&mut p.counters),
+        None => f(&mut retired.counters),
     }
 }
 
@@ -833,7 +833,7 @@ impl Engine {
             bypass_turn: false,
             link_busy: false,
             now: 0,
-            total: Stats::default(),
+            retired: Stats::default(),
         }
     }
 
@@ -955,8 +955,6 @@ impl Engine {
     #[inline(always)]
     fn handle_udp4(&mut self, i: usize, packet: &[u8], u: ip::Udp4, mark: u32) -> Verdict {
         let len = packet.len();
-        self.total.counters.packets_in += 1;
-        self.total.counters.bytes_in += len as u64;
         let s = &mut self.slots[i];
         s.stats.counters.packets_in += 1;
         s.stats.counters.bytes_in += len as u64;
@@ -1029,31 +1027,39 @@ impl Engine {
     #[inline(never)]
     fn handle_packet_general(&mut self, peer: PeerKey, packet: &[u8], mark: u32) -> Verdict {
         let len = packet.len();
-        self.total.counters.packets_in += 1;
-        self.total.counters.bytes_in += len as u64;
         let existing = self.lookup(peer);
+        // Counted for the peer, or (no peer, and none is created for it) among the retired.
+        let count_in = |st: &mut Stats| {
+            st.counters.packets_in += 1;
+            st.counters.bytes_in += len as u64;
+        };
         if let Some(i) = existing {
-            let c = &mut self.slots[i].stats.counters;
-            c.packets_in += 1;
-            c.bytes_in += len as u64;
+            count_in(&mut self.slots[i].stats);
         }
-        if len > MAX_BUNDLE {
-            return self.drop_new(existing, DropReason::TooLarge);
-        }
-        let info = match ip::inspect(packet) {
-            Ok(info) => info,
-            Err(_) => return self.drop_new(existing, DropReason::Malformed),
+        let info = match (len <= MAX_BUNDLE).then(|| ip::inspect(packet)) {
+            Some(Ok(info)) => info,
+            bad => {
+                if existing.is_none() {
+                    count_in(&mut self.retired);
+                }
+                let reason = match bad {
+                    None => DropReason::TooLarge,
+                    Some(_) => DropReason::Malformed,
+                };
+                return self.drop_new(existing, reason);
+            }
         };
         let i = match existing {
             Some(i) => i,
             None => match self.create_peer(peer, self.config.peer_defaults.clone(), false) {
                 Ok(i) => {
-                    let c = &mut self.slots[i].stats.counters;
-                    c.packets_in += 1;
-                    c.bytes_in += len as u64;
+                    count_in(&mut self.slots[i].stats);
                     i
                 }
-                Err(reason) => return self.drop_new(None, reason),
+                Err(reason) => {
+                    count_in(&mut self.retired);
+                    return self.drop_new(None, reason);
+                }
             },
         };
         let mut max_changed = false;
@@ -1212,7 +1218,8 @@ impl Engine {
     }
 
     /// Decodes a bundle received from `peer` with `encoding`, counting the
-    /// result in that peer's and the total statistics.
+    /// result in that peer's statistics (or, for an unknown peer, in the
+    /// engine's own, see [`Engine::stats`]).
     pub fn receive<'a>(
         &mut self,
         peer: PeerKey,
@@ -1225,14 +1232,12 @@ impl Engine {
         match &r {
             Ok(b) => {
                 let n = b.len() as u64;
-                self.total.counters.bundles_received += 1;
-                self.total.counters.packets_received += n;
-                if let Some(p) = ps {
-                    p.counters.bundles_received += 1;
-                    p.counters.packets_received += n;
-                }
+                count(&mut self.retired, ps, |c| {
+                    c.bundles_received += 1;
+                    c.packets_received += n;
+                });
             }
-            Err(e) => count(&mut self.total, ps, |c| c.decode_errors[e.index()] += 1),
+            Err(e) => count(&mut self.retired, ps, |c| c.decode_errors[e.index()] += 1),
         }
         r
     }
@@ -1242,9 +1247,15 @@ impl Engine {
         (self.counts.packets, self.counts.bytes)
     }
 
-    /// Totals over all peers.
-    pub fn stats(&self) -> &Stats {
-        &self.total
+    /// Totals over all peers: those of the peers there are now plus those
+    /// of removed peers and of packets no peer was found for. Summed when
+    /// asked (O(peers)), so the packet path counts each event once.
+    pub fn stats(&self) -> Stats {
+        let mut t = self.retired.clone();
+        for s in &self.slots {
+            t.merge(&s.stats);
+        }
+        t
     }
 
     /// Statistics of one peer.
@@ -1321,6 +1332,9 @@ impl Engine {
     fn free_slot(&mut self, i: usize) {
         let s = &mut self.slots[i];
         debug_assert!(s.q.is_empty());
+        // Its statistics stay in the totals.
+        self.retired.merge(&s.stats);
+        s.stats.clear();
         s.live = false;
         s.draining = false;
         s.gen = s.gen.wrapping_add(1);
@@ -1336,7 +1350,7 @@ impl Engine {
 
     fn drop_new(&mut self, slot: Option<usize>, reason: DropReason) -> Verdict {
         let ps = slot.map(|i| &mut self.slots[i].stats);
-        count(&mut self.total, ps, |c| c.dropped[reason.index()] += 1);
+        count(&mut self.retired, ps, |c| c.dropped[reason.index()] += 1);
         self.settle();
         Verdict::Dropped(reason)
     }
@@ -1443,7 +1457,7 @@ impl Engine {
         }
         self.counts.packets -= 1;
         self.counts.bytes -= e.len as usize;
-        count(&mut self.total, Some(&mut s.stats), |c| {
+        count(&mut self.retired, Some(&mut s.stats), |c| {
             c.dropped[reason.index()] += 1
         });
     }
@@ -1614,16 +1628,16 @@ impl Engine {
             let ps = (slot.gen == e.gen).then_some(&mut slot.stats);
             if len > buf.len() {
                 self.bypass_bytes.pop(len);
-                count(&mut self.total, ps, |c| {
+                count(&mut self.retired, ps, |c| {
                     c.dropped[DropReason::TooLarge.index()] += 1
                 });
                 continue;
             }
             buf[..len].copy_from_slice(self.bypass_bytes.get(0, len));
             self.bypass_bytes.pop(len);
-            count(&mut self.total, ps, |c| c.bypass_packets += 1);
+            count(&mut self.retired, ps, |c| c.bypass_packets += 1);
             let ps = (slot.gen == e.gen).then_some(&mut slot.stats);
-            count(&mut self.total, ps, |c| c.bypass_bytes += len as u64);
+            count(&mut self.retired, ps, |c| c.bypass_bytes += len as u64);
             return Some(Transmit {
                 peer: key,
                 len,
@@ -1755,8 +1769,7 @@ impl Engine {
                 w.remaining()
             };
             let count = maxp.min(s.q.len());
-            let (peer_holds, total_holds) =
-                (&mut s.stats.hold_time_us, &mut self.total.hold_time_us);
+            let holds = &mut s.stats.hold_time_us;
             let body;
             let removed;
             if count == s.q.len() && s.nocarry == 0 && s.cost_sum - fc <= room {
@@ -1776,17 +1789,17 @@ impl Engine {
                 } else {
                     s.q.iter().map(|e| e.dscp).max().unwrap_or(0)
                 };
-                record_holds(&s.q, now, s.arrival_sum, peer_holds, total_holds);
+                record_holds(&s.q, now, s.arrival_sum, holds);
             } else {
                 // Walk while the next packet fits. Arrival times are
                 // non-decreasing along the queue, so hold times are
                 // non-increasing and their histogram bucket only moves down:
                 // record runs of equal buckets at once.
-                let mut run = HoldRun::new(peer_holds, now.saturating_sub(first.arrival));
+                let mut run = HoldRun::new(holds, now.saturating_sub(first.arrival));
                 let mut r = Removed::default();
                 r.add(&first);
                 dscp = first.dscp;
-                run.add(peer_holds, total_holds, now.saturating_sub(first.arrival));
+                run.add(holds, now.saturating_sub(first.arrival));
                 let mut k = 1;
                 let mut later = 0usize;
                 while k < count {
@@ -1799,9 +1812,9 @@ impl Engine {
                     k += 1;
                     r.add(&e);
                     dscp = dscp.max(e.dscp);
-                    run.add(peer_holds, total_holds, now.saturating_sub(e.arrival));
+                    run.add(holds, now.saturating_sub(e.arrival));
                 }
-                run.finish(peer_holds, total_holds);
+                run.finish(holds);
                 n = k;
                 body = later;
                 removed = r;
@@ -1836,10 +1849,7 @@ impl Engine {
             if fits {
                 buf[..l].copy_from_slice(s.bytes.get(c - l, l));
                 dscp = e.dscp;
-                let hold = now.saturating_sub(e.arrival);
-                let b = s.stats.hold_time_us.bucket(hold);
-                s.stats.hold_time_us.record_in(b, hold);
-                self.total.hold_time_us.record_in(b, hold);
+                s.stats.hold_time_us.record(now.saturating_sub(e.arrival));
             }
             s.bytes.pop(c);
             let mut r = Removed::default();
@@ -1848,7 +1858,7 @@ impl Engine {
             if !fits {
                 self.counts.packets -= 1;
                 self.counts.bytes -= l;
-                count(&mut self.total, Some(&mut s.stats), |c| {
+                count(&mut self.retired, Some(&mut s.stats), |c| {
                     c.dropped[DropReason::TooLarge.index()] += 1
                 });
                 return None;
@@ -1857,34 +1867,26 @@ impl Engine {
         };
         self.counts.packets -= n;
         self.counts.bytes -= inner_bytes;
-        // Both histograms have the same bounds: one bucket lookup for both.
-        let size_bucket = if n >= 2 {
-            s.stats.bundle_packets.bucket(n as u64)
+        let st = &mut s.stats;
+        let c = &mut st.counters;
+        if n >= 2 {
+            c.aggregated_packets += n as u64;
+            c.aggregated_bytes += inner_bytes as u64;
+            c.bundles += 1;
+            c.bundle_wire_bytes += (len + s.cfg.outer_overhead) as u64;
         } else {
-            0
-        };
-        let (t, p) = (&mut self.total, &mut s.stats);
-        for st in [t, p] {
-            let c = &mut st.counters;
-            if n >= 2 {
-                c.aggregated_packets += n as u64;
-                c.aggregated_bytes += inner_bytes as u64;
-                c.bundles += 1;
-                c.bundle_wire_bytes += (len + s.cfg.outer_overhead) as u64;
-            } else {
-                c.unaggregated_packets += 1;
-                c.unaggregated_bytes += inner_bytes as u64;
-            }
-            match reason {
-                Reason::Timeout => c.sent_on_timeout += 1,
-                Reason::Size => c.sent_on_size += 1,
-                Reason::Idle => c.sent_on_idle += 1,
-                Reason::Flush => c.sent_on_flush += 1,
-                Reason::NotAccepted | Reason::Bypass => {}
-            }
-            if n >= 2 {
-                st.bundle_packets.record_in(size_bucket, n as u64);
-            }
+            c.unaggregated_packets += 1;
+            c.unaggregated_bytes += inner_bytes as u64;
+        }
+        match reason {
+            Reason::Timeout => c.sent_on_timeout += 1,
+            Reason::Size => c.sent_on_size += 1,
+            Reason::Idle => c.sent_on_idle += 1,
+            Reason::Flush => c.sent_on_flush += 1,
+            Reason::NotAccepted | Reason::Bypass => {}
+        }
+        if n >= 2 {
+            st.bundle_packets.record(n as u64);
         }
         Some(Transmit {
             peer: key,
@@ -1915,12 +1917,11 @@ mod tests {
         for _ in 0..500 {
             let mut expect = Histogram::new(HOLD_TIME_BOUNDS_US);
             let mut peer = Histogram::new(HOLD_TIME_BOUNDS_US);
-            let mut total = Histogram::new(HOLD_TIME_BOUNDS_US);
             let mut v = rnd() % 200_000;
             let mut run = HoldRun::new(&peer, v);
             for _ in 0..rnd() % 40 {
                 expect.record(v);
-                run.add(&mut peer, &mut total, v);
+                run.add(&mut peer, v);
                 v = match rnd() % 4 {
                     0 => v.saturating_sub(rnd() % 3_000),
                     1 => rnd() % 200_000,
@@ -1928,9 +1929,8 @@ mod tests {
                     _ => v,
                 };
             }
-            run.finish(&mut peer, &mut total);
+            run.finish(&mut peer);
             assert_eq!(peer, expect);
-            assert_eq!(total, expect);
         }
     }
 }

@@ -183,6 +183,52 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Adds every counter of `o`.
+    pub fn merge(&mut self, o: &Counters) {
+        // Destructured, so a new field cannot be forgotten here.
+        let Counters {
+            packets_in,
+            bytes_in,
+            aggregated_packets,
+            aggregated_bytes,
+            bundles,
+            bundle_wire_bytes,
+            unaggregated_packets,
+            unaggregated_bytes,
+            bypass_packets,
+            bypass_bytes,
+            sent_on_timeout,
+            sent_on_size,
+            sent_on_idle,
+            sent_on_flush,
+            dropped,
+            bundles_received,
+            packets_received,
+            decode_errors,
+        } = o;
+        self.packets_in += packets_in;
+        self.bytes_in += bytes_in;
+        self.aggregated_packets += aggregated_packets;
+        self.aggregated_bytes += aggregated_bytes;
+        self.bundles += bundles;
+        self.bundle_wire_bytes += bundle_wire_bytes;
+        self.unaggregated_packets += unaggregated_packets;
+        self.unaggregated_bytes += unaggregated_bytes;
+        self.bypass_packets += bypass_packets;
+        self.bypass_bytes += bypass_bytes;
+        self.sent_on_timeout += sent_on_timeout;
+        self.sent_on_size += sent_on_size;
+        self.sent_on_idle += sent_on_idle;
+        self.sent_on_flush += sent_on_flush;
+        for (a, b) in self.dropped.iter_mut().zip(dropped) {
+            *a += b;
+        }
+        self.bundles_received += bundles_received;
+        self.packets_received += packets_received;
+        for (a, b) in self.decode_errors.iter_mut().zip(decode_errors) {
+            *a += b;
+        }
+    }
     /// Total drops over all reasons.
     pub fn dropped_total(&self) -> u64 {
         self.dropped.iter().sum()
@@ -229,6 +275,12 @@ impl Default for Stats {
 }
 
 impl Stats {
+    /// Adds `o` (counters and histograms).
+    pub fn merge(&mut self, o: &Stats) {
+        self.counters.merge(&o.counters);
+        self.bundle_packets.merge(&o.bundle_packets);
+        self.hold_time_us.merge(&o.hold_time_us);
+    }
     /// Zeroes everything, keeping the histogram allocations (peer slot reuse).
     pub fn clear(&mut self) {
         self.counters = Counters::default();
@@ -276,6 +328,10 @@ mod tests {
         c.dropped[DropReason::QueueBytes.index()] = 2;
         c.dropped[DropReason::Malformed.index()] = 1;
         assert_eq!(c.dropped_total(), 3);
+        let mut twice = c.clone();
+        twice.merge(&c);
+        assert_eq!(twice.dropped_total(), 6);
+        assert_eq!((twice.bundles, twice.aggregated_packets), (20, 60));
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(r.index(), i);
         }
