@@ -246,7 +246,8 @@ struct Removed {
     cost: usize,
     opportunistic: usize,
     nocarry: usize,
-    arrivals: u128,
+    /// Sum of arrival times, modulo 2^64.
+    arrivals: u64,
 }
 
 impl Removed {
@@ -256,7 +257,7 @@ impl Removed {
         self.cost += e.cost as usize;
         self.opportunistic += e.opportunistic as usize;
         self.nocarry += !e.carry as usize;
-        self.arrivals += u128::from(e.arrival);
+        self.arrivals = self.arrivals.wrapping_add(e.arrival);
     }
 }
 
@@ -298,8 +299,9 @@ struct Slot {
     opportunistic: usize,
     /// Records in `q` whose `carry` is false.
     nocarry: usize,
-    /// Sum of `Entry::arrival` over `q`.
-    arrival_sum: u128,
+    /// Sum of `Entry::arrival` over `q`, modulo 2^64 (differences of such
+    /// sums are exact when the true difference fits in 64 bits).
+    arrival_sum: u64,
     /// The highest `Entry::dscp` in `q` when `dscp_exact`; otherwise at
     /// least that (packets have left since the queue was last empty).
     dscp_max: u8,
@@ -456,7 +458,7 @@ impl Slot {
             self.clear_calm();
         }
         self.nocarry += !carry as usize;
-        self.arrival_sum += u128::from(now);
+        self.arrival_sum = self.arrival_sum.wrapping_add(now);
         debug_assert!(self.aggregates_hold());
     }
 
@@ -480,7 +482,7 @@ impl Slot {
         });
         self.queued_bytes += len;
         self.cost_sum += len + 1;
-        self.arrival_sum += u128::from(now);
+        self.arrival_sum = self.arrival_sum.wrapping_add(now);
         debug_assert!(self.aggregates_hold());
     }
 
@@ -493,7 +495,7 @@ impl Slot {
         self.cost_sum -= removed.cost;
         self.opportunistic -= removed.opportunistic;
         self.nocarry -= removed.nocarry;
-        self.arrival_sum -= removed.arrivals;
+        self.arrival_sum = self.arrival_sum.wrapping_sub(removed.arrivals);
         self.flush_pending = self.flush_pending.saturating_sub(n);
         self.sync_calm();
         // The highest DSCP may have left; it is exact again once the queue
@@ -676,22 +678,27 @@ impl HoldRun {
 /// non-decreasing along a queue, so when the first and the last packet's
 /// hold times fall in the same bucket, every one does, and the bucket gets
 /// them all at once: their count and the sum of their hold times,
-/// `len * now - arrivals`. Otherwise they are recorded in runs.
-fn record_holds(q: &Ring<Entry>, now: Micros, arrivals: u128, h: &mut Histogram) {
+/// `len * now - arrivals` (computed modulo 2^64, exact when no hold time
+/// sum can exceed 64 bits; otherwise, as when the buckets differ, the packets
+/// are recorded in runs, whose sums saturate).
+fn record_holds(q: &Ring<Entry>, now: Micros, arrivals: u64, h: &mut Histogram) {
     let (a, b) = q.as_slices();
     let (Some(first), Some(last)) = (a.first(), b.last().or(a.last())) else {
         return;
     };
     let mut run = HoldRun::new(h, now.saturating_sub(first.arrival));
-    if now >= last.arrival && now - last.arrival >= run.lo {
+    let n = q.len() as u64;
+    if now >= last.arrival
+        && now - last.arrival >= run.lo
+        && (now - first.arrival).checked_mul(n).is_some()
+    {
         // Every hold time lies between the last's and the first's, so in the run's bucket.
         debug_assert!(a
             .iter()
             .chain(b)
             .all(|e| (run.lo..=run.hi).contains(&(now - e.arrival))));
-        let sum = q.len() as u128 * u128::from(now) - arrivals;
-        run.count = q.len() as u64;
-        run.sum = u64::try_from(sum).unwrap_or(u64::MAX);
+        run.count = n;
+        run.sum = n.wrapping_mul(now).wrapping_sub(arrivals);
     } else {
         for e in a.iter().chain(b) {
             run.add(h, now.saturating_sub(e.arrival));
@@ -1900,8 +1907,56 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
+    use super::fifo::Ring;
     use super::stats::HOLD_TIME_BOUNDS_US;
-    use super::{Histogram, HoldRun};
+    use super::{Entry, Histogram, HoldRun};
+
+    #[test]
+    fn record_holds_matches_one_by_one() {
+        // Queues of non-decreasing arrival times (small, at bucket edges, and
+        // huge, so hold-time sums overflow 64 bits and must saturate), with
+        // the arrival sum kept modulo 2^64 as the engine keeps it.
+        let mut x: u64 = 0x1234_5678_9abc_def1;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..2_000 {
+            let mut q: Ring<Entry> = Ring::default();
+            let mut sum = 0u64;
+            let mut t = match round % 3 {
+                0 => rnd() % 1_000,
+                1 => u64::MAX / 2 + rnd() % 1_000,
+                _ => rnd() % (u64::MAX / 4),
+            };
+            for _ in 0..1 + rnd() % 30 {
+                t = t.saturating_add(match rnd() % 3 {
+                    0 => 0,
+                    1 => rnd() % 20,
+                    _ => rnd() % (1 << (rnd() % 64)),
+                });
+                q.push_back(Entry {
+                    arrival: t,
+                    ..Entry::default()
+                });
+                sum = sum.wrapping_add(t);
+            }
+            let now = t.saturating_add(match rnd() % 3 {
+                0 => 0,
+                1 => rnd() % 200,
+                _ => rnd(),
+            });
+            let mut expect = Histogram::new(HOLD_TIME_BOUNDS_US);
+            for e in q.iter() {
+                expect.record(now - e.arrival);
+            }
+            let mut got = Histogram::new(HOLD_TIME_BOUNDS_US);
+            super::record_holds(&q, now, sum, &mut got);
+            assert_eq!(got, expect, "round {round}");
+        }
+    }
 
     #[test]
     fn hold_run_records_like_one_by_one() {
