@@ -197,7 +197,10 @@ pub(crate) struct Udp4Rules {
 /// lower of the two ports' first-rule indexes.
 #[derive(Clone, PartialEq, Eq)]
 struct PortTable {
-    /// For each port, the index of the first rule whose range holds it (`NONE`: no rule).
+    /// For each port, the index of the first rule whose range holds it
+    /// (`NONE`: no rule), indexed by the port's two bytes as they are in the
+    /// packet read as a native integer (`port.to_be()`), so that the lookup
+    /// needs no byte swap.
     first: [u8; 65536],
     /// The class of each rule index; `class[NONE]` is the default.
     class: [TrafficClass; 256],
@@ -217,11 +220,13 @@ impl PortTable {
         });
         // Later rules first, so an earlier rule overwrites them.
         for (k, r) in rules.iter().enumerate().rev() {
-            let (lo, hi) = (
-                usize::from(r.either.lo),
-                usize::from(r.either.lo) + usize::from(r.either.span),
-            );
-            t.first[lo..=hi].fill(k as u8);
+            if r.either == Span::<u16>::ALL {
+                t.first.fill(k as u8);
+            } else {
+                for p in r.either.lo..=r.either.lo + r.either.span {
+                    t.first[usize::from(p.to_be())] = k as u8;
+                }
+            }
             t.class[k] = r.class;
         }
         Some(t)
@@ -290,7 +295,8 @@ impl Udp4Rules {
             return TrafficClass::Bypass;
         }
         if let Some(t) = &self.by_port {
-            let k = t.first[usize::from(src_port)].min(t.first[usize::from(dst_port)]);
+            let k =
+                t.first[usize::from(src_port.to_be())].min(t.first[usize::from(dst_port.to_be())]);
             return t.class[usize::from(k)];
         }
         for r in &self.rules {
