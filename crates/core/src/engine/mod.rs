@@ -470,7 +470,10 @@ impl Slot {
         debug_assert!(!self.q.is_empty() && packet.len() < 0x80);
         debug_assert_eq!(self.cfg.encoding, Encoding::Native);
         let len = packet.len();
-        self.dscp_max = self.dscp_max.max(dscp);
+        // (A branch: the DSCP of a voice flow rarely changes.)
+        if dscp > self.dscp_max {
+            self.dscp_max = dscp;
+        }
         self.bytes.push_prefixed_word(len as u32, 1, packet);
         self.q.push_back(Entry {
             arrival: now,
