@@ -735,12 +735,20 @@ type ReadyItem = (usize, Reverse<u32>, u32);
 ///
 /// Internals: peers live in a slot vector indexed through a small
 /// open-addressing table (`table.rs`: one multiply and usually one key
-/// comparison per lookup). Two binary heaps with
-/// lazy invalidation (a generation per slot) find the next peer to serve in
-/// O(log n): a min-heap of hold-time deadlines (one valid entry per non-empty
-/// peer) and a max-heap of ready peers keyed by size. Peers that only wait for
-/// the link to become idle sit on a wake list that `set_link_busy(false)`
-/// drains. No operation on the packet path scans all peers.
+/// comparison per lookup). Two priority queues with lazy invalidation (a
+/// generation per slot) find the next peer to serve: the hold-time deadlines
+/// (`deadlines.rs`: one valid entry per non-empty peer; O(1) for deadlines
+/// created in order, the usual case, O(log n) otherwise) and a max-heap of
+/// ready peers keyed by size (O(log n)). Peers that only wait for the link to
+/// become idle sit on a wake list that `set_link_busy(false)` drains. No
+/// operation on the packet path scans all peers; [`Engine::stats`] sums the
+/// peers' statistics when asked.
+///
+/// The common voice packet (a known peer, UDP/IPv4, ports-only rules, a calm
+/// queue in the native encoding that it neither makes ready nor pushes over a
+/// limit) takes a shortest path in [`Engine::handle_packet`]: validate,
+/// classify by table, append, count. Every other case takes the general
+/// code; tests run both against each other.
 #[derive(Debug)]
 pub struct Engine {
     config: EngineConfig,
@@ -1151,7 +1159,8 @@ impl Engine {
     ///
     /// When something is ready to send already, this is the latest time the
     /// engine has been given (drain `poll_transmit` now); `None` when nothing
-    /// is queued.
+    /// is queued. (`&mut self`: it first drops deadline entries gone stale
+    /// since the last call, so the answer is exact.)
     pub fn poll_timeout(&mut self) -> Option<Micros> {
         self.settle();
         if self.ready_count > 0 || !self.bypass.is_empty() {
