@@ -669,7 +669,10 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
         // Another interface set: d1 steered, d0 no longer.
         st.set_interfaces(&["d1".to_string()]).unwrap();
         assert_eq!((our_filters("d0"), our_filters("d1")), (0, 1));
-        assert!(!has_clsact("d0"), "our clsact went with our filter");
+        assert!(
+            has_clsact("d0"),
+            "the clsact qdisc stays (deleting a qdisc drops packets in flight)"
+        );
         udp_send(None, "10.67.0.2:5000".parse().unwrap(), b"d0");
         udp_send(None, "10.67.1.2:5000".parse().unwrap(), b"d1");
         let p = tun_next(&tun, 1000, |p| is_udp_to(p, 5000)).expect("steered on d1");
@@ -682,7 +685,7 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
             (0, 0),
             "filters removed"
         );
-        assert!(!has_clsact("d1"), "clsact removed");
+        assert!(has_clsact("d1"), "the clsact qdisc stays");
         // The crashed run's sysctl changes cannot be undone (their old values
         // died with it): removal restores what the second install found.
         assert_eq!(sysctl("net.ipv4.conf.all.rp_filter"), "0");
@@ -693,8 +696,8 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
             "nothing steered after removal"
         );
 
-        // A clsact that was there before (someone else's filter on it) stays.
-        sh(&["tc", "qdisc", "add", "dev", "d0", "clsact"]);
+        // Someone else's filter on the clsact qdisc is left alone.
+        assert!(has_clsact("d0"));
         sh(&[
             "tc",
             "filter",
@@ -719,7 +722,13 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
         assert_eq!(our_filters("d0"), 1);
         drop(st);
         assert_eq!(our_filters("d0"), 0);
-        assert!(has_clsact("d0"), "a clsact we did not add is left alone");
+        assert!(has_clsact("d0"), "the clsact qdisc stays");
+        assert!(
+            run_cmd(&["tc", "filter", "show", "dev", "d0", "ingress"], None)
+                .unwrap()
+                .contains("pref 7"),
+            "someone else's filter is left alone"
+        );
         assert_eq!(
             sysctl("net.ipv4.conf.all.rp_filter"),
             "1",

@@ -1,8 +1,8 @@
 //! Kernel steering state: which packets go into the TUN.
 //!
 //! Owns, on each steered interface (the radios toward the peers): a `clsact`
-//! qdisc (added when absent, and removed again if it was ours and nothing else
-//! uses it) and one egress filter,
+//! qdisc (added when absent, and left in place afterwards, see below) and one
+//! egress filter,
 //! `pref <priority> handle 1 protocol all bpf bytecode <program> action mirred egress redirect dev <tun>`,
 //! whose classic BPF program ([`super::cbpf`]) is the class rules. Packets are
 //! classified after the kernel routed them (forwarded or locally sent) out of
@@ -16,8 +16,13 @@
 //!
 //! Install is idempotent (leftovers of a crashed run are removed first);
 //! interfaces that do not exist yet are attached by [`Steering::refresh`]
-//! when they appear; [`Steering::remove`] or `Drop` remove everything it
-//! installed and restore the sysctls it changed.
+//! when they appear; [`Steering::remove`] or `Drop` remove the filters and
+//! the nftables table and restore the sysctls it changed. The `clsact` qdisc
+//! stays: adding or deleting a qdisc makes the kernel deactivate the device's
+//! transmit queues for a moment (`qdisc_graft` calls `dev_deactivate`), and
+//! packets sent in that moment are dropped, so deleting it on stop lost
+//! packets that were being sent as steering ended. An empty `clsact` has no
+//! effect on traffic, and the next start finds it and adds nothing.
 //!
 //! Must not touch: packet contents, peers, the TUN fd (only its name).
 
@@ -84,8 +89,6 @@ pub struct SteerSpec {
 struct Attached {
     name: String,
     ifindex: u32,
-    /// The `clsact` qdisc was added by us.
-    own_qdisc: bool,
 }
 
 /// Installed steering state; removed by [`Steering::remove`] or on drop.
@@ -199,27 +202,14 @@ fn ifindex(name: &str) -> Option<u32> {
     super::tun::ifindex(name).ok()
 }
 
-/// Whether `dev` has a filter (any) on its ingress or egress hook.
-fn has_filters(dev: &str) -> bool {
-    ["ingress", "egress"].iter().any(|hook| {
-        run_cmd(&["tc", "filter", "show", "dev", dev, hook], None)
-            .map(|out| !out.trim().is_empty())
-            .unwrap_or(true)
-    })
-}
-
-/// Deletes our egress filter on `dev`, then the `clsact` qdisc when `own`
-/// (or `own_if_empty`) and no filter is left on it.
-fn detach(dev: &str, priority: u16, own: bool) -> io::Result<()> {
+/// Deletes our egress filter on `dev` (the `clsact` qdisc stays: see the module documentation).
+fn detach(dev: &str, priority: u16) -> io::Result<()> {
     let pref = priority.to_string();
-    let r = run_cmd(
+    run_cmd(
         &["tc", "filter", "del", "dev", dev, "egress", "pref", &pref],
         None,
-    );
-    if own && !has_filters(dev) {
-        run_cmd(&["tc", "qdisc", "del", "dev", dev, "clsact"], None)?;
-    }
-    r.map(|_| ())
+    )
+    .map(|_| ())
 }
 
 /// The `nft` script of the end-to-end guard (replaces table `inet airpack` atomically).
@@ -319,12 +309,8 @@ impl Steering {
             }
             let Some(idx) = ifindex(&name) else { continue };
             match self.attach(&name) {
-                Ok(own_qdisc) => {
-                    self.attached.push(Attached {
-                        name,
-                        ifindex: idx,
-                        own_qdisc,
-                    });
+                Ok(()) => {
+                    self.attached.push(Attached { name, ifindex: idx });
                     changed = true;
                 }
                 Err(e) => {
@@ -338,27 +324,18 @@ impl Steering {
         }
     }
 
-    /// Adds `clsact` if needed and (re)places our filter; returns whether the
-    /// qdisc was added here.
-    fn attach(&self, dev: &str) -> io::Result<bool> {
-        let own = match run_cmd(&["tc", "qdisc", "add", "dev", dev, "clsact"], None) {
-            Ok(_) => true,
-            Err(e) => {
-                let qdiscs = run_cmd(&["tc", "qdisc", "show", "dev", dev], None)?;
-                if !qdiscs.contains("clsact") {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!("cannot add a clsact qdisc to {dev} (an `ingress` qdisc there must be replaced by clsact): {e}"),
-                    ));
-                }
-                false
+    /// Adds `clsact` if it is not there yet and (re)places our filter.
+    fn attach(&self, dev: &str) -> io::Result<()> {
+        let qdiscs = run_cmd(&["tc", "qdisc", "show", "dev", dev], None)?;
+        if !qdiscs.contains("clsact") {
+            if let Err(e) = run_cmd(&["tc", "qdisc", "add", "dev", dev, "clsact"], None) {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot add a clsact qdisc to {dev} (an `ingress` qdisc there must be replaced by clsact): {e}"),
+                ));
             }
-        };
-        let r = self.place_filter(dev, &self.bytecode);
-        if r.is_err() && own {
-            let _ = run_cmd(&["tc", "qdisc", "del", "dev", dev, "clsact"], None);
         }
-        r.map(|_| own)
+        self.place_filter(dev, &self.bytecode)
     }
 
     fn place_filter(&self, dev: &str, bytecode: &str) -> io::Result<()> {
@@ -407,7 +384,7 @@ impl Steering {
         self.attached = keep;
         for a in drop {
             if ifindex(&a.name) == Some(a.ifindex) {
-                if let Err(e) = detach(&a.name, self.spec.priority, a.own_qdisc) {
+                if let Err(e) = detach(&a.name, self.spec.priority) {
                     first_err.get_or_insert(e);
                 }
             }
@@ -462,8 +439,7 @@ impl Steering {
 
     /// Removes any steering state a previous run with `spec`'s priority left
     /// behind (no error if there is none): our egress filter on every
-    /// interface of the namespace (and a `clsact` qdisc left without any
-    /// filter), and the end-to-end nftables table. Does not touch sysctls
+    /// interface of the namespace, and the end-to-end nftables table. Does not touch sysctls
     /// (their old values died with the previous run).
     pub fn cleanup(spec: &SteerSpec) -> io::Result<()> {
         check_spec(spec)?;
@@ -482,7 +458,7 @@ impl Steering {
             .map(|out| !out.trim().is_empty())
             .unwrap_or(false);
             if ours {
-                if let Err(e) = detach(dev, spec.priority, true) {
+                if let Err(e) = detach(dev, spec.priority) {
                     first_err.get_or_insert(e);
                 }
             }
@@ -510,7 +486,7 @@ impl Steering {
         for a in std::mem::take(&mut self.attached) {
             // A device that is gone took the filter with it.
             if ifindex(&a.name) == Some(a.ifindex) {
-                if let Err(e) = detach(&a.name, self.spec.priority, a.own_qdisc) {
+                if let Err(e) = detach(&a.name, self.spec.priority) {
                     result = result.and(Err(e));
                 }
             }

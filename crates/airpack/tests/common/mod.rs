@@ -720,10 +720,20 @@ pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
     }
 }
 
-/// Whether the daemon's kernel state is gone from `ns`: no `clsact` qdisc
-/// (nothing else in the test namespaces adds one) and no nftables table.
+/// Whether the daemon's kernel state is gone from `ns`: no filter that
+/// redirects into a device on any interface's egress (nothing else in the
+/// test namespaces adds one) and no nftables table. (An empty `clsact`
+/// qdisc stays on purpose: deleting a qdisc drops packets in flight.)
 pub fn steering_gone(net: &Net, ns: &str) -> bool {
     let qdiscs = net.exec(ns, &["tc", "qdisc", "show"]);
+    let redirects = qdiscs
+        .lines()
+        .filter(|l| l.starts_with("qdisc clsact "))
+        .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "dev").nth(1))
+        .any(|dev| {
+            net.exec(ns, &["tc", "filter", "show", "dev", dev, "egress"])
+                .contains("Redirect to device")
+        });
     let nft = Command::new("ip")
         .args([
             "netns", "exec", ns, "nft", "list", "table", "inet", "airpack",
@@ -731,7 +741,7 @@ pub fn steering_gone(net: &Net, ns: &str) -> bool {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(true);
-    !qdiscs.contains("clsact") && !nft
+    !redirects && !nft
 }
 
 /// The steering programs installed on `dev`'s egress in `ns` (one per
