@@ -679,17 +679,7 @@ fn generated_cases_exercise_every_trigger() {
                 encodings.insert(m.case.peers[p].encoding);
             }
         }
-        let c = &m.engine.stats().counters;
-        total.bundles += c.bundles;
-        total.unaggregated_packets += c.unaggregated_packets;
-        total.bypass_packets += c.bypass_packets;
-        total.sent_on_timeout += c.sent_on_timeout;
-        total.sent_on_size += c.sent_on_size;
-        total.sent_on_idle += c.sent_on_idle;
-        total.sent_on_flush += c.sent_on_flush;
-        for i in 0..DropReason::COUNT {
-            total.dropped[i] += c.dropped[i];
-        }
+        total.merge(&m.engine.stats().counters);
     }
     eprintln!("coverage: {total:?}, encodings {encodings:?}");
     assert_eq!(encodings.len(), 3, "bundles in every encoding");

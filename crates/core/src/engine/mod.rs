@@ -441,6 +441,37 @@ impl Slot {
                 (u32::from_le_bytes(sep), k)
             }
         };
+        self.append(now, packet, dscp, (sep, k), opportunistic, carry);
+    }
+
+    /// [`Slot::push`] of a packet shorter than 128 bytes in the native
+    /// encoding (one-byte separator), bundle class, that an IPv4 packet is,
+    /// onto a non-empty queue: the shortest path, see `fast_len`.
+    #[inline(always)]
+    fn push_native_short(&mut self, now: Micros, packet: &[u8], dscp: u8) {
+        debug_assert!(!self.q.is_empty() && packet.len() < 0x80);
+        debug_assert_eq!(self.cfg.encoding, Encoding::Native);
+        // (A branch: the DSCP of a voice flow rarely changes.)
+        if dscp > self.dscp_max {
+            self.dscp_max = dscp;
+        }
+        self.append(now, packet, dscp, (packet.len() as u32, 1), false, true);
+    }
+
+    /// The part of a push after the DSCP: the packet behind its separator
+    /// (`sep`: the separator's bytes as a little-endian word, and its
+    /// length), its record, and the queue aggregates.
+    #[inline(always)]
+    fn append(
+        &mut self,
+        now: Micros,
+        packet: &[u8],
+        dscp: u8,
+        (sep, k): (u32, usize),
+        opportunistic: bool,
+        carry: bool,
+    ) {
+        let len = packet.len();
         let c = k + len;
         self.bytes.push_prefixed_word(sep, k, packet);
         self.q.push_back(Entry {
@@ -458,33 +489,6 @@ impl Slot {
             self.clear_calm();
         }
         self.nocarry += !carry as usize;
-        self.arrival_sum = self.arrival_sum.wrapping_add(now);
-        debug_assert!(self.aggregates_hold());
-    }
-
-    /// [`Slot::push`] of a packet shorter than 128 bytes in the native
-    /// encoding (one-byte separator), bundle class, that an IPv4 packet is,
-    /// onto a non-empty queue: the shortest path, see `fast_len`.
-    #[inline(always)]
-    fn push_native_short(&mut self, now: Micros, packet: &[u8], dscp: u8) {
-        debug_assert!(!self.q.is_empty() && packet.len() < 0x80);
-        debug_assert_eq!(self.cfg.encoding, Encoding::Native);
-        let len = packet.len();
-        // (A branch: the DSCP of a voice flow rarely changes.)
-        if dscp > self.dscp_max {
-            self.dscp_max = dscp;
-        }
-        self.bytes.push_prefixed_word(len as u32, 1, packet);
-        self.q.push_back(Entry {
-            arrival: now,
-            len: len as u32,
-            cost: len as u32 + 1,
-            dscp,
-            opportunistic: false,
-            carry: true,
-        });
-        self.queued_bytes += len;
-        self.cost_sum += len + 1;
         self.arrival_sum = self.arrival_sum.wrapping_add(now);
         debug_assert!(self.aggregates_hold());
     }
@@ -1046,40 +1050,23 @@ impl Engine {
     fn handle_packet_general(&mut self, peer: PeerKey, packet: &[u8], mark: u32) -> Verdict {
         let len = packet.len();
         let existing = self.lookup(peer);
-        // Counted for the peer, or (no peer, and none is created for it) among the retired.
-        let count_in = |st: &mut Stats| {
-            st.counters.packets_in += 1;
-            st.counters.bytes_in += len as u64;
-        };
-        if let Some(i) = existing {
-            count_in(&mut self.slots[i].stats);
+        if len > MAX_BUNDLE {
+            return self.drop_arrival(existing, len, DropReason::TooLarge);
         }
-        let info = match (len <= MAX_BUNDLE).then(|| ip::inspect(packet)) {
-            Some(Ok(info)) => info,
-            bad => {
-                if existing.is_none() {
-                    count_in(&mut self.retired);
-                }
-                let reason = match bad {
-                    None => DropReason::TooLarge,
-                    Some(_) => DropReason::Malformed,
-                };
-                return self.drop_new(existing, reason);
-            }
+        let info = match ip::inspect(packet) {
+            Ok(info) => info,
+            Err(_) => return self.drop_arrival(existing, len, DropReason::Malformed),
         };
         let i = match existing {
             Some(i) => i,
             None => match self.create_peer(peer, self.config.peer_defaults.clone(), false) {
-                Ok(i) => {
-                    count_in(&mut self.slots[i].stats);
-                    i
-                }
-                Err(reason) => {
-                    count_in(&mut self.retired);
-                    return self.drop_new(None, reason);
-                }
+                Ok(i) => i,
+                Err(reason) => return self.drop_arrival(None, len, reason),
             },
         };
+        let c = &mut self.slots[i].stats.counters;
+        c.packets_in += 1;
+        c.bytes_in += len as u64;
         let mut max_changed = false;
         if self.config.dynamic_marking && mark & 3 == 3 {
             let m = ((mark >> 2) & 0xFFFF) as usize;
@@ -1115,8 +1102,8 @@ impl Engine {
             // The new maximum may have made this peer's queue full.
             self.refresh(i, false);
         }
-        // No `settle` needed: on this path only `reset_deadline` (which
-        // settles) and `drop_new` (which settles) touch deadline generations.
+        // No `settle` needed: `reset_deadline` keeps `quiet_until` a lower
+        // bound, and `poll_timeout` settles before it answers.
         match verdict {
             Verdict::Queued(_) => Verdict::Queued(class),
             d => d,
@@ -1367,6 +1354,17 @@ impl Engine {
         self.free.push(i as u32);
     }
 
+    /// A packet of `len` bytes handed in and dropped at once: counted in and
+    /// dropped for slot `slot`, or (no peer) among the retired.
+    fn drop_arrival(&mut self, slot: Option<usize>, len: usize, reason: DropReason) -> Verdict {
+        let ps = slot.map(|i| &mut self.slots[i].stats);
+        count(&mut self.retired, ps, |c| {
+            c.packets_in += 1;
+            c.bytes_in += len as u64;
+        });
+        self.drop_new(slot, reason)
+    }
+
     fn drop_new(&mut self, slot: Option<usize>, reason: DropReason) -> Verdict {
         let ps = slot.map(|i| &mut self.slots[i].stats);
         count(&mut self.retired, ps, |c| c.dropped[reason.index()] += 1);
@@ -1476,9 +1474,7 @@ impl Engine {
         }
         self.counts.packets -= 1;
         self.counts.bytes -= e.len as usize;
-        count(&mut self.retired, Some(&mut s.stats), |c| {
-            c.dropped[reason.index()] += 1
-        });
+        s.stats.counters.dropped[reason.index()] += 1;
     }
 
     /// Applies a new configuration to slot `i`, keeping its queue.
@@ -1654,9 +1650,10 @@ impl Engine {
             }
             buf[..len].copy_from_slice(self.bypass_bytes.get(0, len));
             self.bypass_bytes.pop(len);
-            count(&mut self.retired, ps, |c| c.bypass_packets += 1);
-            let ps = (slot.gen == e.gen).then_some(&mut slot.stats);
-            count(&mut self.retired, ps, |c| c.bypass_bytes += len as u64);
+            count(&mut self.retired, ps, |c| {
+                c.bypass_packets += 1;
+                c.bypass_bytes += len as u64;
+            });
             return Some(Transmit {
                 peer: key,
                 len,
@@ -1877,9 +1874,7 @@ impl Engine {
             if !fits {
                 self.counts.packets -= 1;
                 self.counts.bytes -= l;
-                count(&mut self.retired, Some(&mut s.stats), |c| {
-                    c.dropped[DropReason::TooLarge.index()] += 1
-                });
+                s.stats.counters.dropped[DropReason::TooLarge.index()] += 1;
                 return None;
             }
             (l, TransmitKind::Single)

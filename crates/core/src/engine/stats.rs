@@ -88,23 +88,12 @@ impl Histogram {
     }
     /// Records one value (no allocation).
     pub fn record(&mut self, value: u64) {
-        let i = self.bucket(value);
-        self.record_in(i, value);
+        self.record_many(self.bucket(value), 1, value);
     }
-    /// The bucket index `value` falls in (so one lookup can feed two histograms
-    /// with the same bounds).
+    /// The bucket index `value` falls in.
     #[inline]
     pub fn bucket(&self, value: u64) -> usize {
         self.bounds.partition_point(|&b| b < value)
-    }
-    /// Records `value` in bucket `i`, as returned by [`Histogram::bucket`] for
-    /// the same bounds (an out-of-range index counts in the overflow bucket).
-    #[inline]
-    pub fn record_in(&mut self, i: usize, value: u64) {
-        let last = self.counts.len() - 1;
-        self.counts[i.min(last)] += 1;
-        self.sum = self.sum.saturating_add(value);
-        self.total += 1;
     }
     /// Records `count` values whose sum is `sum`, all in bucket `i` (as
     /// returned by [`Histogram::bucket`]); out of range counts as overflow.
