@@ -1,0 +1,218 @@
+//! The packet path: packets read from the TUN go to a peer's queue or out
+//! unchanged; received bundles are checked (known peer, allowed inner
+//! sources) and their inner packets written into the TUN; the engine's
+//! output is sent.
+//!
+//! Must not touch: configuration, steering, the lifecycle.
+
+use super::peers::source_allowed;
+use super::sockets::send_out;
+use super::{Daemon, Dest, BATCH, TOK_B4, TOK_B6, TOK_U4};
+use crate::daemon::config::Mode;
+use crate::daemon::sys;
+use airpack_core::TransmitKind;
+use std::io;
+use std::net::IpAddr;
+use tracing::{debug, trace};
+
+impl Daemon {
+    /// Where a packet for `dst` goes: a configured peer's queue, out unchanged,
+    /// or nowhere (its route leads back into the TUN: sending it would loop).
+    pub(super) fn route_for(&mut self, dst: IpAddr) -> Dest {
+        let tun = self.tun.ifindex();
+        let nh = self.resolver.lookup(dst);
+        if matches!(&nh, Ok(nh) if nh.oif == tun) {
+            return Dest::Loop;
+        }
+        match self.plan.config.daemon.mode {
+            Mode::HopByHop => match nh {
+                Ok(nh) if !nh.local && self.peers.get(&nh.addr).is_some_and(|p| p.via(nh.oif)) => {
+                    Dest::Peer(nh.addr)
+                }
+                Ok(_) => {
+                    self.counters.passthrough_not_peer += 1;
+                    Dest::Unchanged
+                }
+                Err(_) => Dest::Unchanged,
+            },
+            Mode::EndToEnd => match self.plan.allowed_ips.lookup(dst) {
+                Some(p) => Dest::Peer(p),
+                None => Dest::Unchanged,
+            },
+        }
+    }
+
+    pub(super) fn on_tun(&mut self, now: u64) {
+        for _ in 0..BATCH {
+            if !self.read_tun_one(now) {
+                break;
+            }
+        }
+    }
+
+    /// Reads and handles one TUN packet; false when the queue is empty.
+    pub(super) fn read_tun_one(&mut self, now: u64) -> bool {
+        let n = match self.tun.read(&mut self.tun_buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return true,
+            Err(e) => {
+                self.counters.tun_read_errors += 1;
+                debug!("TUN read: {e}");
+                return false;
+            }
+        };
+        self.counters.tun_read += 1;
+        self.counters.tun_read_bytes += n as u64;
+        let Some((_, dst)) = sys::addrs(&self.tun_buf[..n]) else {
+            self.counters.tun_unparsable += 1;
+            return true;
+        };
+        if sys::link_scoped(dst) {
+            // The kernel's own traffic on the TUN (IPv6 router solicitations,
+            // MLD, ...): never steered by us, meaningless elsewhere.
+            self.counters.tun_ignored += 1;
+            return true;
+        }
+        match self.route_for(dst) {
+            Dest::Peer(peer) => {
+                let v = self.engine.handle_packet(now, peer, &self.tun_buf[..n], 0);
+                trace!(%dst, %peer, ?v, len = n, "queued");
+            }
+            Dest::Loop => {
+                self.counters.tun_looped += 1;
+                trace!(%dst, "route leads back into the TUN; dropped");
+            }
+            Dest::Unchanged => {
+                self.counters.passthrough += 1;
+                match self.sock.raw.send(&self.tun_buf[..n]) {
+                    Ok(()) => self.counters.unchanged_sent += 1,
+                    Err(e) => {
+                        trace!(%dst, "passthrough send: {e}");
+                        self.counters.send_error(&e);
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    pub(super) fn on_bundles(&mut self, token: u64) {
+        for _ in 0..BATCH {
+            let r = match token {
+                TOK_B4 => self.sock.b4.as_ref().map(|s| s.recv_from(&mut self.rx_buf)),
+                TOK_B6 => self.sock.b6.as_ref().map(|s| s.recv_from(&mut self.rx_buf)),
+                TOK_U4 => self
+                    .sock
+                    .u4
+                    .as_ref()
+                    .map(|s| s.recv_from(&mut self.rx_buf).map(|(r, _)| r)),
+                _ => self
+                    .sock
+                    .u6
+                    .as_ref()
+                    .map(|s| s.recv_from(&mut self.rx_buf).map(|(r, _)| r)),
+            };
+            match r {
+                None => return,
+                Some(Ok(r)) => {
+                    self.counters.rx_datagrams += 1;
+                    let end = r.offset.saturating_add(r.len);
+                    if end > self.rx_buf.len() || r.offset > end {
+                        self.counters.rx_errors += 1;
+                        continue;
+                    }
+                    self.on_bundle(r.src, r.scope, r.offset, end);
+                }
+                Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Some(Err(e)) if e.kind() == io::ErrorKind::InvalidData => {
+                    self.counters.rx_errors += 1;
+                    continue;
+                }
+                Some(Err(e)) => {
+                    self.counters.rx_errors += 1;
+                    debug!("bundle socket receive: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Handles one received bundle at `rx_buf[start..end]` from `src`.
+    /// `src` is already canonical (the sockets report IPv4-mapped sources as
+    /// IPv4); `scope` is its IPv6 scope (the receiving interface of a
+    /// link-local source). A link-local peer is accepted only on its interface.
+    pub(super) fn on_bundle(&mut self, src: IpAddr, scope: u32, start: usize, end: usize) {
+        let (encoding, peer_if) = match self.peers.get(&src) {
+            Some(p) if p.via(scope) => (p.encoding, p.scope()),
+            _ => {
+                self.counters.rx_unknown_peer += 1;
+                trace!(%src, scope, "bundle from unknown peer dropped");
+                return;
+            }
+        };
+        // Take the buffer out so the bundle view can borrow it while the
+        // checks below use the resolver (no allocation: the Vec moves).
+        let rx = std::mem::take(&mut self.rx_buf);
+        match self.engine.receive(src, encoding, &rx[start..end]) {
+            Err(e) => trace!(%src, "bundle rejected: {e}"),
+            Ok(bundle) => {
+                let Daemon {
+                    tun,
+                    tun_batch,
+                    plan,
+                    resolver,
+                    counters,
+                    ..
+                } = self;
+                let mut spoofed = 0;
+                let allowed = bundle.iter().filter(|pkt| {
+                    let ok = sys::addrs(pkt).is_some_and(|(inner_src, _)| {
+                        source_allowed(plan, resolver, src, peer_if, inner_src)
+                    });
+                    if !ok {
+                        spoofed += 1;
+                        trace!(peer = %src, "inner packet with a source the peer may not send dropped");
+                    }
+                    ok
+                });
+                tun_batch.write(tun, allowed, |r| match r {
+                    Ok(()) => counters.tun_written += 1,
+                    Err(e) => {
+                        trace!("TUN write: {e}");
+                        counters.tun_write_error(&e);
+                    }
+                });
+                counters.rx_spoofed_source += spoofed;
+            }
+        }
+        self.rx_buf = rx;
+    }
+
+    /// Drains the engine's output onto the wire.
+    pub(super) fn transmit(&mut self, now: u64) {
+        for _round in 0..4 {
+            let mut sent = false;
+            while let Some(t) = self.engine.poll_transmit(now, &mut self.tx_buf) {
+                sent = true;
+                let len = t.len.min(self.tx_buf.len());
+                let data = &self.tx_buf[..len];
+                let r = send_out(&self.sock, &self.peers, &t, data);
+                match (r, t.kind) {
+                    (Ok(()), TransmitKind::Bundle { .. }) => self.counters.bundles_sent += 1,
+                    (Ok(()), _) => self.counters.unchanged_sent += 1,
+                    (Err(e), _) => {
+                        trace!(peer = %t.peer, "send: {e}");
+                        self.counters.send_error(&e);
+                    }
+                }
+            }
+            // In hold-while-busy our own sends change the link state; an idle
+            // link may release more at once.
+            if !sent || !self.update_busy(now) {
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! The event loop: one thread, one epoll, driving the sans-IO engine.
+//!
+//! Owns: the daemon's descriptors (TUN, bundle sockets, raw sender, timerfd,
+//! signalfd, route monitor, control listeners), the peer lookup (hop-by-hop:
+//! the kernel's next hop via the route resolver; end-to-end: longest-prefix
+//! match over `allowed_ips`), the receive-side checks (known peer, allowed
+//! inner source), the link-busy signal (SIOCOUTQ) and the lifecycle (start,
+//! SIGHUP reload, SIGTERM flush and clean exit).
+//!
+//! Split by concern: [`sockets`] (bundle sockets, raw sender), [`peers`]
+//! (configured peers, inner source check), [`datapath`] (TUN, bundles,
+//! transmit), [`routing`] (route/link changes, steered interfaces),
+//! [`reload`] (SIGHUP) and [`report`] (control answers); this file holds the
+//! daemon's state, start, the loop and the clean stop.
+//!
+//! Must not touch: packet formats or queueing policy (that is
+//! `airpack_core::Engine`), kernel plumbing details (that is `crate::linux`).
+//! Per packet it neither allocates nor logs above trace level; every error on
+//! the data path is counted and survived.
+
+use super::config::{LinkModeCfg, Mode, Plan, Source};
+use super::control::{Server, TOK_CONN_BASE, TOK_CONTROL, TOK_METRICS};
+use super::stats::DaemonCounters;
+use crate::linux::{
+    self, monotonic_micros, CpuLatency, Events, Interest, Poller, RouteMonitor, RouteResolver,
+    Signals, Steering, Timer, Tun, TunBatch,
+};
+use airpack_core::{Engine, TransmitKind};
+use anyhow::Context;
+use peers::{peer_map, PeerEntry};
+use routing::{auto_interfaces, link_state};
+use sockets::{send_out, Sockets};
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+use tracing::{debug, error, info, warn};
+
+mod datapath;
+mod peers;
+mod reload;
+mod report;
+mod routing;
+mod sockets;
+
+const TOK_TUN: u64 = 1;
+const TOK_B4: u64 = 2;
+const TOK_B6: u64 = 3;
+const TOK_U4: u64 = 4;
+const TOK_U6: u64 = 5;
+const TOK_TIMER: u64 = 6;
+const TOK_SIG: u64 = 7;
+const TOK_MON: u64 = 10;
+
+/// Packets read from one descriptor per wakeup (fairness between TUN and sockets).
+const BATCH: usize = 64;
+/// While packets are held and the link is busy, SIOCOUTQ is re-read this often (µs).
+pub const BUSY_RECHECK_US: u64 = 150;
+/// Receive buffer of the bundle sockets (bytes).
+const RCVBUF: u32 = 4 << 20;
+/// Buffers: the largest IP packet.
+const BUF: usize = 65_536;
+/// Upper bound on TUN packets drained at shutdown (the queue holds at most
+/// `tun_txqueuelen` once steering is removed).
+const SHUTDOWN_DRAIN_MAX: usize = 1 << 20;
+/// Upper bound on the time spent draining the TUN at shutdown (µs).
+const SHUTDOWN_DRAIN_US: u64 = 500_000;
+
+/// Where a packet read from the TUN goes.
+enum Dest {
+    /// Into the engine, for this peer.
+    Peer(IpAddr),
+    /// Out unchanged (no peer, or the next hop does not run airpack).
+    Unchanged,
+    /// Nowhere: the normal route leads back into the TUN.
+    Loop,
+}
+
+/// One watched radio interface.
+struct Link {
+    name: String,
+    up: Option<bool>,
+}
+
+/// The running daemon.
+pub struct Daemon {
+    source: Source,
+    plan: Plan,
+    engine: Engine,
+    tun: Tun,
+    /// Writes the inner packets of one bundle into the TUN in one system call.
+    tun_batch: TunBatch,
+    /// Held while the daemon runs (`daemon.cpu_latency_us`).
+    _cpu_latency: Option<CpuLatency>,
+    /// The TUN's kernel counters, as of the last control request.
+    tun_link: Option<linux::LinkStats>,
+    steering: Option<Steering>,
+    resolver: RouteResolver,
+    monitor: RouteMonitor,
+    sock: Sockets,
+    timer: Timer,
+    signals: Signals,
+    poller: Poller,
+    control: Server,
+    counters: DaemonCounters,
+    /// Configured peers (the only sources bundles are accepted from), their
+    /// encodings and, for link-local ones, their interface.
+    peers: HashMap<IpAddr, PeerEntry>,
+    link_busy: bool,
+    links: Vec<Link>,
+    /// No `daemon.interfaces` configured: steer the interfaces of the routes
+    /// to the peers, re-evaluated when routes change.
+    steer_auto: bool,
+    started: u64,
+    tun_buf: Vec<u8>,
+    tx_buf: Vec<u8>,
+    rx_buf: Vec<u8>,
+}
+
+impl Daemon {
+    /// Opens everything, installs steering last (so packets are only steered
+    /// once the daemon can handle them). `signals` must be created on the
+    /// main thread before any other thread.
+    pub fn start(source: Source, plan: Plan, signals: Signals) -> anyhow::Result<Daemon> {
+        let d = &plan.config.daemon;
+        let tun = Tun::open(&d.tun, d.tun_mtu).with_context(|| {
+            format!(
+                "opening TUN device {:?} (needs CAP_NET_ADMIN and /dev/net/tun)",
+                d.tun
+            )
+        })?;
+        if let Err(e) = linux::tun::set_txqueuelen(tun.name(), d.tun_txqueuelen) {
+            warn!(
+                "cannot set txqueuelen {} on {}: {e}",
+                d.tun_txqueuelen,
+                tun.name()
+            );
+        }
+        let sock = Sockets::open(&plan)?;
+        for fd in sock.receive_fds() {
+            if let Err(e) = linux::set_buffer(fd, RCVBUF, false) {
+                warn!("cannot raise the bundle socket receive buffer: {e}");
+            }
+        }
+        if let Err(e) = linux::set_timer_slack(1_000) {
+            debug!("timer slack: {e}");
+        }
+        if d.sched_priority > 0 {
+            match linux::set_realtime(d.sched_priority) {
+                Ok(()) => info!(priority = d.sched_priority, "running under SCHED_FIFO"),
+                Err(e) => warn!("cannot use SCHED_FIFO priority {}: {e}", d.sched_priority),
+            }
+        }
+        let cpu_latency = d
+            .cpu_latency_us
+            .and_then(|us| match CpuLatency::request(us) {
+                Ok(l) => {
+                    info!(us, "CPU wake-up latency limited");
+                    Some(l)
+                }
+                Err(e) => {
+                    warn!("cannot limit the CPU wake-up latency to {us} µs: {e}");
+                    None
+                }
+            });
+        let mut resolver =
+            RouteResolver::new(d.bypass_mark).context("opening the netlink route resolver")?;
+        let monitor = RouteMonitor::new().context("opening the netlink route monitor")?;
+        let timer = Timer::new()?;
+        let poller = Poller::new()?;
+        let control = Server::bind(&d.control_socket, plan.prometheus)?;
+
+        let mut engine = Engine::new(plan.engine.clone());
+        for p in &plan.peers {
+            engine.set_peer(p.address, p.config.clone()).map_err(|r| {
+                anyhow::anyhow!("engine refused peer {}: {}", p.address, r.reason())
+            })?;
+        }
+        let now = monotonic_micros();
+        if plan.config.aggregation.link_mode == LinkModeCfg::HoldWhileBusy {
+            engine.set_link_busy(now, false);
+        }
+
+        poller.add(tun.as_raw_fd(), TOK_TUN, Interest::READ)?;
+        sock.register(&poller)?;
+        poller.add(timer.as_raw_fd(), TOK_TIMER, Interest::READ)?;
+        poller.add(signals.as_raw_fd(), TOK_SIG, Interest::READ)?;
+        poller.add(monitor.as_raw_fd(), TOK_MON, Interest::READ)?;
+        control.register(&poller)?;
+
+        let links = d
+            .interfaces
+            .iter()
+            .map(|n| Link {
+                name: n.clone(),
+                up: link_state(n),
+            })
+            .collect::<Vec<_>>();
+        for l in &links {
+            match l.up {
+                Some(up) => info!(interface = %l.name, up, "watching interface"),
+                None => warn!(interface = %l.name, "configured interface does not exist (yet)"),
+            }
+        }
+
+        let mut spec = plan.steer_spec();
+        let steer_auto = spec.interfaces.is_empty();
+        if steer_auto {
+            spec.interfaces = auto_interfaces(&plan, &mut resolver, tun.ifindex());
+        }
+        let steering = Steering::install(&spec)
+            .context("installing kernel steering (tc clsact egress filters)")?;
+        if spec.interfaces.is_empty() {
+            warn!("no interface to steer yet (no route to any peer): nothing is aggregated until one appears");
+        }
+        info!(
+            interfaces = ?spec.interfaces,
+            steered = ?steering.steered(),
+            auto = steer_auto,
+            "steering"
+        );
+        info!(
+            tun = %tun.name(),
+            mode = ?d.mode,
+            link_mode = ?plan.config.aggregation.link_mode,
+            peers = plan.peers.len(),
+            rules = spec.matches.len(),
+            control = %d.control_socket.display(),
+            metrics = ?control.metrics_addr(),
+            "airpack daemon running"
+        );
+        let tun_batch = TunBatch::new(&tun, true);
+        if !tun_batch.uses_io_uring() {
+            info!("io_uring not available: one write per inner packet");
+        }
+        let peers = peer_map(&plan);
+        Ok(Daemon {
+            source,
+            engine,
+            tun,
+            tun_batch,
+            _cpu_latency: cpu_latency,
+            tun_link: None,
+            steering: Some(steering),
+            resolver,
+            monitor,
+            sock,
+            timer,
+            signals,
+            poller,
+            control,
+            counters: DaemonCounters::default(),
+            peers,
+            link_busy: false,
+            links,
+            steer_auto,
+            started: now,
+            tun_buf: vec![0; BUF],
+            tx_buf: vec![0; BUF],
+            rx_buf: vec![0; BUF],
+            plan,
+        })
+    }
+
+    /// Runs until SIGTERM/SIGINT; returns after a clean stop.
+    pub fn run(mut self) -> anyhow::Result<()> {
+        let mut events = Events::with_capacity(64);
+        loop {
+            match self.poller.wait(&mut events, None) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e).context("epoll_wait"),
+            }
+            self.counters.wakeups += 1;
+            let now = monotonic_micros();
+            let mut stop = false;
+            for ev in events.iter() {
+                match ev.token {
+                    TOK_TUN => self.on_tun(now),
+                    TOK_B4 | TOK_B6 | TOK_U4 | TOK_U6 => self.on_bundles(ev.token),
+                    TOK_TIMER => {
+                        let deadline = self.timer.deadline();
+                        if let (Ok(n), Some(d)) = (self.timer.read(), deadline) {
+                            if n > 0 {
+                                self.counters.timer_late_us.record(now.saturating_sub(d));
+                            }
+                        }
+                    }
+                    TOK_SIG => {
+                        while let Ok(Some(sig)) = self.signals.read() {
+                            match sig {
+                                libc::SIGTERM | libc::SIGINT => stop = true,
+                                libc::SIGHUP => self.reload(now),
+                                _ => {}
+                            }
+                        }
+                    }
+                    TOK_MON => self.on_route_change(),
+                    TOK_CONTROL | TOK_METRICS => self.control.accept(&self.poller, ev.token),
+                    t if t >= TOK_CONN_BASE => {
+                        let slot = (t - TOK_CONN_BASE) as usize;
+                        if let Some(req) = self.control.ready(&self.poller, slot, ev.writable) {
+                            let (ok, body) = self.answer(req);
+                            self.counters.control_requests += 1;
+                            self.control.respond(&self.poller, slot, ok, body);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if stop {
+                return self.shutdown();
+            }
+            self.update_busy(now);
+            if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+                self.engine.handle_timeout(now);
+            }
+            self.transmit(now);
+            self.arm_timer(now);
+        }
+    }
+
+    fn hold_while_busy(&self) -> bool {
+        self.plan.config.aggregation.link_mode == LinkModeCfg::HoldWhileBusy
+    }
+
+    /// Reads the link-busy signal and tells the engine when it changed.
+    fn update_busy(&mut self, now: u64) -> bool {
+        if !self.hold_while_busy() {
+            return false;
+        }
+        let busy = self.sock.outq() > 0;
+        if busy == self.link_busy {
+            return false;
+        }
+        self.link_busy = busy;
+        self.counters.busy_transitions += 1;
+        self.engine.set_link_busy(now, busy);
+        true
+    }
+
+    fn arm_timer(&mut self, now: u64) {
+        let mut deadline = self.engine.poll_timeout();
+        if self.hold_while_busy() && self.link_busy && self.engine.queued().0 > 0 {
+            let recheck = now + BUSY_RECHECK_US;
+            deadline = Some(deadline.map_or(recheck, |d| d.min(recheck)));
+        }
+        let r = match deadline {
+            Some(d) => self.timer.arm_at(d),
+            None => self.timer.disarm(),
+        };
+        if let Err(e) = r {
+            error!("timerfd: {e}");
+        }
+    }
+
+    /// SIGTERM/SIGINT: stop steering, hand every packet already in the TUN and
+    /// the engine to the wire, remove the control socket.
+    fn shutdown(mut self) -> anyhow::Result<()> {
+        info!("stopping: removing steering, flushing queued packets");
+        if let Some(st) = self.steering.take() {
+            if let Err(e) = st.remove() {
+                error!("removing steering: {e}");
+            }
+        }
+        // Two passes: packets that were already on their way into the TUN when
+        // the steering went away arrive a moment later; catch them too.
+        let (mut drained, mut sent) = (0usize, 0u64);
+        for pass in 0..2 {
+            if pass == 1 {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            let now = monotonic_micros();
+            let limit =
+                SHUTDOWN_DRAIN_MAX.min(self.plan.config.daemon.tun_txqueuelen as usize * 2 + BATCH);
+            let mut n = 0;
+            while n < limit
+                && monotonic_micros() < now + SHUTDOWN_DRAIN_US
+                && self.read_tun_one(now)
+            {
+                n += 1;
+            }
+            drained += n;
+            self.engine.flush();
+            sent += self.drain_all(now);
+        }
+        self.control.remove_socket_file();
+        let c = &self.engine.stats().counters;
+        info!(
+            packets_in = c.packets_in,
+            bundles = c.bundles,
+            aggregated = c.aggregated_packets,
+            dropped = c.dropped_total(),
+            tun_drained = drained,
+            flushed = sent,
+            "stopped"
+        );
+        Ok(())
+    }
+
+    /// Sends everything the engine holds (after `flush`); bounded.
+    fn drain_all(&mut self, now: u64) -> u64 {
+        let mut sent = 0u64;
+        let limit =
+            self.engine.queued().0 as u64 + 1 + self.engine.config().bypass_queue_limit as u64;
+        while let Some(t) = self.engine.poll_transmit(now, &mut self.tx_buf) {
+            let data = &self.tx_buf[..t.len.min(self.tx_buf.len())];
+            let r = send_out(&self.sock, &self.peers, &t, data);
+            match (r, t.kind) {
+                (Ok(()), TransmitKind::Bundle { .. }) => self.counters.bundles_sent += 1,
+                (Ok(()), _) => self.counters.unchanged_sent += 1,
+                (Err(e), _) => self.counters.send_error(&e),
+            }
+            sent += 1;
+            if sent > limit.saturating_mul(2) + 1024 {
+                warn!("flush did not converge; stopping anyway");
+                break;
+            }
+        }
+        sent
+    }
+}
+
+fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::HopByHop => "hop-by-hop",
+        Mode::EndToEnd => "end-to-end",
+    }
+}
+
+fn link_mode_name(m: LinkModeCfg) -> &'static str {
+    match m {
+        LinkModeCfg::Fixed => "fixed",
+        LinkModeCfg::HoldWhileBusy => "hold-while-busy",
+    }
+}
