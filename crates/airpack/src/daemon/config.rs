@@ -651,6 +651,7 @@ impl Plan {
             matches: self.steer.clone(),
             steer_from_tun: d.mode == Mode::HopByHop,
             interfaces: d.interfaces.clone(),
+            state: Some(crate::linux::state::Files::for_socket(&d.control_socket)),
         }
     }
 
@@ -1106,6 +1107,9 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
             format!("{} must be in 1-65536", a.bypass_queue_limit),
         ));
     }
+    if a.dynamic_marking {
+        return Err(at.err("aggregation", 0, "dynamic_marking", NO_MARKS));
+    }
 
     // Classes.
     let mut rules = Vec::new();
@@ -1165,6 +1169,9 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
             .map(spec_mark)
             .transpose()
             .map_err(|m| e("mark", m))?;
+        if mark.is_some() {
+            return Err(e("mark", NO_MARKS.into()));
+        }
         let class: TrafficClass = c.class.into();
         rules.push(Rule {
             class,
@@ -1415,6 +1422,9 @@ fn check_sizes(
     Ok(())
 }
 
+/// Why `class.mark` and `aggregation.dynamic_marking` are refused.
+pub const NO_MARKS: &str = "not supported by the daemon: a packet's mark does not travel through the TUN device, so the daemon cannot see it (a mark rule would steer packets into the daemon that it then classifies as unmarked); match on ports, protocol, DSCP or length instead";
+
 /// Every key the file accepts, as `section.key` (used by the docs check).
 pub fn known_keys() -> Vec<String> {
     // Serialise a config with every optional field present and read back its keys,
@@ -1644,6 +1654,11 @@ mod tests {
         );
         let e = err("[[class]]\nclass = \"bundle\"\nmark = \"0x11/0x10\"\n");
         assert!(e.contains("class[0].mark"), "{e}");
+        // Well-formed, but the TUN does not carry the mark: refused, with the reason.
+        let e = err("[[class]]\nclass = \"bundle\"\nmark = \"0x10/0xff\"\n");
+        assert!(e.contains("class[0].mark") && e.contains("TUN"), "{e}");
+        let e = err("[aggregation]\ndynamic_marking = true\n");
+        assert!(e.contains("dynamic_marking") && e.contains("TUN"), "{e}");
     }
 
     #[test]
@@ -1676,7 +1691,6 @@ ports = "16000-32000"
 dscp = "46"
 len = "0-300"
 version = 4
-mark = "0x10/0xff"
 [[class]]
 class = "opportunistic"
 protocol = "tcp"
@@ -1707,7 +1721,7 @@ encoding = "native"
         assert_eq!(r.dscp, Some(46..=46));
         assert_eq!(r.len, Some(0..=300));
         assert_eq!(r.version, Some(4));
-        assert_eq!(r.mark, Some((0x10, 0xff)));
+        assert_eq!(r.mark, None);
         assert_eq!(e.classifier.rules[0].dst_ports, Some(5353..=5353));
         assert_eq!(e.classifier.rules[2].class, TrafficClass::Opportunistic);
         // Steering keeps every rule in order; bypass rules stop the chain.
@@ -1716,7 +1730,7 @@ encoding = "native"
         assert_eq!(plan.steer[0].dst_ports, Some((5353, 5353)));
         assert!(plan.steer[1].steer);
         assert_eq!(plan.steer[1].ports, Some((16000, 32000)));
-        assert_eq!(plan.steer[1].mark, Some((0x10, 0xff)));
+        assert_eq!(plan.steer[1].mark, None);
         let spec = plan.steer_spec();
         assert_eq!((spec.bypass_mark, spec.priority), (0x11, 0x10));
         assert_eq!(plan.config.daemon.cpu_latency_us, Some(0));

@@ -398,7 +398,7 @@ impl Daemon {
             spec.interfaces = auto_interfaces(&plan, &mut resolver, tun.ifindex());
         }
         let steering = Steering::install(&spec)
-            .context("installing kernel steering (tc clsact egress filters)")?;
+            .context("installing kernel steering (tcx egress programs)")?;
         if spec.interfaces.is_empty() {
             warn!("no interface to steer yet (no route to any peer): nothing is aggregated until one appears");
         }

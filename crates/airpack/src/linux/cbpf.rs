@@ -66,8 +66,8 @@ const TAX: u16 = 0x00;
 
 /// Ancillary loads: `SKF_AD_OFF + SKF_AD_PROTOCOL` (ntohs(skb->protocol))
 /// and `+ SKF_AD_MARK` (skb->mark).
-const AD_PROTOCOL: u32 = (-0x1000i32) as u32;
-const AD_MARK: u32 = (-0x1000i32 + 20) as u32;
+pub(crate) const AD_PROTOCOL: u32 = (-0x1000i32) as u32;
+pub(crate) const AD_MARK: u32 = (-0x1000i32 + 20) as u32;
 /// Loads relative to the network header: `SKF_NET_OFF + k`.
 const NET: u32 = (-0x100000i32) as u32;
 
