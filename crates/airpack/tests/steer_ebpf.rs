@@ -137,11 +137,30 @@ fn kernel_runs_the_translated_program() {
     assert_eq!(run(&voice, 0x0800, 0), TC_ACT_REDIRECT);
     assert_eq!(run(&voice, 0x0800, 7), TC_ACT_REDIRECT, "other marks");
     assert_eq!(run(&voice, 0x0800, BYPASS_MARK), TCX_NEXT, "own packets");
-    assert_eq!(run(&v4(17, 1, 5060, 0, 5, 0, 0), 0x0800, 0), TCX_NEXT, "bypass rule");
-    assert_eq!(run(&v4(6, 20000, 20000, 0, 5, 0, 0), 0x0800, 0), TCX_NEXT, "TCP");
-    assert_eq!(run(&v4(17, 1, 20000, 0, 8, 0, 0), 0x0800, 0), TC_ACT_REDIRECT, "options");
-    assert_eq!(run(&v4(17, 1, 20000, 0, 5, 0x2000, 0), 0x0800, 0), TCX_NEXT, "fragment");
-    assert_eq!(run(&v6(&[0, 60], 17, 1, 20000, 46, 0), 0x86dd, 0), TC_ACT_REDIRECT);
+    assert_eq!(
+        run(&v4(17, 1, 5060, 0, 5, 0, 0), 0x0800, 0),
+        TCX_NEXT,
+        "bypass rule"
+    );
+    assert_eq!(
+        run(&v4(6, 20000, 20000, 0, 5, 0, 0), 0x0800, 0),
+        TCX_NEXT,
+        "TCP"
+    );
+    assert_eq!(
+        run(&v4(17, 1, 20000, 0, 8, 0, 0), 0x0800, 0),
+        TC_ACT_REDIRECT,
+        "options"
+    );
+    assert_eq!(
+        run(&v4(17, 1, 20000, 0, 5, 0x2000, 0), 0x0800, 0),
+        TCX_NEXT,
+        "fragment"
+    );
+    assert_eq!(
+        run(&v6(&[0, 60], 17, 1, 20000, 46, 0), 0x86dd, 0),
+        TC_ACT_REDIRECT
+    );
     assert_eq!(run(&v6(&[0, 44], 17, 1, 20000, 46, 0), 0x86dd, 0), TCX_NEXT);
     assert_eq!(run(&[0u8; 28], 0x0806, 0), TCX_NEXT, "ARP");
     // A load beyond the packet ends the program with 0 = TCX_PASS: the
@@ -173,9 +192,8 @@ fn a_rejected_program_reports_the_verifier_log() {
 
 /// A `[[class]]` rule as TOML, from random parts.
 fn arb_class() -> impl Strategy<Value = String> {
-    let range = |max: u16| {
-        proptest::option::of((0..=max, 0..=max).prop_map(|(a, b)| (a.min(b), a.max(b))))
-    };
+    let range =
+        |max: u16| proptest::option::of((0..=max, 0..=max).prop_map(|(a, b)| (a.min(b), a.max(b))));
     (
         prop_oneof![Just("bundle"), Just("opportunistic"), Just("bypass")],
         proptest::option::of(prop_oneof![Just("udp"), Just("tcp"), Just("icmp")]),

@@ -183,7 +183,9 @@ pub fn translate(prog: &[Insn], tun_ifindex: u32) -> io::Result<Vec<EInsn>> {
         let to = |off: usize| pc + 1 + off;
         let v: Vec<Out> = match c {
             // Ancillary loads: skb->mark, ntohs(skb->protocol).
-            0x20 if i.k == cbpf::AD_MARK => vec![Out::I(e(LDX | MEM | SIZE_W, R0, R6, SKB_MARK, 0))],
+            0x20 if i.k == cbpf::AD_MARK => {
+                vec![Out::I(e(LDX | MEM | SIZE_W, R0, R6, SKB_MARK, 0))]
+            }
             0x20 if i.k == cbpf::AD_PROTOCOL => vec![
                 Out::I(e(LDX | MEM | SIZE_W, R0, R6, SKB_PROTOCOL, 0)),
                 Out::I(e(ALU | END | TO_BE, R0, 0, 0, 16)),
@@ -257,11 +259,20 @@ pub fn translate(prog: &[Insn], tun_ifindex: u32) -> io::Result<Vec<EInsn>> {
                 Out::I(i) => i,
                 Out::Jmp(code, imm, target) => {
                     // Classic instruction `target` is output block `target + 1`.
-                    let at = *start.get(target + 1).filter(|_| target < prog.len()).ok_or_else(|| {
-                        io::Error::new(io::ErrorKind::InvalidInput, "steering program: jump out of the program")
-                    })?;
+                    let at = *start
+                        .get(target + 1)
+                        .filter(|_| target < prog.len())
+                        .ok_or_else(|| {
+                            io::Error::new(
+                                io::ErrorKind::InvalidInput,
+                                "steering program: jump out of the program",
+                            )
+                        })?;
                     let off = i16::try_from(at as i64 - here as i64 - 1).map_err(|_| {
-                        io::Error::new(io::ErrorKind::InvalidInput, "steering program: jump too far")
+                        io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "steering program: jump too far",
+                        )
                     })?;
                     e(code, R0, 0, off, imm)
                 }
@@ -275,7 +286,7 @@ pub fn translate(prog: &[Insn], tun_ifindex: u32) -> io::Result<Vec<EInsn>> {
 /// only go forward, so one pass in order suffices).
 fn reachable(prog: &[Insn]) -> Vec<bool> {
     let mut live = vec![false; prog.len()];
-    let mut mark = |live: &mut Vec<bool>, t: usize| {
+    let mark = |live: &mut Vec<bool>, t: usize| {
         if let Some(l) = live.get_mut(t) {
             *l = true;
         }

@@ -312,8 +312,7 @@ pub fn cleanup(path: &Path) -> io::Result<Actions> {
 }
 
 /// `airpack cleanup`: [`cleanup`] for every `*.state` file in `dir`, then
-/// the table `inet airpack` (if no daemon runs) and `dir` itself if it is
-/// empty. The first error is returned after every file was tried.
+/// `dir` itself if it is empty. The first error is returned after every file was tried.
 pub fn cleanup_dir(dir: &Path) -> io::Result<Actions> {
     let mut done = Actions::new();
     let mut first_err = None;
@@ -326,18 +325,13 @@ pub fn cleanup_dir(dir: &Path) -> io::Result<Actions> {
         Err(e) => return Err(ctx(dir, e)),
     };
     files.sort();
-    let mut running = false;
     for f in &files {
         match cleanup(f) {
             Ok(a) => done.extend(a),
             Err(e) => {
-                running |= e.kind() == io::ErrorKind::AlreadyExists;
                 first_err.get_or_insert(e);
             }
         }
-    }
-    if !running {
-        remove_nft_table()?;
     }
     // Only an empty directory: it may be shared.
     if fs::remove_dir(dir).is_ok() {
@@ -380,7 +374,10 @@ mod tests {
         st.save(&files.state).unwrap();
         let back = RunState::load(&files.state).unwrap().unwrap();
         assert_eq!(back, st);
-        assert_eq!(back.control_socket.as_deref(), Some(files.control_socket.as_path()));
+        assert_eq!(
+            back.control_socket.as_deref(),
+            Some(files.control_socket.as_path())
+        );
         // Our own record is adopted (same pid: a re-install after a reload).
         assert_eq!(adopt(&files.state).unwrap(), Some(st.clone()));
         // A dead owner: a start time that does not match.

@@ -406,7 +406,10 @@ impl Steering {
         let prog = ebpf::load_steering(self.spec.bypass_mark, matches, self.tun_ifindex)?;
         for a in &self.attached {
             a._link.update(&prog).map_err(|e| {
-                io::Error::new(e.kind(), format!("replacing the steering program on {}: {e}", a.name))
+                io::Error::new(
+                    e.kind(),
+                    format!("replacing the steering program on {}: {e}", a.name),
+                )
             })?;
         }
         self.spec.matches = matches.to_vec();
