@@ -185,7 +185,8 @@ pub struct DaemonSection {
     pub interfaces: Vec<String>,
     /// Mark on the daemon's own sockets (never steered).
     pub bypass_mark: u32,
-    /// tc filter preference of the steering filter on each interface's egress.
+    /// tc filter preference of the egress filters airpack versions before
+    /// tcx installed (removed at start and by `airpack cleanup`).
     pub filter_priority: u16,
     /// `ip` (raw IP, protocol number) or `udp`.
     pub transport: Transport,
@@ -249,7 +250,8 @@ pub struct AggregationSection {
     pub queue_limit_packets: usize,
     /// Bound on the engine's peer table.
     pub max_peers: usize,
-    /// Seed 001 dynamic marking (max size from the packet mark).
+    /// Seed 001 dynamic marking (max size from the packet mark): refused by
+    /// the daemon ([`NO_MARKS`]).
     pub dynamic_marking: bool,
     /// Bound on the engine's bypass FIFO, packets.
     pub bypass_queue_limit: usize,
@@ -302,7 +304,7 @@ pub struct ClassSection {
     /// 4 or 6.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<u8>,
-    /// "value/mask" or "value" (engine classifier only; not used for steering).
+    /// "value/mask" or "value": refused by the daemon ([`NO_MARKS`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mark: Option<Spec>,
 }
