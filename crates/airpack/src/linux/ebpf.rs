@@ -124,12 +124,20 @@ impl EInsn {
             imm,
         }
     }
-    fn raw(self) -> u64 {
-        u64::from(self.code)
-            | u64::from(self.dst & 0xf) << 8
-            | u64::from(self.src & 0xf) << 12
-            | u64::from(self.off as u16) << 16
-            | u64::from(self.imm as u32) << 32
+    /// The instruction's bytes as the kernel reads them (`struct bpf_insn`:
+    /// the register nibbles are bitfields, whose order follows the byte order).
+    fn raw(self) -> [u8; 8] {
+        let regs = if cfg!(target_endian = "little") {
+            (self.src & 0xf) << 4 | (self.dst & 0xf)
+        } else {
+            (self.dst & 0xf) << 4 | (self.src & 0xf)
+        };
+        let mut b = [0u8; 8];
+        b[0] = self.code;
+        b[1] = regs;
+        b[2..4].copy_from_slice(&self.off.to_ne_bytes());
+        b[4..8].copy_from_slice(&self.imm.to_ne_bytes());
+        b
     }
 }
 
@@ -363,7 +371,7 @@ impl Program {
     /// Loads `insns` as a `sched_cls` program named [`PROG_NAME`]. On a
     /// verifier rejection the error carries the verifier's log.
     pub fn load(insns: &[EInsn]) -> io::Result<Program> {
-        let raw: Vec<u64> = insns.iter().map(|i| i.raw()).collect();
+        let raw: Vec<[u8; 8]> = insns.iter().map(|i| i.raw()).collect();
         let license = b"Dual MIT/GPL\0";
         let mut log = vec![0u8; 1 << 20];
         let mut attr = [0u64; 16];

@@ -126,6 +126,48 @@ impl RunState {
         })
     }
 
+    /// Refuses a record that names anything cleanup must not touch: a
+    /// sysctl outside `/proc/sys/net/`, a TUN name that is not an interface
+    /// name, or a control socket other than the one this state file belongs
+    /// to (cleanup writes and deletes what the file names, as root).
+    fn check(&self, path: &Path) -> io::Result<()> {
+        let bad = |what: String| {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: refusing state file: {what}", path.display()),
+            ))
+        };
+        for s in &self.sysctls {
+            let p = &s.path;
+            let net = p.starts_with("/proc/sys/net/")
+                && p.components().all(|c| {
+                    matches!(
+                        c,
+                        std::path::Component::Normal(_) | std::path::Component::RootDir
+                    )
+                });
+            if !net || s.original.len() > 64 || s.original.contains('\n') {
+                return bad(format!("sysctl {}", p.display()));
+            }
+        }
+        let ifname = !self.tun.is_empty()
+            && !self.tun.starts_with('-')
+            && self.tun.len() < 16
+            && self
+                .tun
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !ifname {
+            return bad(format!("TUN name {:?}", self.tun));
+        }
+        if let Some(sock) = &self.control_socket {
+            if Files::for_socket(sock).state != path {
+                return bad(format!("control socket {}", sock.display()));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the process that wrote this record still runs.
     pub fn owner_alive(&self) -> bool {
         start_time(self.pid) == Some(self.start_time)
@@ -155,6 +197,7 @@ impl RunState {
                 format!("{}: not an airpack state file: {e}", path.display()),
             )
         })?;
+        st.check(path)?;
         if st.version != VERSION {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -386,6 +429,19 @@ mod tests {
         st.pid = 1;
         st.save(&files.state).unwrap();
         assert!(adopt(&files.state).unwrap().is_some());
+        // A record naming files cleanup must not touch is refused.
+        let mut evil = st.clone();
+        evil.sysctls[0].path = "/proc/sys/net/../../../etc/passwd".into();
+        evil.save(&files.state).unwrap();
+        assert!(RunState::load(&files.state).is_err());
+        let mut evil = st.clone();
+        evil.control_socket = Some("/etc/passwd".into());
+        evil.save(&files.state).unwrap();
+        assert!(RunState::load(&files.state).is_err());
+        let mut evil = st.clone();
+        evil.tun = "-rf".into();
+        evil.save(&files.state).unwrap();
+        assert!(RunState::load(&files.state).is_err());
         fs::write(&files.state, b"{").unwrap();
         assert!(RunState::load(&files.state).is_err());
         assert!(RunState::load(&dir.join("none.state")).unwrap().is_none());
