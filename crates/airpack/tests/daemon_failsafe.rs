@@ -90,7 +90,7 @@ fn sigkill_under_load_does_not_blackhole_traffic() {
                 std::thread::sleep(wait);
             }
         }
-        sent
+        (sent, Instant::now())
     });
     // Aggregating before the kill.
     wait_until("bundles from a", Duration::from_secs(10), || {
@@ -104,14 +104,16 @@ fn sigkill_under_load_does_not_blackhole_traffic() {
         steering_gone(&net, &a)
     });
     let bundles_after_kill = db.stat("/total/bundles_received");
-    let sent = tx.join().unwrap();
+    let (sent, sent_last) = tx.join().unwrap();
     let got = rx.join().unwrap();
     assert_eq!(sent, PACKETS);
 
-    // The longest silence between two arrivals, and what was lost.
-    let longest = got
+    // The longest silence between two arrivals, and what was lost. The last
+    // send closes the window, so traffic that never resumes is a gap too.
+    let times: Vec<Instant> = got.iter().map(|g| g.1).chain([sent_last]).collect();
+    let longest = times
         .windows(2)
-        .map(|w| w[1].1 - w[0].1)
+        .map(|w| w[1].saturating_duration_since(w[0]))
         .max()
         .unwrap_or_default();
     let mut seqs: Vec<u32> = got.iter().map(|g| g.0).collect();
