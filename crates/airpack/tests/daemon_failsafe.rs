@@ -226,6 +226,15 @@ fn restart_after_crash_keeps_the_original_sysctls() {
     let mut d2 = start(&a, &config, &socket, &log);
     assert!(changed(&net));
     assert!(steering_programs(&net, &a, "va").len() == 1);
+    // `airpack cleanup` refuses to touch a running daemon's state.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &a, BIN, "cleanup", "--runtime-dir"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("still running"));
+    assert!(state.exists() && changed(&net));
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(d2.id() as i32, libc::SIGTERM) };
     assert!(d2.wait().unwrap().success());
