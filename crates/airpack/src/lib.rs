@@ -2,8 +2,8 @@
 //!
 //! - [`daemon`]: configuration, the event loop driving `airpack_core::Engine`,
 //!   the control socket, statistics export. Owns policy glue, not packet formats.
-//! - [`linux`]: thin, tested wrappers over kernel networking (TUN, tc egress
-//!   steering with classic BPF, netlink route lookups, raw sockets, io_uring,
+//! - [`linux`]: thin, tested wrappers over kernel networking (TUN, tcx egress
+//!   steering with eBPF, crash cleanup, netlink route lookups, raw sockets, io_uring,
 //!   timerfd/signalfd).
 //!   Must not know about aggregation policy.
 

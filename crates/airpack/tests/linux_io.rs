@@ -11,6 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
+use airpack::linux::ebpf;
 use airpack::linux::netns::{run_cmd, NetNs};
 use airpack::linux::{
     monotonic_micros, BundleSocket, Events, Family, Interest, Match, Poller, RawIpSender,
@@ -519,15 +520,21 @@ fn steer_spec(tun: &str, iface: &str) -> SteerSpec {
         ],
         steer_from_tun: true,
         interfaces: vec![iface.into()],
+        state: None,
     }
 }
 
-/// Lines of `tc filter show dev DEV egress` that name airpack's filter (pref 4150).
+/// airpack's steering programs on `dev`'s tcx egress (calling thread's namespace).
 fn our_filters(dev: &str) -> usize {
-    run_cmd(&["tc", "filter", "show", "dev", dev, "egress"], None)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains("pref 4150") && l.contains("handle 0x1"))
+    let Ok(idx) = airpack::linux::tun::ifindex(dev) else {
+        return 0;
+    };
+    ebpf::tcx_egress_programs(idx)
+        .unwrap()
+        .into_iter()
+        .filter(|&id| {
+            ebpf::Program::from_id(id).is_ok_and(|p| p.name().unwrap() == ebpf::PROG_NAME)
+        })
         .count()
 }
 
@@ -597,12 +604,41 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
             "strict rp_filter should drop it"
         );
 
-        // A crashed run left state behind: installing again must still work.
+        // An older airpack version left its tc filter (pref 4150, bpf +
+        // mirred) behind: install removes it and adds no qdisc of its own.
+        sh(&["tc", "qdisc", "add", "dev", "d0", "clsact"]);
+        sh(&[
+            "tc",
+            "filter",
+            "add",
+            "dev",
+            "d0",
+            "egress",
+            "pref",
+            "4150",
+            "handle",
+            "1",
+            "bpf",
+            "bytecode",
+            "1,6 0 0 4294967295",
+            "action",
+            "mirred",
+            "egress",
+            "redirect",
+            "dev",
+            "aps0",
+        ]);
         let spec = steer_spec("aps0", "d0");
-        let leftover = Steering::install(&spec).unwrap();
-        std::mem::forget(leftover);
         let st = Steering::install(&spec).unwrap();
-        assert_eq!(our_filters("d0"), 1, "exactly one filter after re-install");
+        assert!(
+            !run_cmd(&["tc", "filter", "show", "dev", "d0", "egress"], None)
+                .unwrap()
+                .contains("mirred"),
+            "the old tc filter is gone"
+        );
+        sh(&["tc", "qdisc", "del", "dev", "d0", "clsact"]);
+        assert!(!has_clsact("d1"), "tcx needs no qdisc");
+        assert_eq!(our_filters("d0"), 1, "exactly one program");
         assert_eq!(st.steered(), ["d0"]);
         assert_eq!(sysctl("net.ipv4.conf.aps0.rp_filter"), "0");
         assert_eq!(sysctl("net.ipv4.conf.all.rp_filter"), "0");
@@ -669,10 +705,7 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
         // Another interface set: d1 steered, d0 no longer.
         st.set_interfaces(&["d1".to_string()]).unwrap();
         assert_eq!((our_filters("d0"), our_filters("d1")), (0, 1));
-        assert!(
-            has_clsact("d0"),
-            "the clsact qdisc stays (deleting a qdisc drops packets in flight)"
-        );
+        assert!(!has_clsact("d1"), "no qdisc is ever added");
         udp_send(None, "10.67.0.2:5000".parse().unwrap(), b"d0");
         udp_send(None, "10.67.1.2:5000".parse().unwrap(), b"d1");
         let p = tun_next(&tun, 1000, |p| is_udp_to(p, 5000)).expect("steered on d1");
@@ -683,21 +716,19 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
         assert_eq!(
             (our_filters("d0"), our_filters("d1")),
             (0, 0),
-            "filters removed"
+            "programs detached"
         );
-        assert!(has_clsact("d1"), "the clsact qdisc stays");
-        // The crashed run's sysctl changes cannot be undone (their old values
-        // died with it): removal restores what the second install found.
-        assert_eq!(sysctl("net.ipv4.conf.all.rp_filter"), "0");
-        assert_eq!(sysctl("net.ipv4.ip_forward"), "1");
+        // Removal restores what install found.
+        assert_eq!(sysctl("net.ipv4.conf.all.rp_filter"), "1");
+        assert_eq!(sysctl("net.ipv4.ip_forward"), "0");
         udp_send(None, "10.67.0.2:16000".parse().unwrap(), b"after");
         assert!(
             tun_next(&tun, 200, |p| is_udp_to(p, 16000)).is_none(),
             "nothing steered after removal"
         );
 
-        // Someone else's filter on the clsact qdisc is left alone.
-        assert!(has_clsact("d0"));
+        // Someone else's tc filter is left alone.
+        sh(&["tc", "qdisc", "add", "dev", "d0", "clsact"]);
         sh(&[
             "tc",
             "filter",
@@ -722,7 +753,7 @@ fn steering_installs_steers_bypasses_and_removes_cleanly() {
         assert_eq!(our_filters("d0"), 1);
         drop(st);
         assert_eq!(our_filters("d0"), 0);
-        assert!(has_clsact("d0"), "the clsact qdisc stays");
+        assert!(has_clsact("d0"), "someone else's qdisc stays");
         assert!(
             run_cmd(&["tc", "filter", "show", "dev", "d0", "ingress"], None)
                 .unwrap()
@@ -851,11 +882,7 @@ fn steering_accepts_every_match_kind() {
             },
         ];
         let st = Steering::install(&spec).unwrap();
-        let listed = run_cmd(&["tc", "filter", "show", "dev", "d0", "egress"], None).unwrap();
-        assert!(
-            listed.contains("bpf") && listed.contains("mirred"),
-            "{listed}"
-        );
+        assert_eq!(our_filters("d0"), 1, "the kernel accepted the program");
         // DSCP 46 (EF) steered; best effort with the same port not; a large
         // DSCP-40 packet is over the length bound.
         let s = UdpSocket::bind("10.60.0.1:0").unwrap();

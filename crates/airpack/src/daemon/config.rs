@@ -185,7 +185,8 @@ pub struct DaemonSection {
     pub interfaces: Vec<String>,
     /// Mark on the daemon's own sockets (never steered).
     pub bypass_mark: u32,
-    /// tc filter preference of the steering filter on each interface's egress.
+    /// tc filter preference of the egress filters airpack versions before
+    /// tcx installed (removed at start and by `airpack cleanup`).
     pub filter_priority: u16,
     /// `ip` (raw IP, protocol number) or `udp`.
     pub transport: Transport,
@@ -249,7 +250,8 @@ pub struct AggregationSection {
     pub queue_limit_packets: usize,
     /// Bound on the engine's peer table.
     pub max_peers: usize,
-    /// Seed 001 dynamic marking (max size from the packet mark).
+    /// Seed 001 dynamic marking (max size from the packet mark): refused by
+    /// the daemon ([`NO_MARKS`]).
     pub dynamic_marking: bool,
     /// Bound on the engine's bypass FIFO, packets.
     pub bypass_queue_limit: usize,
@@ -302,7 +304,7 @@ pub struct ClassSection {
     /// 4 or 6.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<u8>,
-    /// "value/mask" or "value" (engine classifier only; not used for steering).
+    /// "value/mask" or "value": refused by the daemon ([`NO_MARKS`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mark: Option<Spec>,
 }
@@ -651,6 +653,7 @@ impl Plan {
             matches: self.steer.clone(),
             steer_from_tun: d.mode == Mode::HopByHop,
             interfaces: d.interfaces.clone(),
+            state: Some(crate::linux::state::Files::for_socket(&d.control_socket)),
         }
     }
 
@@ -1106,6 +1109,9 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
             format!("{} must be in 1-65536", a.bypass_queue_limit),
         ));
     }
+    if a.dynamic_marking {
+        return Err(at.err("aggregation", 0, "dynamic_marking", NO_MARKS));
+    }
 
     // Classes.
     let mut rules = Vec::new();
@@ -1165,6 +1171,9 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
             .map(spec_mark)
             .transpose()
             .map_err(|m| e("mark", m))?;
+        if mark.is_some() {
+            return Err(e("mark", NO_MARKS.into()));
+        }
         let class: TrafficClass = c.class.into();
         rules.push(Rule {
             class,
@@ -1415,6 +1424,9 @@ fn check_sizes(
     Ok(())
 }
 
+/// Why `class.mark` and `aggregation.dynamic_marking` are refused.
+pub const NO_MARKS: &str = "not supported by the daemon: a packet's mark does not travel through the TUN device, so the daemon cannot see it (a mark rule would steer packets into the daemon that it then classifies as unmarked); match on ports, protocol, DSCP or length instead";
+
 /// Every key the file accepts, as `section.key` (used by the docs check).
 pub fn known_keys() -> Vec<String> {
     // Serialise a config with every optional field present and read back its keys,
@@ -1644,6 +1656,11 @@ mod tests {
         );
         let e = err("[[class]]\nclass = \"bundle\"\nmark = \"0x11/0x10\"\n");
         assert!(e.contains("class[0].mark"), "{e}");
+        // Well-formed, but the TUN does not carry the mark: refused, with the reason.
+        let e = err("[[class]]\nclass = \"bundle\"\nmark = \"0x10/0xff\"\n");
+        assert!(e.contains("class[0].mark") && e.contains("TUN"), "{e}");
+        let e = err("[aggregation]\ndynamic_marking = true\n");
+        assert!(e.contains("dynamic_marking") && e.contains("TUN"), "{e}");
     }
 
     #[test]
@@ -1676,7 +1693,6 @@ ports = "16000-32000"
 dscp = "46"
 len = "0-300"
 version = 4
-mark = "0x10/0xff"
 [[class]]
 class = "opportunistic"
 protocol = "tcp"
@@ -1707,7 +1723,7 @@ encoding = "native"
         assert_eq!(r.dscp, Some(46..=46));
         assert_eq!(r.len, Some(0..=300));
         assert_eq!(r.version, Some(4));
-        assert_eq!(r.mark, Some((0x10, 0xff)));
+        assert_eq!(r.mark, None);
         assert_eq!(e.classifier.rules[0].dst_ports, Some(5353..=5353));
         assert_eq!(e.classifier.rules[2].class, TrafficClass::Opportunistic);
         // Steering keeps every rule in order; bypass rules stop the chain.
@@ -1716,7 +1732,7 @@ encoding = "native"
         assert_eq!(plan.steer[0].dst_ports, Some((5353, 5353)));
         assert!(plan.steer[1].steer);
         assert_eq!(plan.steer[1].ports, Some((16000, 32000)));
-        assert_eq!(plan.steer[1].mark, Some((0x10, 0xff)));
+        assert_eq!(plan.steer[1].mark, None);
         let spec = plan.steer_spec();
         assert_eq!((spec.bypass_mark, spec.priority), (0x11, 0x10));
         assert_eq!(plan.config.daemon.cpu_latency_us, Some(0));

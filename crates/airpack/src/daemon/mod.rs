@@ -158,6 +158,32 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     runtime::Daemon::start(source, plan, signals)?.run()
 }
 
+/// `airpack cleanup` arguments.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct CleanupArgs {
+    /// The runtime directory: where the control sockets and their `.state`
+    /// files are (default /run/airpack).
+    #[arg(long, value_name = "DIR", default_value = crate::linux::state::DEFAULT_RUNTIME_DIR)]
+    pub runtime_dir: PathBuf,
+}
+
+/// Removes every trace a dead daemon left, without its configuration: for
+/// each `*.state` file in the runtime directory its nftables table, TUN
+/// device (if persistent), sysctls (restored), control socket and the state
+/// file; then the table `inet airpack` and the directory if it is empty. For
+/// systemd's `ExecStopPost=`; idempotent, exit 0 when there is nothing to do.
+/// Runs in the caller's network namespace (the daemon's).
+pub fn cleanup(args: CleanupArgs) -> anyhow::Result<()> {
+    let done = crate::linux::state::cleanup_dir(&args.runtime_dir)?;
+    if done.is_empty() {
+        println!("airpack cleanup: nothing to do");
+    }
+    for d in done {
+        println!("airpack cleanup: {d}");
+    }
+    Ok(())
+}
+
 /// Configuration that is valid but probably not what the operator wants.
 pub fn warnings(plan: &config::Plan) -> Vec<String> {
     let mut w = Vec::new();

@@ -2,13 +2,16 @@
 //! no I/O).
 //!
 //! Owns: the translation of the class rules ([`Match`], first match wins) and
-//! the bypass mark into one classic BPF program for a tc `bpf` classifier on an
-//! interface's egress. The program returns [`STEER`] (non-zero: the filter
-//! matches and its action, a redirect into the TUN, runs) or 0 (not steered).
-//! Also owns [`run`], a small interpreter of the same instruction subset, so
-//! tests can check a program against packets without a kernel.
+//! the bypass mark into one classic BPF program. The program returns
+//! [`STEER`] or 0 (not steered); [`super::ebpf`] translates it mechanically
+//! into the eBPF program the kernel runs on each steered interface's tcx
+//! egress hook (steer becomes a redirect into the TUN). Also owns [`run`], a
+//! small interpreter of the same instruction subset, so tests can check a
+//! program against packets without a kernel, and [`bytecode`], tc's text
+//! form (for logs).
 //!
-//! Must not touch: tc, interfaces or the TUN (that is [`super::steer`]).
+//! Must not touch: the kernel, interfaces or the TUN (that is [`super::ebpf`]
+//! and [`super::steer`]).
 //!
 //! What the program reads, all relative to the network header (`SKF_NET_OFF`,
 //! so the link-layer header of the egress device does not matter): the IP
@@ -66,8 +69,8 @@ const TAX: u16 = 0x00;
 
 /// Ancillary loads: `SKF_AD_OFF + SKF_AD_PROTOCOL` (ntohs(skb->protocol))
 /// and `+ SKF_AD_MARK` (skb->mark).
-const AD_PROTOCOL: u32 = (-0x1000i32) as u32;
-const AD_MARK: u32 = (-0x1000i32 + 20) as u32;
+pub(crate) const AD_PROTOCOL: u32 = (-0x1000i32) as u32;
+pub(crate) const AD_MARK: u32 = (-0x1000i32 + 20) as u32;
 /// Loads relative to the network header: `SKF_NET_OFF + k`.
 const NET: u32 = (-0x100000i32) as u32;
 

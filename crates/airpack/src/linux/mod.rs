@@ -1,9 +1,10 @@
 //! Linux I/O primitives for the daemon: small, tested wrappers over kernel networking.
 //!
 //! Owns: the TUN device and batched writes into it ([`tun`]), the kernel
-//! steering state (tc clsact egress filters whose classic BPF program
-//! ([`cbpf`]) is the class rules, the end-to-end nftables guard, sysctls:
-//! [`steer`]), netlink
+//! steering state (tcx egress links running the class rules as an eBPF
+//! program ([`ebpf`], translated from the classic BPF of [`cbpf`]), the
+//! end-to-end nftables guard, sysctls: [`steer`]), the run-state file and
+//! the config-less cleanup after a crash ([`state`]), netlink
 //! route lookups and change monitoring ([`route`]), the daemon's sockets (raw
 //! bundle sockets, UDP bundle sockets, the header-included raw sender, SIOCOUTQ:
 //! [`socket`]), timerfd/signalfd ([`timer`]), a tiny epoll wrapper ([`poll`]),
@@ -16,10 +17,12 @@
 //! daemon counts them by reason.
 
 pub mod cbpf;
+pub mod ebpf;
 pub mod netns;
 pub mod poll;
 pub mod route;
 pub mod socket;
+pub mod state;
 pub mod steer;
 pub mod timer;
 pub mod tun;

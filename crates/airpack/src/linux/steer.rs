@@ -1,10 +1,9 @@
 //! Kernel steering state: which packets go into the TUN.
 //!
-//! Owns, on each steered interface (the radios toward the peers): a `clsact`
-//! qdisc (added when absent, and left in place afterwards, see below) and one
-//! egress filter,
-//! `pref <priority> handle 1 protocol all bpf bytecode <program> action mirred egress redirect dev <tun>`,
-//! whose classic BPF program ([`super::cbpf`]) is the class rules. Packets are
+//! Owns, on each steered interface (the radios toward the peers): one tcx
+//! egress link ([`super::ebpf::Link`]) running the class rules as an eBPF
+//! program (the classic program of [`super::cbpf`], translated by
+//! [`super::ebpf`]) that redirects matching packets into the TUN. Packets are
 //! classified after the kernel routed them (forwarded or locally sent) out of
 //! that interface, so received traffic and other interfaces pay nothing and
 //! the kernel's routing tables and rules are left alone. In end-to-end mode
@@ -12,17 +11,27 @@
 //! packets entering from the TUN the bypass mark, so the inner packets an
 //! endpoint forwards are never tunnelled again. And the sysctls that let
 //! packets written into the TUN be received (rp_filter off on the TUN and, if
-//! strict, for `all`) and forwarded (ip_forward, IPv6 forwarding).
+//! strict, for `all`) and forwarded (ip_forward, IPv6 forwarding), recorded
+//! before they are changed in the run-state file ([`super::state`]) when the
+//! spec names one.
+//!
+//! Fail-safe: a tcx link lives exactly as long as its file descriptor, which
+//! only this process holds (never pinned). When the daemon dies for any
+//! reason (SIGKILL, OOM kill, panic), the kernel detaches every program at
+//! once and the interfaces send normally, unaggregated: nothing redirects
+//! into a TUN that is gone. No qdisc is added or deleted either (that makes
+//! the kernel deactivate the device's transmit queues for a moment and drop
+//! what is sent then). What a crash does leave (the nftables table, the
+//! sysctls, the control socket) is harmless to traffic and removed by the
+//! next start or by `airpack cleanup`. tcx needs Linux 6.6 or later; on an
+//! older kernel install fails with an error that says so (there is no
+//! fallback to tc filters, which outlive the process and blackhole traffic
+//! after a crash).
 //!
 //! Install is idempotent (leftovers of a crashed run are removed first);
 //! interfaces that do not exist yet are attached by [`Steering::refresh`]
-//! when they appear; [`Steering::remove`] or `Drop` remove the filters and
-//! the nftables table and restore the sysctls it changed. The `clsact` qdisc
-//! stays: adding or deleting a qdisc makes the kernel deactivate the device's
-//! transmit queues for a moment (`qdisc_graft` calls `dev_deactivate`), and
-//! packets sent in that moment are dropped, so deleting it on stop lost
-//! packets that were being sent as steering ended. An empty `clsact` has no
-//! effect on traffic, and the next start finds it and adds nothing.
+//! when they appear; [`Steering::remove`] or `Drop` detach the programs,
+//! remove the nftables table, restore the sysctls and delete the state file.
 //!
 //! Must not touch: packet contents, peers, the TUN fd (only its name).
 
@@ -30,8 +39,10 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::cbpf;
+use super::ebpf::{self, Link, Program};
 use super::netns::run_cmd;
+use super::state::{RunState, Sysctl};
+use super::{cbpf, state};
 
 /// The nftables table name (family `inet`, end-to-end mode only); one per network namespace.
 pub const NFT_TABLE: &str = "airpack";
@@ -69,8 +80,8 @@ pub struct SteerSpec {
     /// Mark carried by the daemon's own sockets (config `bypass_mark`); such
     /// packets are never steered. Non-zero.
     pub bypass_mark: u32,
-    /// tc filter preference of the egress filter (config `filter_priority`,
-    /// 1-65535); it identifies airpack's filter on an interface.
+    /// tc filter preference (config `filter_priority`, 1-65535) of the
+    /// egress filters older airpack versions installed: removed when found.
     pub priority: u16,
     /// Class rules, in order.
     pub matches: Vec<Match>,
@@ -82,24 +93,30 @@ pub struct SteerSpec {
     /// Interfaces whose egress is steered (missing ones are attached when
     /// they appear, see [`Steering::refresh`]).
     pub interfaces: Vec<String>,
+    /// Where to record what this run changes (the run-state file, see
+    /// [`super::state`]) and the control socket it names; `None`: not recorded.
+    pub state: Option<state::Files>,
 }
 
-/// Our filter on one interface.
+/// Our program on one interface.
 #[derive(Debug)]
 struct Attached {
     name: String,
     ifindex: u32,
+    /// Detaches the program when dropped.
+    _link: Link,
 }
 
 /// Installed steering state; removed by [`Steering::remove`] or on drop.
 #[derive(Debug)]
 pub struct Steering {
     spec: SteerSpec,
-    bytecode: String,
+    tun_ifindex: u32,
+    prog: Program,
     attached: Vec<Attached>,
-    /// Sysctls changed at install, with their previous values, in change order.
-    restore: Vec<(PathBuf, String)>,
-    nft: bool,
+    /// What this run changed: sysctls with their original values, in change
+    /// order (written to the state file before each change), the nft table.
+    record: RunState,
     removed: bool,
 }
 
@@ -183,33 +200,24 @@ fn read_sysctl(path: &Path) -> io::Result<String> {
     Ok(fs::read_to_string(path)?.trim().to_string())
 }
 
-/// Sets a sysctl (per network namespace of the calling thread for net.*),
-/// remembering the previous value in `restore` when it changes.
-fn set_sysctl(path: PathBuf, value: &str, restore: &mut Vec<(PathBuf, String)>) -> io::Result<()> {
-    let old = read_sysctl(&path)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    if old == value {
-        return Ok(());
-    }
-    fs::write(&path, value)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    restore.push((path, old));
-    Ok(())
-}
-
 /// The interface index of `name` in the calling thread's namespace, if it exists.
 fn ifindex(name: &str) -> Option<u32> {
     super::tun::ifindex(name).ok()
 }
 
-/// Deletes our egress filter on `dev` (the `clsact` qdisc stays: see the module documentation).
-fn detach(dev: &str, priority: u16) -> io::Result<()> {
-    let pref = priority.to_string();
-    run_cmd(
-        &["tc", "filter", "del", "dev", dev, "egress", "pref", &pref],
-        None,
+/// Why a tcx link could not be created, in words an operator can act on.
+fn attach_error(dev: &str, e: io::Error) -> io::Error {
+    let why = match e.raw_os_error() {
+        Some(libc::EINVAL | libc::EOPNOTSUPP | 524 /* ENOTSUPP */) => {
+            " (this kernel has no tcx links: airpack needs Linux 6.6 or later with CONFIG_NET_XGRESS)"
+        }
+        Some(libc::EPERM) => " (needs CAP_BPF and CAP_NET_ADMIN, or root)",
+        _ => "",
+    };
+    io::Error::new(
+        e.kind(),
+        format!("attaching the steering program to the egress of {dev}: {e}{why}"),
     )
-    .map(|_| ())
 }
 
 /// The `nft` script of the end-to-end guard (replaces table `inet airpack` atomically).
@@ -221,22 +229,36 @@ fn nft_guard(spec: &SteerSpec) -> String {
 }
 
 impl Steering {
-    /// Removes leftovers of a previous run with the same priority, then sets
-    /// the sysctls, the end-to-end guard and the filters. On error, whatever
-    /// was installed is removed again. The TUN device must exist. Interfaces
-    /// in `spec.interfaces` that do not exist yet are attached by a later
-    /// [`Steering::refresh`]; failing to attach to one that exists is an error.
-    /// Runs `tc`, `nft` and `ip` in the calling thread's namespace.
+    /// Loads the program (the verifier's verdict comes before anything
+    /// changes), adopts or removes the leftovers of a previous run (its state
+    /// file, old tc filters, the nftables table), records this run in the
+    /// state file, then sets the sysctls, the end-to-end guard and the
+    /// programs. On error, whatever was installed is removed again. The TUN
+    /// device must exist. Interfaces in `spec.interfaces` that do not exist
+    /// yet are attached by a later [`Steering::refresh`]; failing to attach
+    /// to one that exists is an error. Runs `nft` (and `tc` for old filters)
+    /// in the calling thread's namespace.
     pub fn install(spec: &SteerSpec) -> io::Result<Steering> {
         check_spec(spec)?;
-        let bytecode = cbpf::bytecode(&cbpf::compile(spec.bypass_mark, &spec.matches)?);
+        let tun_ifindex = super::tun::ifindex(&spec.tun)
+            .map_err(|e| io::Error::new(e.kind(), format!("TUN {}: {e}", spec.tun)))?;
+        let prog = ebpf::load_steering(spec.bypass_mark, &spec.matches, tun_ifindex)?;
+        // A crashed run's record: its original sysctl values are the real
+        // originals (the current ones are what it set).
+        let mut restore = Vec::new();
+        if let Some(files) = &spec.state {
+            if let Some(old) = state::adopt(&files.state)? {
+                restore = old.sysctls;
+            }
+        }
         Self::cleanup(spec)?;
+        let record = RunState::new(spec, restore)?;
         let mut st = Steering {
             spec: spec.clone(),
-            bytecode,
+            tun_ifindex,
+            prog,
             attached: Vec::new(),
-            restore: Vec::new(),
-            nft: false,
+            record,
             removed: false,
         };
         match st.install_inner() {
@@ -248,11 +270,39 @@ impl Steering {
         }
     }
 
+    fn save(&self) -> io::Result<()> {
+        match &self.spec.state {
+            Some(f) => self.record.save(&f.state),
+            None => Ok(()),
+        }
+    }
+
+    /// Sets a sysctl (per network namespace of the calling thread for
+    /// net.*). The original value is recorded, and written to the state file,
+    /// before the change; a value an adopted record already holds is kept.
+    fn set_sysctl(&mut self, path: PathBuf, value: &str) -> io::Result<()> {
+        let ctx = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+        let old = read_sysctl(&path).map_err(ctx)?;
+        if old == value {
+            return Ok(());
+        }
+        if !self.record.sysctls.iter().any(|s| s.path == path) {
+            self.record.sysctls.push(Sysctl {
+                path: path.clone(),
+                original: old,
+            });
+            self.save()?;
+        }
+        fs::write(&path, value).map_err(ctx)
+    }
+
     fn install_inner(&mut self) -> io::Result<()> {
+        // Recorded before anything changes.
+        self.save()?;
         let tun = self.spec.tun.clone();
-        // Sysctls first: once a filter exists, packets flow into the TUN.
+        // Sysctls first: once a program is attached, packets flow into the TUN.
         let tun_rp = sysctl_path(&format!("net.ipv4.conf.{tun}.rp_filter"));
-        set_sysctl(tun_rp, "0", &mut self.restore)?;
+        self.set_sysctl(tun_rp, "0")?;
         // The effective rp_filter is max(all, device): with `all` strict (1),
         // packets written into the TUN would fail the reverse-path check
         // (their sources route via the radio, not the TUN). Turn `all` off
@@ -270,31 +320,29 @@ impl Steering {
             }
             for dev in devs {
                 if read_sysctl(&dev)? == "0" {
-                    set_sysctl(dev, "1", &mut self.restore)?;
+                    self.set_sysctl(dev, "1")?;
                 }
             }
-            set_sysctl(all, "0", &mut self.restore)?;
+            self.set_sysctl(all, "0")?;
         }
-        set_sysctl(sysctl_path("net.ipv4.ip_forward"), "1", &mut self.restore)?;
+        self.set_sysctl(sysctl_path("net.ipv4.ip_forward"), "1")?;
         if Path::new("/proc/sys/net/ipv6").exists() {
-            set_sysctl(
-                sysctl_path("net.ipv6.conf.all.forwarding"),
-                "1",
-                &mut self.restore,
-            )?;
+            self.set_sysctl(sysctl_path("net.ipv6.conf.all.forwarding"), "1")?;
         }
         if !self.spec.steer_from_tun {
+            self.record.nft = true;
+            self.save()?;
             run_cmd(&["nft", "-f", "-"], Some(&nft_guard(&self.spec)))?;
-            self.nft = true;
         }
-        // The filters last: they are what starts steering.
+        // The programs last: they are what starts steering.
         self.refresh().map(|_| ())
     }
 
-    /// Attaches the filter to every wanted interface that exists and does not
-    /// have it yet (new, or deleted and created again), and forgets interfaces
-    /// that are gone. Call when links change. Returns whether anything
-    /// changed; an attach failure is returned after every interface was tried.
+    /// Attaches the program to every wanted interface that exists and does
+    /// not have it yet (new, or deleted and created again), and forgets
+    /// interfaces that are gone. Call when links change. Returns whether
+    /// anything changed; an attach failure is returned after every interface
+    /// was tried.
     pub fn refresh(&mut self) -> io::Result<bool> {
         let mut changed = false;
         let mut first_err = None;
@@ -308,65 +356,30 @@ impl Steering {
                 continue;
             }
             let Some(idx) = ifindex(&name) else { continue };
-            match self.attach(&name) {
-                Ok(()) => {
-                    self.attached.push(Attached { name, ifindex: idx });
+            match Link::tcx_egress(&self.prog, idx) {
+                Ok(link) => {
+                    self.attached.push(Attached {
+                        name,
+                        ifindex: idx,
+                        _link: link,
+                    });
                     changed = true;
                 }
                 Err(e) => {
-                    first_err.get_or_insert(e);
+                    first_err.get_or_insert(attach_error(&name, e));
                 }
+            }
+        }
+        if changed {
+            self.record.interfaces = self.steered();
+            if let Err(e) = self.save() {
+                first_err.get_or_insert(e);
             }
         }
         match first_err {
             Some(e) => Err(e),
             None => Ok(changed),
         }
-    }
-
-    /// Adds `clsact` if it is not there yet and (re)places our filter.
-    fn attach(&self, dev: &str) -> io::Result<()> {
-        let qdiscs = run_cmd(&["tc", "qdisc", "show", "dev", dev], None)?;
-        if !qdiscs.contains("clsact") {
-            if let Err(e) = run_cmd(&["tc", "qdisc", "add", "dev", dev, "clsact"], None) {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("cannot add a clsact qdisc to {dev} (an `ingress` qdisc there must be replaced by clsact): {e}"),
-                ));
-            }
-        }
-        self.place_filter(dev, &self.bytecode)
-    }
-
-    fn place_filter(&self, dev: &str, bytecode: &str) -> io::Result<()> {
-        let pref = self.spec.priority.to_string();
-        run_cmd(
-            &[
-                "tc",
-                "filter",
-                "replace",
-                "dev",
-                dev,
-                "egress",
-                "pref",
-                &pref,
-                "handle",
-                "1",
-                "protocol",
-                "all",
-                "bpf",
-                "bytecode",
-                bytecode,
-                "action",
-                "mirred",
-                "egress",
-                "redirect",
-                "dev",
-                &self.spec.tun,
-            ],
-            None,
-        )
-        .map(|_| ())
     }
 
     /// Steers exactly these interfaces from now on: detaches from the others,
@@ -376,39 +389,31 @@ impl Steering {
         spec.interfaces = interfaces.to_vec();
         check_spec(&spec)?;
         self.spec = spec;
-        let mut first_err = None;
         let wanted = &self.spec.interfaces;
-        let (keep, drop): (Vec<_>, Vec<_>) = std::mem::take(&mut self.attached)
-            .into_iter()
-            .partition(|a| wanted.contains(&a.name));
-        self.attached = keep;
-        for a in drop {
-            if ifindex(&a.name) == Some(a.ifindex) {
-                if let Err(e) = detach(&a.name, self.spec.priority) {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        if let Err(e) = self.refresh() {
-            first_err.get_or_insert(e);
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        // Dropping a link detaches its program.
+        self.attached.retain(|a| wanted.contains(&a.name));
+        self.record.interfaces = self.steered();
+        let saved = self.save();
+        self.refresh().and(saved).map(|_| ())
     }
 
     /// Replaces the class rules on every steered interface (SIGHUP reload
-    /// with new `[[class]]` rules). On error the old program stays where it
-    /// could not be replaced and the error is returned.
+    /// with new `[[class]]` rules), atomically per interface. On error the
+    /// old program stays where it could not be replaced and the error is
+    /// returned.
     pub fn update_matches(&mut self, matches: &[Match]) -> io::Result<()> {
         matches.iter().try_for_each(check_match)?;
-        let bytecode = cbpf::bytecode(&cbpf::compile(self.spec.bypass_mark, matches)?);
+        let prog = ebpf::load_steering(self.spec.bypass_mark, matches, self.tun_ifindex)?;
         for a in &self.attached {
-            self.place_filter(&a.name, &bytecode)?;
+            a._link.update(&prog).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("replacing the steering program on {}: {e}", a.name),
+                )
+            })?;
         }
         self.spec.matches = matches.to_vec();
-        self.bytecode = bytecode;
+        self.prog = prog;
         Ok(())
     }
 
@@ -422,7 +427,8 @@ impl Steering {
         self.attached.iter().map(|a| a.name.clone()).collect()
     }
 
-    /// The classic BPF program of `spec`'s rules in tc's `bytecode` syntax (for logs and tests).
+    /// The classic BPF program of `spec`'s rules in tc's `bytecode` syntax
+    /// (for logs and tests; the kernel runs its eBPF translation).
     pub fn bytecode(spec: &SteerSpec) -> io::Result<String> {
         check_spec(spec)?;
         Ok(cbpf::bytecode(&cbpf::compile(
@@ -431,50 +437,22 @@ impl Steering {
         )?))
     }
 
-    /// Removes everything and restores changed sysctls. Errors are reported
-    /// after every step was tried.
+    /// Removes everything, restores changed sysctls and deletes the state
+    /// file. Errors are reported after every step was tried (the state file
+    /// stays then, for `airpack cleanup`).
     pub fn remove(mut self) -> io::Result<()> {
         self.remove_inner()
     }
 
     /// Removes any steering state a previous run with `spec`'s priority left
-    /// behind (no error if there is none): our egress filter on every
-    /// interface of the namespace, and the end-to-end nftables table. Does not touch sysctls
-    /// (their old values died with the previous run).
+    /// behind (no error if there is none): egress filters older airpack
+    /// versions installed with that priority, and the end-to-end nftables
+    /// table. Does not touch sysctls (see [`super::state`] for those).
     pub fn cleanup(spec: &SteerSpec) -> io::Result<()> {
         check_spec(spec)?;
-        let mut first_err = None;
-        let qdiscs = run_cmd(&["tc", "qdisc", "show"], None)?;
-        let pref = spec.priority.to_string();
-        for line in qdiscs.lines().filter(|l| l.starts_with("qdisc clsact ")) {
-            // "qdisc clsact ffff: dev eth0 parent ffff:fff1"
-            let Some(dev) = line.split_whitespace().skip_while(|w| *w != "dev").nth(1) else {
-                continue;
-            };
-            let ours = run_cmd(
-                &["tc", "filter", "show", "dev", dev, "egress", "pref", &pref],
-                None,
-            )
-            .map(|out| !out.trim().is_empty())
-            .unwrap_or(false);
-            if ours {
-                if let Err(e) = detach(dev, spec.priority) {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        // Deleting a table that may not exist, without an error: declare it first.
-        // Without `nft` there can be no table (and hop-by-hop does not need it).
-        let drop_table = format!("table inet {NFT_TABLE} {{}}\ndelete table inet {NFT_TABLE}\n");
-        if let Err(e) = run_cmd(&["nft", "-f", "-"], Some(&drop_table)) {
-            if e.kind() != io::ErrorKind::NotFound {
-                first_err.get_or_insert(e);
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        let a = state::remove_legacy_filters(spec.priority);
+        let b = state::remove_nft_table();
+        a.and(b)
     }
 
     fn remove_inner(&mut self) -> io::Result<()> {
@@ -482,30 +460,23 @@ impl Steering {
             return Ok(());
         }
         self.removed = true;
+        // Closing the links detaches the programs.
+        self.attached.clear();
         let mut result = Ok(());
-        for a in std::mem::take(&mut self.attached) {
-            // A device that is gone took the filter with it.
-            if ifindex(&a.name) == Some(a.ifindex) {
-                if let Err(e) = detach(&a.name, self.spec.priority) {
-                    result = result.and(Err(e));
-                }
-            }
-        }
-        if self.nft {
-            let drop_table =
-                format!("table inet {NFT_TABLE} {{}}\ndelete table inet {NFT_TABLE}\n");
-            if let Err(e) = run_cmd(&["nft", "-f", "-"], Some(&drop_table)) {
+        if self.record.nft {
+            if let Err(e) = state::remove_nft_table() {
                 result = result.and(Err(e));
             }
         }
-        // Restore in reverse order of change (so `all` comes back before the devices).
-        for (path, old) in self.restore.drain(..).rev() {
-            if let Err(e) = fs::write(&path, &old) {
-                // The TUN's own entries vanish with the device: not an error.
-                if e.kind() != io::ErrorKind::NotFound && result.is_ok() {
+        if let Err(e) = state::restore_sysctls(&self.record.sysctls) {
+            result = result.and(Err(e));
+        }
+        if let (Ok(()), Some(f)) = (&result, &self.spec.state) {
+            if let Err(e) = fs::remove_file(&f.state) {
+                if e.kind() != io::ErrorKind::NotFound {
                     result = Err(io::Error::new(
                         e.kind(),
-                        format!("restoring {}: {e}", path.display()),
+                        format!("removing {}: {e}", f.state.display()),
                     ));
                 }
             }
@@ -532,6 +503,7 @@ mod tests {
             matches,
             steer_from_tun: true,
             interfaces: vec!["wlan0".into()],
+            state: None,
         }
     }
 

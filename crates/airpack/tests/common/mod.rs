@@ -720,11 +720,46 @@ pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
     }
 }
 
-/// Whether the daemon's kernel state is gone from `ns`: no filter that
-/// redirects into a device on any interface's egress (nothing else in the
-/// test namespaces adds one) and no nftables table. (An empty `clsact`
-/// qdisc stays on purpose: deleting a qdisc drops packets in flight.)
+/// Interface indexes of `ns` (from `ip -o link`).
+pub fn ifindexes(net: &Net, ns: &str) -> Vec<(u32, String)> {
+    net.ip(ns, &["-o", "link", "show"])
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(": ");
+            let idx = f.next()?.trim().parse().ok()?;
+            let name = f.next()?.split('@').next()?.to_string();
+            Some((idx, name))
+        })
+        .collect()
+}
+
+/// airpack's steering programs on the tcx egress of `dev` in `ns`.
+pub fn steering_programs(net: &Net, ns: &str, dev: &str) -> Vec<airpack::linux::ebpf::Program> {
+    let idx = ifindexes(net, ns)
+        .into_iter()
+        .find(|(_, n)| n == dev)
+        .map(|(i, _)| i);
+    let Some(idx) = idx else { return Vec::new() };
+    in_ns(ns, move || {
+        use airpack::linux::ebpf;
+        ebpf::tcx_egress_programs(idx)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|id| ebpf::Program::from_id(id).ok())
+            .filter(|p| p.name().is_ok_and(|n| n == ebpf::PROG_NAME))
+            .collect()
+    })
+    .join()
+    .unwrap()
+}
+
+/// Whether the daemon's kernel steering state is gone from `ns`: no airpack
+/// program on any interface's tcx egress, no tc filter redirecting into a
+/// device (older versions), and no nftables table.
 pub fn steering_gone(net: &Net, ns: &str) -> bool {
+    let programs = ifindexes(net, ns)
+        .iter()
+        .any(|(_, dev)| !steering_programs(net, ns, dev).is_empty());
     let qdiscs = net.exec(ns, &["tc", "qdisc", "show"]);
     let redirects = qdiscs
         .lines()
@@ -741,57 +776,27 @@ pub fn steering_gone(net: &Net, ns: &str) -> bool {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(true);
-    !redirects && !nft
+    !programs && !redirects && !nft
 }
 
-/// The steering programs installed on `dev`'s egress in `ns` (one per
-/// airpack filter, parsed back from `tc filter show`).
-pub fn steering_programs(net: &Net, ns: &str, dev: &str) -> Vec<Vec<airpack::linux::cbpf::Insn>> {
-    let out = net.exec(ns, &["tc", "filter", "show", "dev", dev, "egress"]);
-    out.lines()
-        .filter(|l| l.contains("pref 4150") && l.contains("bytecode"))
-        .map(|l| {
-            let code = l
-                .split("bytecode '")
-                .nth(1)
-                .and_then(|r| r.split('\'').next());
-            let code = code.unwrap_or_else(|| panic!("bytecode in {l}"));
-            code.split(',')
-                .skip(1)
-                .map(|i| {
-                    let f: Vec<u32> = i.split(' ').map(|x| x.parse().unwrap()).collect();
-                    airpack::linux::cbpf::Insn {
-                        code: f[0] as u16,
-                        jt: f[1] as u8,
-                        jf: f[2] as u8,
-                        k: f[3],
-                    }
-                })
-                .collect()
-        })
-        .collect()
-}
-
-/// Whether `prog` steers a minimal IPv4 packet of `protocol` between `sport` and `dport`.
+/// Whether the kernel program `prog` steers a minimal IPv4 packet of
+/// `protocol` between `sport` and `dport` (run with `BPF_PROG_TEST_RUN`).
 pub fn program_steers(
-    prog: &[airpack::linux::cbpf::Insn],
+    prog: &airpack::linux::ebpf::Program,
     protocol: u8,
     sport: u16,
     dport: u16,
 ) -> bool {
-    let mut p = vec![0u8; 40];
-    p[0] = 0x45;
-    p[2..4].copy_from_slice(&40u16.to_be_bytes());
-    p[8] = 64;
-    p[9] = protocol;
-    p[20..22].copy_from_slice(&sport.to_be_bytes());
-    p[22..24].copy_from_slice(&dport.to_be_bytes());
-    let pkt = airpack::linux::cbpf::Packet {
-        net: &p,
-        protocol: 0x0800,
-        mark: 0,
-    };
-    airpack::linux::cbpf::run(prog, pkt) == Some(airpack::linux::cbpf::STEER)
+    let mut p = vec![0u8; 14 + 40];
+    p[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let ip = &mut p[14..];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&40u16.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = protocol;
+    ip[20..22].copy_from_slice(&sport.to_be_bytes());
+    ip[22..24].copy_from_slice(&dport.to_be_bytes());
+    prog.test_run(&p, 0).expect("BPF_PROG_TEST_RUN") == airpack::linux::ebpf::TC_ACT_REDIRECT
 }
 
 /// Standard class rule for the tests: UDP with either port in 16000-32000.

@@ -208,8 +208,8 @@ impl Daemon {
         if steer_auto {
             spec.interfaces = auto_interfaces(&plan, &mut resolver, tun.ifindex());
         }
-        let steering = Steering::install(&spec)
-            .context("installing kernel steering (tc clsact egress filters)")?;
+        let steering =
+            Steering::install(&spec).context("installing kernel steering (tcx egress programs)")?;
         if spec.interfaces.is_empty() {
             warn!("no interface to steer yet (no route to any peer): nothing is aggregated until one appears");
         }
