@@ -3,12 +3,14 @@
 //! --json`), the human tables the client prints, and the Prometheus text.
 //!
 //! Owns: [`DaemonCounters`] (I/O events the engine cannot see: TUN reads and
-//! writes, send errors by errno, received bundles rejected before decoding)
-//! and the JSON layout fixed by the daemon contract.
+//! writes, send errors by errno, received bundles rejected before decoding),
+//! [`Accounting`] (where every packet went: the identities `airpack stats`
+//! checks) and the JSON layout fixed by the daemon contract.
 //!
 //! Must not touch: sockets or the engine's state (it only reads snapshots).
 //! Rendering allocates, but only per control request, never per packet.
 
+use crate::linux::socket::ErrorReport;
 use crate::linux::ErrorKind;
 use airpack_core::engine::{Counters, DropReason, Histogram, Stats};
 use airpack_core::DecodeError;
@@ -16,6 +18,8 @@ use serde_json::{json, Map, Value};
 
 /// Number of [`ErrorKind`] variants (size of per-errno arrays).
 pub const ERR_KINDS: usize = ErrorKind::ALL.len();
+/// Number of [`ErrorReport`] variants.
+pub const REPORT_KINDS: usize = ErrorReport::COUNT;
 
 /// Bucket bounds (µs) of the timer lateness histogram.
 pub const TIMER_LATE_BOUNDS_US: &[u64] = &[
@@ -51,10 +55,24 @@ pub struct DaemonCounters {
     pub passthrough_not_peer: u64,
     /// Bundles sent successfully.
     pub bundles_sent: u64,
+    /// Inner packets of the bundles sent successfully.
+    pub bundled_packets_sent: u64,
     /// Unchanged packets (engine singles and bypass, passthrough) sent successfully.
     pub unchanged_sent: u64,
-    /// Sends that failed, by errno.
+    /// Sends that failed, by errno (one per failed datagram).
     pub send_errors: [u64; ERR_KINDS],
+    /// Packets lost in failed sends, by errno: a failed bundle counts its
+    /// inner packets, a failed unchanged packet one.
+    pub send_failed_packets: [u64; ERR_KINDS],
+    /// Sends retried once because they failed with a pending error that an
+    /// earlier datagram's ICMP report left on the socket (drained first).
+    pub send_retries: u64,
+    /// Error-queue entries read from the daemon's sockets, by origin/type
+    /// (ICMP errors about datagrams that left; local errors).
+    pub error_reports: [u64; REPORT_KINDS],
+    /// Packets read from the TUN at stop, after the bounded drain, and
+    /// discarded (they would be lost when the TUN closes anyway).
+    pub shutdown_discarded: u64,
     /// Datagrams read from the bundle sockets.
     pub rx_datagrams: u64,
     /// Received bundles from an address that is not a configured peer.
@@ -98,8 +116,13 @@ impl Default for DaemonCounters {
             passthrough: 0,
             passthrough_not_peer: 0,
             bundles_sent: 0,
+            bundled_packets_sent: 0,
             unchanged_sent: 0,
             send_errors: [0; ERR_KINDS],
+            send_failed_packets: [0; ERR_KINDS],
+            send_retries: 0,
+            error_reports: [0; REPORT_KINDS],
+            shutdown_discarded: 0,
             rx_datagrams: 0,
             rx_unknown_peer: 0,
             rx_spoofed_source: 0,
@@ -135,9 +158,15 @@ pub fn quantile(h: &Histogram, q: f64) -> Option<u64> {
 }
 
 impl DaemonCounters {
-    /// Counts a failed send.
-    pub fn send_error(&mut self, e: &std::io::Error) {
-        self.send_errors[ErrorKind::of(e).index()] += 1;
+    /// Counts a failed send of one datagram holding `packets` packets.
+    pub fn send_error(&mut self, e: &std::io::Error, packets: u64) {
+        let k = ErrorKind::of(e).index();
+        self.send_errors[k] += 1;
+        self.send_failed_packets[k] += packets;
+    }
+    /// Counts one error-queue entry.
+    pub fn error_report(&mut self, r: ErrorReport) {
+        self.error_reports[r.index()] += 1;
     }
     /// Counts a failed TUN write.
     pub fn tun_write_error(&mut self, e: &std::io::Error) {
@@ -148,6 +177,14 @@ impl DaemonCounters {
 fn by_errno(a: &[u64; ERR_KINDS]) -> Value {
     let mut m = Map::new();
     for k in ErrorKind::ALL {
+        m.insert(k.name().into(), a[k.index()].into());
+    }
+    Value::Object(m)
+}
+
+fn reports_json(a: &[u64; REPORT_KINDS]) -> Value {
+    let mut m = Map::new();
+    for k in ErrorReport::ALL {
         m.insert(k.name().into(), a[k.index()].into());
     }
     Value::Object(m)
@@ -167,8 +204,13 @@ pub fn daemon_json(c: &DaemonCounters) -> Value {
         "passthrough": c.passthrough,
         "passthrough_not_peer": c.passthrough_not_peer,
         "bundles_sent": c.bundles_sent,
+        "bundled_packets_sent": c.bundled_packets_sent,
         "unchanged_sent": c.unchanged_sent,
         "send_errors": by_errno(&c.send_errors),
+        "send_failed_packets": by_errno(&c.send_failed_packets),
+        "send_retries": c.send_retries,
+        "error_reports": reports_json(&c.error_reports),
+        "shutdown_discarded": c.shutdown_discarded,
         "rx_datagrams": c.rx_datagrams,
         "rx_errors": c.rx_errors,
         "rx_rejected": {
@@ -195,6 +237,189 @@ pub fn daemon_json(c: &DaemonCounters) -> Value {
     })
 }
 
+/// Where every packet the daemon handled went, from one consistent snapshot
+/// (the engine's and the daemon's counters at the same instant: the event
+/// loop is one thread).
+///
+/// * **send**: packets read from the TUN = sent (in bundles or unchanged) +
+///   dropped (by reason) + queued (in the engine now);
+/// * **receive**: inner packets of accepted bundles = written into the TUN +
+///   dropped (by reason);
+/// * **receive_datagrams**: datagrams read from the bundle sockets = bundles
+///   accepted + rejected (by reason).
+///
+/// Losses before the daemon could see a packet are outside these identities
+/// and listed apart: the TUN's queue toward the daemon (`tun_queue_drops`,
+/// packets) and the bundle sockets' receive queues (`rx_queue_drops`,
+/// datagrams: which bundles, so how many packets, cannot be known).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Accounting {
+    /// Packets read from the TUN.
+    pub send_in: u64,
+    /// Of those, packets sent: inner packets of bundles sent, plus packets sent unchanged.
+    pub send_out: u64,
+    /// Of those, dropped, by reason.
+    pub send_dropped: Vec<(String, u64)>,
+    /// Of those, queued in the engine now.
+    pub send_queued: u64,
+    /// Inner packets of bundles the engine accepted (`packets_received`).
+    pub receive_in: u64,
+    /// Of those, written into the TUN.
+    pub receive_out: u64,
+    /// Of those, dropped, by reason.
+    pub receive_dropped: Vec<(String, u64)>,
+    /// Datagrams read from the bundle sockets.
+    pub datagrams_in: u64,
+    /// Of those, bundles decoded (`bundles_received`).
+    pub datagrams_out: u64,
+    /// Of those, rejected, by reason.
+    pub datagrams_dropped: Vec<(String, u64)>,
+    /// Packets the kernel dropped from the TUN's queue before the daemon read them.
+    pub tun_queue_drops: Option<u64>,
+    /// Datagrams the bundle sockets' receive queues dropped.
+    pub rx_queue_drops: u64,
+}
+
+fn sum(v: &[(String, u64)]) -> u64 {
+    v.iter().map(|(_, n)| n).sum()
+}
+
+impl Accounting {
+    /// The accounting of an engine (`engine`: its totals, `queued`: packets
+    /// it holds now) and the daemon's counters `d`; `tun_queue_drops` and
+    /// `rx_queue_drops` from the kernel.
+    pub fn new(
+        engine: &Counters,
+        queued: u64,
+        d: &DaemonCounters,
+        tun_queue_drops: Option<u64>,
+        rx_queue_drops: u64,
+    ) -> Accounting {
+        let mut send_dropped: Vec<(String, u64)> = vec![
+            ("unparsable".into(), d.tun_unparsable),
+            ("link_scoped".into(), d.tun_ignored),
+            ("looped".into(), d.tun_looped),
+            ("shutdown_discarded".into(), d.shutdown_discarded),
+        ];
+        for r in DropReason::ALL {
+            send_dropped.push((r.reason().into(), engine.dropped[r.index()]));
+        }
+        for k in ErrorKind::ALL {
+            send_dropped.push((
+                format!("send_{}", k.name()),
+                d.send_failed_packets[k.index()],
+            ));
+        }
+        let mut receive_dropped = vec![("spoofed_source".to_owned(), d.rx_spoofed_source)];
+        for k in ErrorKind::ALL {
+            receive_dropped.push((
+                format!("tun_write_{}", k.name()),
+                d.tun_write_errors[k.index()],
+            ));
+        }
+        let mut datagrams_dropped = vec![("unknown_peer".to_owned(), d.rx_unknown_peer)];
+        for r in DecodeError::ALL {
+            datagrams_dropped.push((
+                format!("decode_{}", r.reason()),
+                engine.decode_errors[r.index()],
+            ));
+        }
+        Accounting {
+            send_in: d.tun_read,
+            send_out: d.bundled_packets_sent + d.unchanged_sent,
+            send_dropped,
+            send_queued: queued,
+            receive_in: engine.packets_received,
+            receive_out: d.tun_written,
+            receive_dropped,
+            datagrams_in: d.rx_datagrams,
+            datagrams_out: engine.bundles_received,
+            datagrams_dropped,
+            tun_queue_drops,
+            rx_queue_drops,
+        }
+    }
+
+    /// Total of [`Accounting::send_dropped`].
+    pub fn send_dropped_total(&self) -> u64 {
+        sum(&self.send_dropped)
+    }
+
+    /// in = out + dropped + queued, on the send side.
+    pub fn send_balanced(&self) -> bool {
+        self.send_in == self.send_out + self.send_dropped_total() + self.send_queued
+    }
+
+    /// in = out + dropped, for inner packets received.
+    pub fn receive_balanced(&self) -> bool {
+        self.receive_in == self.receive_out + sum(&self.receive_dropped)
+    }
+
+    /// in = out + dropped, for datagrams received.
+    pub fn datagrams_balanced(&self) -> bool {
+        self.datagrams_in == self.datagrams_out + sum(&self.datagrams_dropped)
+    }
+
+    /// Every identity holds.
+    pub fn balanced(&self) -> bool {
+        self.send_balanced() && self.receive_balanced() && self.datagrams_balanced()
+    }
+
+    /// Non-zero drop reasons, `reason=n` separated by spaces (`none` if none).
+    pub fn nonzero(v: &[(String, u64)]) -> String {
+        let parts: Vec<String> = v
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| format!("{k}={n}"))
+            .collect();
+        if parts.is_empty() {
+            "none".into()
+        } else {
+            parts.join(" ")
+        }
+    }
+
+    /// The `accounting` object of the stats JSON.
+    pub fn json(&self) -> Value {
+        let map = |v: &[(String, u64)]| {
+            Value::Object(
+                v.iter()
+                    .map(|(k, n)| (k.clone(), Value::from(*n)))
+                    .collect(),
+            )
+        };
+        json!({
+            "balanced": self.balanced(),
+            "send": {
+                "in": self.send_in,
+                "out": self.send_out,
+                "dropped_total": self.send_dropped_total(),
+                "queued": self.send_queued,
+                "balanced": self.send_balanced(),
+                "dropped": map(&self.send_dropped),
+            },
+            "receive": {
+                "in": self.receive_in,
+                "out": self.receive_out,
+                "dropped_total": sum(&self.receive_dropped),
+                "balanced": self.receive_balanced(),
+                "dropped": map(&self.receive_dropped),
+            },
+            "receive_datagrams": {
+                "in": self.datagrams_in,
+                "out": self.datagrams_out,
+                "dropped_total": sum(&self.datagrams_dropped),
+                "balanced": self.datagrams_balanced(),
+                "dropped": map(&self.datagrams_dropped),
+            },
+            "before_daemon": {
+                "tun_queue_drops": self.tun_queue_drops,
+                "rx_queue_drops": self.rx_queue_drops,
+            },
+        })
+    }
+}
+
 fn histogram_json(h: &Histogram) -> Value {
     let buckets: Vec<Value> = h
         .bounds
@@ -210,7 +435,7 @@ fn histogram_json(h: &Histogram) -> Value {
 /// Every [`Counters`] field by name, plus ratios and per-reason maps.
 pub fn counters_json(c: &Counters) -> Map<String, Value> {
     let mut m = Map::new();
-    let fields: [(&str, u64); 18] = [
+    let fields: [(&str, u64); 19] = [
         ("packets_in", c.packets_in),
         ("bytes_in", c.bytes_in),
         ("aggregated_packets", c.aggregated_packets),
@@ -227,6 +452,7 @@ pub fn counters_json(c: &Counters) -> Map<String, Value> {
         ("sent_on_flush", c.sent_on_flush),
         ("bundles_received", c.bundles_received),
         ("packets_received", c.packets_received),
+        ("send_failed_packets", c.send_failed_packets),
         ("dropped_total", c.dropped_total()),
         ("decode_errors_total", c.decode_errors.iter().sum()),
     ];
@@ -299,10 +525,14 @@ pub fn prometheus(doc: &Value) -> String {
     out
 }
 
-/// The `total`, `queued` and `tun` part of [`prometheus`] (everything but `peers`).
+/// The `total`, `queued`, `tun` and `accounting` part of [`prometheus`]
+/// (everything but `peers`).
 pub fn prometheus_head(doc: &Value, out: &mut String) {
     if let Some(t) = doc.get("total") {
         prom_walk("", &[], t, out);
+    }
+    if let Some(a) = doc.get("accounting") {
+        prom_walk("accounting", &[], a, out);
     }
     if let Some(q) = doc.get("queued") {
         prom_walk("queued", &[], q, out);
@@ -323,7 +553,8 @@ pub fn prometheus_peer(p: &Value, out: &mut String) {
 }
 
 fn prom_emit(out: &mut String, name: &str, labels: &str, v: &Value) {
-    if let Some(x) = v.as_f64() {
+    // Booleans (`accounting.*.balanced`) as 1 / 0.
+    if let Some(x) = v.as_f64().or_else(|| v.as_bool().map(f64::from)) {
         out.push_str(&format!("airpack_{name}{labels} {x}\n"));
     }
 }
@@ -351,7 +582,7 @@ fn prom_walk(prefix: &str, labels: &[(String, String)], v: &Value, out: &mut Str
             format!("{prefix}_{k}")
         };
         match val {
-            Value::Number(_) => prom_emit(out, &name, &lab(None), val),
+            Value::Number(_) | Value::Bool(_) => prom_emit(out, &name, &lab(None), val),
             Value::Object(inner) if inner.contains_key("buckets") => {
                 prom_emit(out, &format!("{name}_sum"), &lab(None), &inner["sum"]);
                 prom_emit(out, &format!("{name}_count"), &lab(None), &inner["total"]);
@@ -400,6 +631,7 @@ pub fn human_stats(doc: &Value) -> String {
         "sent_on_flush",
         "bundles_received",
         "packets_received",
+        "send_failed_packets",
         "dropped_total",
         "decode_errors_total",
     ];
@@ -473,6 +705,44 @@ pub fn human_stats(doc: &Value) -> String {
             fmt(d.get("rx_datagrams")),
             nonzero(d.get("rx_rejected"))
         ));
+        out.push_str(&format!(
+            "error reports:  {}\n",
+            nonzero(d.get("error_reports"))
+        ));
+    }
+    if let Some(a) = doc.get("accounting") {
+        let side = |k: &str, queued: bool| -> String {
+            let s = &a[k];
+            let q = if queued {
+                format!(" + queued {}", fmt(s.get("queued")))
+            } else {
+                String::new()
+            };
+            format!(
+                "in {} = out {} + dropped {}{q}: {} (dropped: {})",
+                fmt(s.get("in")),
+                fmt(s.get("out")),
+                fmt(s.get("dropped_total")),
+                if s["balanced"].as_bool() == Some(true) {
+                    "balanced"
+                } else {
+                    "NOT BALANCED"
+                },
+                nonzero(s.get("dropped")),
+            )
+        };
+        out.push_str("\naccounting (packets; datagrams for bundles):\n");
+        out.push_str(&format!("  send:      {}\n", side("send", true)));
+        out.push_str(&format!("  receive:   {}\n", side("receive", false)));
+        out.push_str(&format!(
+            "  bundles:   {}\n",
+            side("receive_datagrams", false)
+        ));
+        out.push_str(&format!(
+            "  before the daemon: tun_queue_drops={} rx_queue_drops={}\n",
+            fmt(a.pointer("/before_daemon/tun_queue_drops")),
+            fmt(a.pointer("/before_daemon/rx_queue_drops")),
+        ));
     }
     out
 }
@@ -541,7 +811,7 @@ mod tests {
             rx_spoofed_source: 4,
             ..Default::default()
         };
-        d.send_error(&std::io::Error::from_raw_os_error(libc::ENOBUFS));
+        d.send_error(&std::io::Error::from_raw_os_error(libc::ENOBUFS), 1);
         total.insert("daemon".into(), daemon_json(&d));
         let mut peer = counters_json(&c);
         peer.insert("peer".into(), "10.0.0.2".into());
