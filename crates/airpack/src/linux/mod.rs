@@ -16,6 +16,7 @@
 //! daemon counts them by reason.
 
 pub mod cbpf;
+pub mod errqueue;
 pub mod netns;
 pub mod poll;
 pub mod route;

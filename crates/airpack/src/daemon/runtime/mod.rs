@@ -18,9 +18,10 @@
 //! Per packet it neither allocates nor logs above trace level; every error on
 //! the data path is counted and survived.
 
+use super::accounting;
 use super::config::{LinkModeCfg, Mode, Plan, Source};
 use super::control::{Server, TOK_CONN_BASE, TOK_CONTROL, TOK_METRICS};
-use super::stats::{self, DaemonCounters};
+use super::stats::DaemonCounters;
 use crate::linux::{
     self, monotonic_micros, CpuLatency, Events, Interest, Poller, RouteMonitor, RouteResolver,
     Signals, Steering, Timer, Tun, TunBatch,
@@ -446,13 +447,13 @@ impl Daemon {
             send_out = a.send_out,
             send_dropped = a.send_dropped_total(),
             send_queued = a.send_queued,
-            send_dropped_by = %stats::Accounting::nonzero(&a.send_dropped),
+            send_dropped_by = %accounting::Accounting::nonzero(&a.send_dropped),
             receive_in = a.receive_in,
             receive_out = a.receive_out,
-            receive_dropped_by = %stats::Accounting::nonzero(&a.receive_dropped),
+            receive_dropped_by = %accounting::Accounting::nonzero(&a.receive_dropped),
             datagrams_in = a.datagrams_in,
             datagrams_out = a.datagrams_out,
-            datagrams_dropped_by = %stats::Accounting::nonzero(&a.datagrams_dropped),
+            datagrams_dropped_by = %accounting::Accounting::nonzero(&a.datagrams_dropped),
             tun_queue_drops = a.tun_queue_drops.unwrap_or(0),
             rx_queue_drops = a.rx_queue_drops,
             tun_empty_at_close = tun_empty,

@@ -1,12 +1,12 @@
 //! Answers to control requests: the `stats`, `peers` and `/metrics`
 //! documents, built from the engine's and the daemon's counters, and the
-//! packet accounting ([`stats::Accounting`]) they and the stop log carry.
+//! packet accounting ([`accounting::Accounting`]) they and the stop log carry.
 //!
 //! Must not touch: the packet path (nothing here runs per packet).
 
 use super::{link_mode_name, mode_name, Daemon};
 use crate::daemon::control::Request;
-use crate::daemon::stats;
+use crate::daemon::{accounting, stats};
 use crate::linux::monotonic_micros;
 use serde_json::{json, Value};
 use std::net::IpAddr;
@@ -38,8 +38,8 @@ impl Daemon {
     pub(super) fn accounting_of(
         &self,
         engine: &airpack_core::engine::Counters,
-    ) -> stats::Accounting {
-        stats::Accounting::new(
+    ) -> accounting::Accounting {
+        accounting::Accounting::new(
             engine,
             self.engine.queued().0 as u64,
             &self.counters,
