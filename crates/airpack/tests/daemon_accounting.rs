@@ -290,3 +290,61 @@ fn overloaded_egress_queue_every_loss_counted() {
     assert_eq!(n("receive_in"), n("receive_out"));
     drop(net);
 }
+
+/// A peer whose daemon is not running answers bundles with ICMP protocol
+/// unreachable. With IP_RECVERR those reports land on the bundle socket's
+/// error queue: the daemon reads and counts them, and the socket does not
+/// keep waking the event loop (EPOLLERR is level-triggered).
+#[test]
+fn icmp_errors_are_drained_and_counted() {
+    if !can_run("icmp_errors_are_drained_and_counted") {
+        return;
+    }
+    let mut net = Net::new("icmp");
+    let a = net.ns("a");
+    let b = net.ns("b");
+    let ip_a = Ipv4Addr::new(10, 112, 0, 1);
+    let ip_b = Ipv4Addr::new(10, 112, 0, 2);
+    net.link(
+        &a,
+        "va",
+        &format!("{ip_a}/24"),
+        &b,
+        "vb",
+        &format!("{ip_b}/24"),
+    );
+    let mut da = net.daemon(&a, &cfg("va", ip_b), &[]);
+    let load = Load {
+        src: ip_a.into(),
+        dst: ip_b.into(),
+        src_port: 17000,
+        dst_port: 20000,
+        flows: 4,
+        per_flow: 100,
+        payload_len: 160,
+        pps: 1000,
+    };
+    assert_eq!(send_load(&a, load.clone()).join().unwrap(), load.total());
+    wait_until("ICMP reports counted", Duration::from_secs(10), || {
+        da.stat("/total/daemon/error_reports/icmp_unreachable") > 0.0
+    });
+    wait_until("A's engine empty", Duration::from_secs(10), || {
+        da.stat("/queued/packets") == 0.0
+    });
+    // Quiet now: a few wakeups (control requests), not a spinning loop.
+    let w0 = da.stat("/total/daemon/wakeups");
+    std::thread::sleep(Duration::from_secs(1));
+    let w1 = da.stat("/total/daemon/wakeups");
+    assert!(w1 - w0 < 20.0, "{} wakeups in 1 s while idle", w1 - w0);
+    let s = da.stats();
+    let (i, o, d, q) = check_snapshot(&s);
+    println!(
+        "in {i} out {o} dropped {d} queued {q}; error reports {}; retries {}",
+        s["total"]["daemon"]["error_reports"], s["total"]["daemon"]["send_retries"]
+    );
+    // The reports are about bundles that left: they are sent, not dropped.
+    assert_eq!(o, load.total(), "{}", s["accounting"]);
+    assert_eq!(da.stop(), 0, "log:\n{}", da.log_text());
+    let f = log_fields(&da.log_text(), "accounting at stop");
+    assert_eq!(f.get("balanced").map(String::as_str), Some("true"));
+}

@@ -267,6 +267,26 @@ pub fn drain_error_queue(fd: RawFd, max: usize, mut report: impl FnMut(ErrorRepo
     max
 }
 
+/// Reads and clears a socket's pending error (SO_ERROR); the errno, if
+/// one was pending. For sockets that are never read (the raw senders): a
+/// pending error whose report could not be queued would otherwise keep
+/// EPOLLERR raised.
+pub fn take_pending_error(fd: RawFd) -> Option<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: v is a writable c_int of the given length.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && v != 0).then_some(v)
+}
+
 /// See [`UdpBundleSocket::rx_queue_drops`].
 pub(super) fn rx_queue_drops(fd: RawFd, seen: &Cell<u32>) -> u64 {
     u64::from(socket_drops(fd).unwrap_or(0).max(seen.get()))

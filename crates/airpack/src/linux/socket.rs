@@ -25,7 +25,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use super::errqueue::{
     drain_error_queue, enable_error_reports, enable_rx_drop_count, recv_counting, rx_queue_drops,
-    ErrorReport,
+    take_pending_error, ErrorReport,
 };
 use super::{cvt, cvt_size};
 
@@ -580,6 +580,15 @@ impl RawIpSender {
         let mut n = drain_error_queue(self.v4.as_raw_fd(), max, &mut report);
         if let Some(v6) = &self.v6 {
             n += drain_error_queue(v6.as_raw_fd(), max, &mut report);
+        }
+        if n == 0 {
+            // EPOLLERR without a queued report: a bare pending error.
+            for fd in std::iter::once(self.v4.as_raw_fd()).chain(self.v6_fd()) {
+                if let Some(errno) = take_pending_error(fd) {
+                    report(ErrorReport::Other, errno as u32);
+                    n += 1;
+                }
+            }
         }
         n
     }
