@@ -10,6 +10,7 @@
 //! Owns policy glue only. Must not touch packet formats or queueing policy
 //! (`airpack-core`) nor kernel plumbing details (`crate::linux`).
 
+pub mod accounting;
 pub mod config;
 pub mod control;
 pub mod runtime;

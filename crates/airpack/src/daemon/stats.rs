@@ -4,11 +4,13 @@
 //!
 //! Owns: [`DaemonCounters`] (I/O events the engine cannot see: TUN reads and
 //! writes, send errors by errno, received bundles rejected before decoding)
-//! and the JSON layout fixed by the daemon contract.
+//! and the JSON layout fixed by the daemon contract. The packet accounting
+//! built from these counters is [`super::accounting`]'s.
 //!
 //! Must not touch: sockets or the engine's state (it only reads snapshots).
 //! Rendering allocates, but only per control request, never per packet.
 
+use crate::linux::errqueue::ErrorReport;
 use crate::linux::ErrorKind;
 use airpack_core::engine::{Counters, DropReason, Histogram, Stats};
 use airpack_core::DecodeError;
@@ -16,6 +18,8 @@ use serde_json::{json, Map, Value};
 
 /// Number of [`ErrorKind`] variants (size of per-errno arrays).
 pub const ERR_KINDS: usize = ErrorKind::ALL.len();
+/// Number of [`ErrorReport`] variants.
+pub const REPORT_KINDS: usize = ErrorReport::COUNT;
 
 /// Bucket bounds (µs) of the timer lateness histogram.
 pub const TIMER_LATE_BOUNDS_US: &[u64] = &[
@@ -51,10 +55,24 @@ pub struct DaemonCounters {
     pub passthrough_not_peer: u64,
     /// Bundles sent successfully.
     pub bundles_sent: u64,
+    /// Inner packets of the bundles sent successfully.
+    pub bundled_packets_sent: u64,
     /// Unchanged packets (engine singles and bypass, passthrough) sent successfully.
     pub unchanged_sent: u64,
-    /// Sends that failed, by errno.
+    /// Sends that failed, by errno (one per failed datagram).
     pub send_errors: [u64; ERR_KINDS],
+    /// Packets lost in failed sends, by errno: a failed bundle counts its
+    /// inner packets, a failed unchanged packet one.
+    pub send_failed_packets: [u64; ERR_KINDS],
+    /// Sends retried once because they failed with a pending error that an
+    /// earlier datagram's ICMP report left on the socket (drained first).
+    pub send_retries: u64,
+    /// Error-queue entries read from the daemon's sockets, by origin/type
+    /// (ICMP errors about datagrams that left; local errors).
+    pub error_reports: [u64; REPORT_KINDS],
+    /// Packets read from the TUN at stop, after the bounded drain, and
+    /// discarded (they would be lost when the TUN closes anyway).
+    pub shutdown_discarded: u64,
     /// Datagrams read from the bundle sockets.
     pub rx_datagrams: u64,
     /// Received bundles from an address that is not a configured peer.
@@ -98,8 +116,13 @@ impl Default for DaemonCounters {
             passthrough: 0,
             passthrough_not_peer: 0,
             bundles_sent: 0,
+            bundled_packets_sent: 0,
             unchanged_sent: 0,
             send_errors: [0; ERR_KINDS],
+            send_failed_packets: [0; ERR_KINDS],
+            send_retries: 0,
+            error_reports: [0; REPORT_KINDS],
+            shutdown_discarded: 0,
             rx_datagrams: 0,
             rx_unknown_peer: 0,
             rx_spoofed_source: 0,
@@ -135,9 +158,15 @@ pub fn quantile(h: &Histogram, q: f64) -> Option<u64> {
 }
 
 impl DaemonCounters {
-    /// Counts a failed send.
-    pub fn send_error(&mut self, e: &std::io::Error) {
-        self.send_errors[ErrorKind::of(e).index()] += 1;
+    /// Counts a failed send of one datagram holding `packets` packets.
+    pub fn send_error(&mut self, e: &std::io::Error, packets: u64) {
+        let k = ErrorKind::of(e).index();
+        self.send_errors[k] += 1;
+        self.send_failed_packets[k] += packets;
+    }
+    /// Counts one error-queue entry.
+    pub fn error_report(&mut self, r: ErrorReport) {
+        self.error_reports[r.index()] += 1;
     }
     /// Counts a failed TUN write.
     pub fn tun_write_error(&mut self, e: &std::io::Error) {
@@ -148,6 +177,14 @@ impl DaemonCounters {
 fn by_errno(a: &[u64; ERR_KINDS]) -> Value {
     let mut m = Map::new();
     for k in ErrorKind::ALL {
+        m.insert(k.name().into(), a[k.index()].into());
+    }
+    Value::Object(m)
+}
+
+fn reports_json(a: &[u64; REPORT_KINDS]) -> Value {
+    let mut m = Map::new();
+    for k in ErrorReport::ALL {
         m.insert(k.name().into(), a[k.index()].into());
     }
     Value::Object(m)
@@ -167,8 +204,13 @@ pub fn daemon_json(c: &DaemonCounters) -> Value {
         "passthrough": c.passthrough,
         "passthrough_not_peer": c.passthrough_not_peer,
         "bundles_sent": c.bundles_sent,
+        "bundled_packets_sent": c.bundled_packets_sent,
         "unchanged_sent": c.unchanged_sent,
         "send_errors": by_errno(&c.send_errors),
+        "send_failed_packets": by_errno(&c.send_failed_packets),
+        "send_retries": c.send_retries,
+        "error_reports": reports_json(&c.error_reports),
+        "shutdown_discarded": c.shutdown_discarded,
         "rx_datagrams": c.rx_datagrams,
         "rx_errors": c.rx_errors,
         "rx_rejected": {
@@ -210,7 +252,7 @@ fn histogram_json(h: &Histogram) -> Value {
 /// Every [`Counters`] field by name, plus ratios and per-reason maps.
 pub fn counters_json(c: &Counters) -> Map<String, Value> {
     let mut m = Map::new();
-    let fields: [(&str, u64); 18] = [
+    let fields: [(&str, u64); 19] = [
         ("packets_in", c.packets_in),
         ("bytes_in", c.bytes_in),
         ("aggregated_packets", c.aggregated_packets),
@@ -227,6 +269,7 @@ pub fn counters_json(c: &Counters) -> Map<String, Value> {
         ("sent_on_flush", c.sent_on_flush),
         ("bundles_received", c.bundles_received),
         ("packets_received", c.packets_received),
+        ("send_failed_packets", c.send_failed_packets),
         ("dropped_total", c.dropped_total()),
         ("decode_errors_total", c.decode_errors.iter().sum()),
     ];
@@ -299,10 +342,14 @@ pub fn prometheus(doc: &Value) -> String {
     out
 }
 
-/// The `total`, `queued` and `tun` part of [`prometheus`] (everything but `peers`).
+/// The `total`, `queued`, `tun` and `accounting` part of [`prometheus`]
+/// (everything but `peers`).
 pub fn prometheus_head(doc: &Value, out: &mut String) {
     if let Some(t) = doc.get("total") {
         prom_walk("", &[], t, out);
+    }
+    if let Some(a) = doc.get("accounting") {
+        prom_walk("accounting", &[], a, out);
     }
     if let Some(q) = doc.get("queued") {
         prom_walk("queued", &[], q, out);
@@ -323,7 +370,8 @@ pub fn prometheus_peer(p: &Value, out: &mut String) {
 }
 
 fn prom_emit(out: &mut String, name: &str, labels: &str, v: &Value) {
-    if let Some(x) = v.as_f64() {
+    // Booleans (`accounting.*.balanced`) as 1 / 0.
+    if let Some(x) = v.as_f64().or_else(|| v.as_bool().map(f64::from)) {
         out.push_str(&format!("airpack_{name}{labels} {x}\n"));
     }
 }
@@ -351,7 +399,7 @@ fn prom_walk(prefix: &str, labels: &[(String, String)], v: &Value, out: &mut Str
             format!("{prefix}_{k}")
         };
         match val {
-            Value::Number(_) => prom_emit(out, &name, &lab(None), val),
+            Value::Number(_) | Value::Bool(_) => prom_emit(out, &name, &lab(None), val),
             Value::Object(inner) if inner.contains_key("buckets") => {
                 prom_emit(out, &format!("{name}_sum"), &lab(None), &inner["sum"]);
                 prom_emit(out, &format!("{name}_count"), &lab(None), &inner["total"]);
@@ -400,6 +448,7 @@ pub fn human_stats(doc: &Value) -> String {
         "sent_on_flush",
         "bundles_received",
         "packets_received",
+        "send_failed_packets",
         "dropped_total",
         "decode_errors_total",
     ];
@@ -473,6 +522,44 @@ pub fn human_stats(doc: &Value) -> String {
             fmt(d.get("rx_datagrams")),
             nonzero(d.get("rx_rejected"))
         ));
+        out.push_str(&format!(
+            "error reports:  {}\n",
+            nonzero(d.get("error_reports"))
+        ));
+    }
+    if let Some(a) = doc.get("accounting") {
+        let side = |k: &str, queued: bool| -> String {
+            let s = &a[k];
+            let q = if queued {
+                format!(" + queued {}", fmt(s.get("queued")))
+            } else {
+                String::new()
+            };
+            format!(
+                "in {} = out {} + dropped {}{q}: {} (dropped: {})",
+                fmt(s.get("in")),
+                fmt(s.get("out")),
+                fmt(s.get("dropped_total")),
+                if s["balanced"].as_bool() == Some(true) {
+                    "balanced"
+                } else {
+                    "NOT BALANCED"
+                },
+                nonzero(s.get("dropped")),
+            )
+        };
+        out.push_str("\naccounting (packets; datagrams for bundles):\n");
+        out.push_str(&format!("  send:      {}\n", side("send", true)));
+        out.push_str(&format!("  receive:   {}\n", side("receive", false)));
+        out.push_str(&format!(
+            "  bundles:   {}\n",
+            side("receive_datagrams", false)
+        ));
+        out.push_str(&format!(
+            "  before the daemon: tun_queue_drops={} rx_queue_drops={}\n",
+            fmt(a.pointer("/before_daemon/tun_queue_drops")),
+            fmt(a.pointer("/before_daemon/rx_queue_drops")),
+        ));
     }
     out
 }
@@ -541,7 +628,7 @@ mod tests {
             rx_spoofed_source: 4,
             ..Default::default()
         };
-        d.send_error(&std::io::Error::from_raw_os_error(libc::ENOBUFS));
+        d.send_error(&std::io::Error::from_raw_os_error(libc::ENOBUFS), 1);
         total.insert("daemon".into(), daemon_json(&d));
         let mut peer = counters_json(&c);
         peer.insert("peer".into(), "10.0.0.2".into());

@@ -18,6 +18,7 @@
 
 pub mod cbpf;
 pub mod ebpf;
+pub mod errqueue;
 pub mod netns;
 pub mod poll;
 pub mod route;

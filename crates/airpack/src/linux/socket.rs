@@ -7,6 +7,12 @@
 //! nonblocking, close-on-exec and carries SO_MARK = the bypass mark, so
 //! nothing the daemon sends is steered back into the TUN.
 //!
+//! Loss reporting (see [`super::errqueue`]): every
+//! socket has IP_RECVERR / IPV6_RECVERR on, so a full local queue (qdisc)
+//! fails the send with ENOBUFS instead of being swallowed by the kernel, and
+//! ICMP errors land in the socket's error queue ([`drain_error_queue`]);
+//! the bundle sockets have SO_RXQ_OVFL on and count their receive-queue drops.
+//!
 //! Must not touch: bundle contents (opaque payloads), peers, policy. Received
 //! IPv4 headers are checked (version, IHL, total length, protocol) before the
 //! payload offset is reported; anything inconsistent is an `InvalidData` error.
@@ -17,6 +23,10 @@ use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
+use super::errqueue::{
+    drain_error_queue, enable_error_reports, enable_rx_drop_count, recv_counting, rx_queue_drops,
+    take_pending_error, ErrorReport,
+};
 use super::{cvt, cvt_size};
 
 fn new_socket(
@@ -46,7 +56,7 @@ fn new_socket(
     Ok(fd)
 }
 
-fn setsockopt_int(
+pub(super) fn setsockopt_int(
     fd: RawFd,
     level: libc::c_int,
     name: libc::c_int,
@@ -101,7 +111,10 @@ fn to_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 }
 
 /// Converts a kernel-filled socket address; `None` for other families or short lengths.
-fn from_sockaddr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+pub(super) fn from_sockaddr(
+    ss: &libc::sockaddr_storage,
+    len: libc::socklen_t,
+) -> Option<SocketAddr> {
     match ss.ss_family as libc::c_int {
         libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
             // SAFETY: family and length say this is a sockaddr_in.
@@ -146,38 +159,6 @@ fn send_to_raw(fd: RawFd, dst: SocketAddr, payload: &[u8]) -> io::Result<()> {
         return Err(io::Error::new(io::ErrorKind::WriteZero, "short send"));
     }
     Ok(())
-}
-
-/// recvfrom with MSG_TRUNC: returns (real datagram length, sender). A
-/// datagram longer than `buf` is an `InvalidData` error (it was cut).
-fn recv_from_raw(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-    // SAFETY: sockaddr_storage is plain old data.
-    let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
-    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: buf and ss are valid writable regions of the given sizes.
-    let n = cvt_size(unsafe {
-        libc::recvfrom(
-            fd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_TRUNC,
-            (&mut ss as *mut libc::sockaddr_storage).cast(),
-            &mut len,
-        )
-    })?;
-    if n > buf.len() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("datagram of {n} bytes truncated to {}", buf.len()),
-        ));
-    }
-    let src = from_sockaddr(&ss, len).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            "unexpected sender address family",
-        )
-    })?;
-    Ok((n, src))
 }
 
 /// Sets IP_TOS / IPV6_TCLASS to `dscp << 2` if it differs from the cached value.
@@ -318,6 +299,8 @@ pub struct BundleSocket {
     family: Family,
     protocol: u8,
     tos: Cell<u8>,
+    /// Latest SO_RXQ_OVFL count seen on a received datagram.
+    rx_drops: Cell<u32>,
 }
 
 impl BundleSocket {
@@ -330,11 +313,14 @@ impl BundleSocket {
             libc::c_int::from(protocol),
             mark,
         )?;
+        enable_error_reports(fd.as_raw_fd(), family)?;
+        enable_rx_drop_count(fd.as_raw_fd())?;
         Ok(BundleSocket {
             fd,
             family,
             protocol,
             tos: Cell::new(0),
+            rx_drops: Cell::new(0),
         })
     }
 
@@ -373,7 +359,7 @@ impl BundleSocket {
     /// larger than `buf` or with an inconsistent header is `InvalidData`
     /// (and consumed: the next call reads the next datagram).
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<Received> {
-        let (n, from) = recv_from_raw(self.fd.as_raw_fd(), buf)?;
+        let (n, from) = recv_counting(self.fd.as_raw_fd(), buf, &self.rx_drops)?;
         let (src, scope) = (canonical(from.ip()), scope_of(from));
         match self.family {
             Family::V4 => {
@@ -398,6 +384,17 @@ impl BundleSocket {
     pub fn outq(&self) -> io::Result<usize> {
         outq_bytes(self.fd.as_raw_fd())
     }
+
+    /// Datagrams dropped from this socket's receive queue so far (see
+    /// [`UdpBundleSocket::rx_queue_drops`]).
+    pub fn rx_queue_drops(&self) -> u64 {
+        rx_queue_drops(self.fd.as_raw_fd(), &self.rx_drops)
+    }
+
+    /// Drains up to `max` error-queue entries (see [`drain_error_queue`]).
+    pub fn drain_errors(&self, max: usize, report: impl FnMut(ErrorReport, u32)) -> usize {
+        drain_error_queue(self.fd.as_raw_fd(), max, report)
+    }
 }
 
 /// Bundles over UDP (config `transport = "udp"`), one address family.
@@ -406,6 +403,8 @@ pub struct UdpBundleSocket {
     fd: OwnedFd,
     family: Family,
     tos: Cell<u8>,
+    /// Latest SO_RXQ_OVFL count seen on a received datagram.
+    rx_drops: Cell<u32>,
 }
 
 impl UdpBundleSocket {
@@ -425,10 +424,13 @@ impl UdpBundleSocket {
                 len,
             )
         })?;
+        enable_error_reports(fd.as_raw_fd(), family)?;
+        enable_rx_drop_count(fd.as_raw_fd())?;
         Ok(UdpBundleSocket {
             fd,
             family,
             tos: Cell::new(0),
+            rx_drops: Cell::new(0),
         })
     }
 
@@ -444,7 +446,7 @@ impl UdpBundleSocket {
     /// Receives one datagram into `buf` (`offset` is always 0). Returns the
     /// sender's port too. A datagram larger than `buf` is `InvalidData`.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(Received, u16)> {
-        let (n, src) = recv_from_raw(self.fd.as_raw_fd(), buf)?;
+        let (n, src) = recv_counting(self.fd.as_raw_fd(), buf, &self.rx_drops)?;
         Ok((
             Received {
                 len: n,
@@ -477,6 +479,26 @@ impl UdpBundleSocket {
     pub fn outq(&self) -> io::Result<usize> {
         outq_bytes(self.fd.as_raw_fd())
     }
+
+    /// Datagrams dropped from this socket's receive queue so far (receive
+    /// buffer full; the kernel's `sk_drops`): the larger of the SO_RXQ_OVFL
+    /// count last carried by a received datagram and the current SO_MEMINFO
+    /// count. Which bundles they were, and so how many packets they held,
+    /// cannot be known: this counts datagrams.
+    pub fn rx_queue_drops(&self) -> u64 {
+        rx_queue_drops(self.fd.as_raw_fd(), &self.rx_drops)
+    }
+
+    /// Drains up to `max` error-queue entries (see [`drain_error_queue`]).
+    pub fn drain_errors(&self, max: usize, report: impl FnMut(ErrorReport, u32)) -> usize {
+        drain_error_queue(self.fd.as_raw_fd(), max, report)
+    }
+
+    /// The SO_RXQ_OVFL count last seen on a received datagram (tests).
+    #[cfg(test)]
+    pub(crate) fn rx_drops_seen(&self) -> u32 {
+        self.rx_drops.get()
+    }
 }
 
 /// Sends whole IPv4/IPv6 packets unchanged (IPPROTO_RAW, header included),
@@ -492,11 +514,15 @@ impl RawIpSender {
     pub fn open(mark: u32) -> io::Result<RawIpSender> {
         // IPPROTO_RAW implies IP_HDRINCL (IPv4) and IPV6_HDRINCL (IPv6).
         let v4 = new_socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW, mark)?;
+        enable_error_reports(v4.as_raw_fd(), Family::V4)?;
         let v6 = match new_socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_RAW, mark) {
             Ok(fd) => Some(fd),
             Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => None,
             Err(e) => return Err(e),
         };
+        if let Some(v6) = &v6 {
+            enable_error_reports(v6.as_raw_fd(), Family::V6)?;
+        }
         Ok(RawIpSender { v4, v6 })
     }
 
@@ -540,6 +566,31 @@ impl RawIpSender {
     /// The IPv4 socket (for polling writability).
     pub fn v4_fd(&self) -> RawFd {
         self.v4.as_raw_fd()
+    }
+
+    /// The IPv6 socket, if the kernel has IPv6.
+    pub fn v6_fd(&self) -> Option<RawFd> {
+        self.v6.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    /// Drains up to `max` error-queue entries of both sockets (see
+    /// [`drain_error_queue`]; IPPROTO_RAW sockets get only local errors such
+    /// as EMSGSIZE: ICMP errors are matched to sockets of the inner protocol).
+    pub fn drain_errors(&self, max: usize, mut report: impl FnMut(ErrorReport, u32)) -> usize {
+        let mut n = drain_error_queue(self.v4.as_raw_fd(), max, &mut report);
+        if let Some(v6) = &self.v6 {
+            n += drain_error_queue(v6.as_raw_fd(), max, &mut report);
+        }
+        if n == 0 {
+            // EPOLLERR without a queued report: a bare pending error.
+            for fd in std::iter::once(self.v4.as_raw_fd()).chain(self.v6_fd()) {
+                if let Some(errno) = take_pending_error(fd) {
+                    report(ErrorReport::Other, errno as u32);
+                    n += 1;
+                }
+            }
+        }
+        n
     }
 }
 

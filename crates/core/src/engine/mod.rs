@@ -1248,6 +1248,15 @@ impl Engine {
         r
     }
 
+    /// Records that a [`Transmit`] for `peer` holding `packets` packets (a
+    /// bundle's count, else 1) could not be sent: counted in that peer's
+    /// `send_failed_packets` (or the engine's own, once the peer is gone).
+    /// Called on failures only, never on the packet path.
+    pub fn report_send_failure(&mut self, peer: PeerKey, packets: u64) {
+        let ps = self.lookup(peer).map(|i| &mut self.slots[i].stats);
+        count(&mut self.retired, ps, |c| c.send_failed_packets += packets);
+    }
+
     /// Packets and bytes currently queued (all peers and the bypass FIFO).
     pub fn queued(&self) -> (usize, usize) {
         (self.counts.packets, self.counts.bytes)

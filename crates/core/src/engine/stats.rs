@@ -169,6 +169,11 @@ pub struct Counters {
     pub packets_received: u64,
     /// Received bundles rejected, indexed by [`DecodeError::index`].
     pub decode_errors: [u64; DecodeError::COUNT],
+    /// Packets of transmissions the caller could not send
+    /// ([`crate::Engine::report_send_failure`]). They left the engine, so
+    /// they are also in `aggregated_packets`, `unaggregated_packets` or
+    /// `bypass_packets`; this says how many of those never reached the wire.
+    pub send_failed_packets: u64,
 }
 
 impl Counters {
@@ -194,6 +199,7 @@ impl Counters {
             bundles_received,
             packets_received,
             decode_errors,
+            send_failed_packets,
         } = o;
         self.packets_in += packets_in;
         self.bytes_in += bytes_in;
@@ -217,6 +223,7 @@ impl Counters {
         for (a, b) in self.decode_errors.iter_mut().zip(decode_errors) {
             *a += b;
         }
+        self.send_failed_packets += send_failed_packets;
     }
     /// Total drops over all reasons.
     pub fn dropped_total(&self) -> u64 {

@@ -1,7 +1,10 @@
 //! The packet path: packets read from the TUN go to a peer's queue or out
 //! unchanged; received bundles are checked (known peer, allowed inner
 //! sources) and their inner packets written into the TUN; the engine's
-//! output is sent.
+//! output is sent. Every packet read from the TUN or received in a bundle is
+//! counted where it leaves or is dropped (see `stats::Accounting`): a failed
+//! send counts the packets it held, by errno, in the daemon's totals and in
+//! the peer's engine statistics.
 //!
 //! Must not touch: configuration, steering, the lifecycle.
 
@@ -10,7 +13,7 @@ use super::sockets::send_out;
 use super::{Daemon, Dest, BATCH, TOK_B4, TOK_B6, TOK_U4};
 use crate::daemon::config::Mode;
 use crate::daemon::sys;
-use airpack_core::TransmitKind;
+use airpack_core::{Transmit, TransmitKind};
 use std::io;
 use std::net::IpAddr;
 use tracing::{debug, trace};
@@ -89,7 +92,7 @@ impl Daemon {
                     Ok(()) => self.counters.unchanged_sent += 1,
                     Err(e) => {
                         trace!(%dst, "passthrough send: {e}");
-                        self.counters.send_error(&e);
+                        self.counters.send_error(&e, 1);
                     }
                 }
             }
@@ -97,7 +100,12 @@ impl Daemon {
         true
     }
 
-    pub(super) fn on_bundles(&mut self, token: u64) {
+    /// Reads the bundle socket of `token`; `error`: it (or another socket)
+    /// reported EPOLLERR, so the error queues are drained first.
+    pub(super) fn on_bundles(&mut self, token: u64, error: bool) {
+        if error {
+            self.sock.drain_errors(&mut self.counters);
+        }
         for _ in 0..BATCH {
             let r = match token {
                 TOK_B4 => self.sock.b4.as_ref().map(|s| s.recv_from(&mut self.rx_buf)),
@@ -196,17 +204,7 @@ impl Daemon {
             let mut sent = false;
             while let Some(t) = self.engine.poll_transmit(now, &mut self.tx_buf) {
                 sent = true;
-                let len = t.len.min(self.tx_buf.len());
-                let data = &self.tx_buf[..len];
-                let r = send_out(&self.sock, &self.peers, &t, data);
-                match (r, t.kind) {
-                    (Ok(()), TransmitKind::Bundle { .. }) => self.counters.bundles_sent += 1,
-                    (Ok(()), _) => self.counters.unchanged_sent += 1,
-                    (Err(e), _) => {
-                        trace!(peer = %t.peer, "send: {e}");
-                        self.counters.send_error(&e);
-                    }
-                }
+                self.send_transmit(&t);
             }
             // In hold-while-busy our own sends change the link state; an idle
             // link may release more at once.
@@ -214,5 +212,35 @@ impl Daemon {
                 break;
             }
         }
+    }
+
+    /// Sends the engine output `t` (in `tx_buf`) and counts where its
+    /// packets went: sent, or lost with the errno's reason (in the daemon's
+    /// totals and, per peer, in the engine's `send_failed_packets`).
+    pub(super) fn send_transmit(&mut self, t: &Transmit) {
+        let data = &self.tx_buf[..t.len.min(self.tx_buf.len())];
+        let r = send_out(&self.sock, &self.peers, t, data, &mut self.counters);
+        let packets = match t.kind {
+            TransmitKind::Bundle { packets, .. } => u64::from(packets),
+            TransmitKind::Single | TransmitKind::Bypass => 1,
+        };
+        match (r, t.kind) {
+            (Ok(()), TransmitKind::Bundle { .. }) => {
+                self.counters.bundles_sent += 1;
+                self.counters.bundled_packets_sent += packets;
+            }
+            (Ok(()), _) => self.counters.unchanged_sent += 1,
+            (Err(e), _) => {
+                trace!(peer = %t.peer, packets, "send: {e}");
+                self.counters.send_error(&e, packets);
+                self.engine.report_send_failure(t.peer, packets);
+            }
+        }
+    }
+
+    /// EPOLLERR on a socket without data to read (the raw senders): drain
+    /// and count the error queues.
+    pub(super) fn on_socket_errors(&mut self) {
+        self.sock.drain_errors(&mut self.counters);
     }
 }

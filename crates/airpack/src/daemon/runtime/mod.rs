@@ -18,6 +18,7 @@
 //! Per packet it neither allocates nor logs above trace level; every error on
 //! the data path is counted and survived.
 
+use super::accounting;
 use super::config::{LinkModeCfg, Mode, Plan, Source};
 use super::control::{Server, TOK_CONN_BASE, TOK_CONTROL, TOK_METRICS};
 use super::stats::DaemonCounters;
@@ -25,11 +26,11 @@ use crate::linux::{
     self, monotonic_micros, CpuLatency, Events, Interest, Poller, RouteMonitor, RouteResolver,
     Signals, Steering, Timer, Tun, TunBatch,
 };
-use airpack_core::{Engine, TransmitKind};
+use airpack_core::Engine;
 use anyhow::Context;
 use peers::{peer_map, PeerEntry};
 use routing::{auto_interfaces, link_state};
-use sockets::{send_out, Sockets};
+use sockets::Sockets;
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
@@ -51,6 +52,9 @@ const TOK_U6: u64 = 5;
 const TOK_TIMER: u64 = 6;
 const TOK_SIG: u64 = 7;
 const TOK_MON: u64 = 10;
+/// The raw senders (registered for EPOLLERR only: error-queue entries).
+const TOK_R4: u64 = 11;
+const TOK_R6: u64 = 12;
 
 /// Packets read from one descriptor per wakeup (fairness between TUN and sockets).
 const BATCH: usize = 64;
@@ -277,7 +281,8 @@ impl Daemon {
             for ev in events.iter() {
                 match ev.token {
                     TOK_TUN => self.on_tun(now),
-                    TOK_B4 | TOK_B6 | TOK_U4 | TOK_U6 => self.on_bundles(ev.token),
+                    TOK_B4 | TOK_B6 | TOK_U4 | TOK_U6 => self.on_bundles(ev.token, ev.error),
+                    TOK_R4 | TOK_R6 => self.on_socket_errors(),
                     TOK_TIMER => {
                         let deadline = self.timer.deadline();
                         if let (Ok(n), Some(d)) = (self.timer.read(), deadline) {
@@ -384,18 +389,91 @@ impl Daemon {
             self.engine.flush();
             sent += self.drain_all(now);
         }
+        // What the bounded drain left in the TUN would be freed uncounted
+        // when the descriptor closes: read and count it instead.
+        let (discarded, tun_empty) = self.discard_tun();
+        self.sock.drain_errors(&mut self.counters);
         self.control.remove_socket_file();
-        let c = &self.engine.stats().counters;
+        // The kernel's TUN counters just before close (its queue drops).
+        self.tun_link = self.resolver.link_stats(self.tun.ifindex()).ok();
+        let c = self.engine.stats().counters;
         info!(
             packets_in = c.packets_in,
             bundles = c.bundles,
             aggregated = c.aggregated_packets,
             dropped = c.dropped_total(),
             tun_drained = drained,
+            tun_discarded = discarded,
             flushed = sent,
             "stopped"
         );
+        self.log_accounting(&c, tun_empty);
         Ok(())
+    }
+
+    /// Reads and discards what is left in the TUN (counted as
+    /// `shutdown_discarded`), bounded by the TUN's queue length (steering
+    /// is gone: nothing refills it but the kernel's own rare packets).
+    /// Returns (packets discarded, whether the TUN was found empty).
+    fn discard_tun(&mut self) -> (u64, bool) {
+        let limit = self.plan.config.daemon.tun_txqueuelen as u64 * 2 + BATCH as u64;
+        let mut n = 0;
+        while n < limit {
+            match self.tun.read(&mut self.tun_buf) {
+                Ok(len) => {
+                    n += 1;
+                    self.counters.tun_read += 1;
+                    self.counters.tun_read_bytes += len as u64;
+                    self.counters.shutdown_discarded += 1;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return (n, true),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.counters.tun_read_errors += 1;
+                    warn!("TUN read at stop: {e}");
+                    return (n, false);
+                }
+            }
+        }
+        (n, false)
+    }
+
+    /// The final accounting, in the log (`airpack stats` is gone by now).
+    fn log_accounting(&self, c: &airpack_core::engine::Counters, tun_empty: bool) {
+        let a = self.accounting_of(c);
+        info!(
+            balanced = a.balanced(),
+            send_in = a.send_in,
+            send_out = a.send_out,
+            send_dropped = a.send_dropped_total(),
+            send_queued = a.send_queued,
+            send_dropped_by = %accounting::Accounting::nonzero(&a.send_dropped),
+            receive_in = a.receive_in,
+            receive_out = a.receive_out,
+            receive_dropped_by = %accounting::Accounting::nonzero(&a.receive_dropped),
+            datagrams_in = a.datagrams_in,
+            datagrams_out = a.datagrams_out,
+            datagrams_dropped_by = %accounting::Accounting::nonzero(&a.datagrams_dropped),
+            tun_queue_drops = a.tun_queue_drops.unwrap_or(0),
+            rx_queue_drops = a.rx_queue_drops,
+            tun_empty_at_close = tun_empty,
+            "accounting at stop"
+        );
+        if !a.balanced() {
+            error!(
+                "packet accounting does not balance at stop (a bug): {:?}",
+                a
+            );
+        }
+        if a.send_queued > 0 {
+            warn!(
+                packets = a.send_queued,
+                "packets still queued in the engine at exit are lost"
+            );
+        }
+        if !tun_empty {
+            warn!("the TUN still held packets when it was closed; they are lost uncounted");
+        }
     }
 
     /// Sends everything the engine holds (after `flush`); bounded.
@@ -404,13 +482,7 @@ impl Daemon {
         let limit =
             self.engine.queued().0 as u64 + 1 + self.engine.config().bypass_queue_limit as u64;
         while let Some(t) = self.engine.poll_transmit(now, &mut self.tx_buf) {
-            let data = &self.tx_buf[..t.len.min(self.tx_buf.len())];
-            let r = send_out(&self.sock, &self.peers, &t, data);
-            match (r, t.kind) {
-                (Ok(()), TransmitKind::Bundle { .. }) => self.counters.bundles_sent += 1,
-                (Ok(()), _) => self.counters.unchanged_sent += 1,
-                (Err(e), _) => self.counters.send_error(&e),
-            }
+            self.send_transmit(&t);
             sent += 1;
             if sent > limit.saturating_mul(2) + 1024 {
                 warn!("flush did not converge; stopping anyway");

@@ -1,11 +1,12 @@
 //! Answers to control requests: the `stats`, `peers` and `/metrics`
-//! documents, built from the engine's and the daemon's counters.
+//! documents, built from the engine's and the daemon's counters, and the
+//! packet accounting ([`accounting::Accounting`]) they and the stop log carry.
 //!
 //! Must not touch: the packet path (nothing here runs per packet).
 
 use super::{link_mode_name, mode_name, Daemon};
 use crate::daemon::control::Request;
-use crate::daemon::stats;
+use crate::daemon::{accounting, stats};
 use crate::linux::monotonic_micros;
 use serde_json::{json, Value};
 use std::net::IpAddr;
@@ -33,9 +34,25 @@ impl Daemon {
         v
     }
 
+    /// The packet accounting now, given the engine's totals.
+    pub(super) fn accounting_of(
+        &self,
+        engine: &airpack_core::engine::Counters,
+    ) -> accounting::Accounting {
+        accounting::Accounting::new(
+            engine,
+            self.engine.queued().0 as u64,
+            &self.counters,
+            self.tun_link.as_ref().map(|l| l.tx_dropped),
+            self.sock.rx_queue_drops(),
+        )
+    }
+
     /// The `airpack stats --json` document without `peers`.
     pub(super) fn stats_head(&self) -> serde_json::Map<String, Value> {
-        let mut total = stats::stats_json(&self.engine.stats());
+        let engine = self.engine.stats();
+        let accounting = self.accounting_of(&engine.counters);
+        let mut total = stats::stats_json(&engine);
         total.insert("daemon".into(), stats::daemon_json(&self.counters));
         let (qp, qb) = self.engine.queued();
         let head = json!({
@@ -55,6 +72,7 @@ impl Daemon {
                 "rx_dropped": l.rx_dropped,
             })),
             "total": total,
+            "accounting": accounting.json(),
         });
         match head {
             Value::Object(m) => m,

@@ -1,12 +1,15 @@
 //! The daemon's sockets: the bundle sockets (raw IP protocol or UDP, per
 //! family), the raw sender for packets that leave unchanged, and
-//! [`send_out`], which sends one engine output on the right one.
+//! [`send_out`], which sends one engine output on the right one; the
+//! draining of their error queues (ICMP and local error reports, counted by
+//! kind) and their receive-queue drop counts.
 //!
 //! Must not touch: the engine, the TUN, routing.
 
 use super::peers::PeerEntry;
-use super::{TOK_B4, TOK_B6, TOK_U4, TOK_U6};
+use super::{TOK_B4, TOK_B6, TOK_R4, TOK_R6, TOK_U4, TOK_U6};
 use crate::daemon::config::{is_link_local_v6, Plan, Transport};
+use crate::daemon::stats::DaemonCounters;
 use crate::linux::{self, BundleSocket, Family, Interest, Poller, RawIpSender, UdpBundleSocket};
 use airpack_core::{Transmit, TransmitKind};
 use anyhow::Context;
@@ -84,7 +87,45 @@ impl Sockets {
         if let Some(s) = &self.u6 {
             poller.add(s.as_raw_fd(), TOK_U6, Interest::READ)?;
         }
+        // The raw senders never receive; registered with no interest, they
+        // still report EPOLLERR when their error queue holds something.
+        let none = Interest {
+            readable: false,
+            writable: false,
+        };
+        poller.add(self.raw.v4_fd(), TOK_R4, none)?;
+        if let Some(fd) = self.raw.v6_fd() {
+            poller.add(fd, TOK_R6, none)?;
+        }
         Ok(())
+    }
+
+    /// Reads every socket's error queue (at most [`ERRQ_BATCH`] entries
+    /// each: a longer queue raises EPOLLERR again) and counts the entries by
+    /// kind; returns how many were read.
+    pub(super) fn drain_errors(&self, counters: &mut DaemonCounters) -> usize {
+        let mut count = |k, _errno| counters.error_report(k);
+        let mut n = self.raw.drain_errors(ERRQ_BATCH, &mut count);
+        for s in [&self.b4, &self.b6].into_iter().flatten() {
+            n += s.drain_errors(ERRQ_BATCH, &mut count);
+        }
+        for s in [&self.u4, &self.u6].into_iter().flatten() {
+            n += s.drain_errors(ERRQ_BATCH, &mut count);
+        }
+        n
+    }
+
+    /// Datagrams the bundle sockets' receive queues dropped so far (summed
+    /// over the sockets; see [`UdpBundleSocket::rx_queue_drops`]).
+    pub(super) fn rx_queue_drops(&self) -> u64 {
+        let mut n = 0;
+        for s in [&self.b4, &self.b6].into_iter().flatten() {
+            n += s.rx_queue_drops();
+        }
+        for s in [&self.u4, &self.u6].into_iter().flatten() {
+            n += s.rx_queue_drops();
+        }
+        n
     }
 
     pub(super) fn receive_fds(&self) -> Vec<i32> {
@@ -148,13 +189,28 @@ impl Sockets {
     }
 }
 
+/// Error-queue entries read per socket per call of [`Sockets::drain_errors`].
+const ERRQ_BATCH: usize = 64;
+
+/// Whether a failed send may have failed on a pending error an earlier
+/// datagram's ICMP report left on the socket (with IP_RECVERR the kernel
+/// sets it and a UDP send returns it once, without sending). ENOBUFS, EAGAIN
+/// are always about this send.
+fn maybe_pending(e: &io::Error) -> bool {
+    !matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN))
+}
+
 /// Sends one engine output: a bundle to its peer (with the scope of a
-/// link-local one), anything else unchanged through the raw sender.
+/// link-local one), anything else unchanged through the raw sender. A bundle
+/// send that fails while error reports are queued is retried once after
+/// draining them (they are counted in `counters`): the failure was then an
+/// earlier datagram's, not this one's.
 pub(super) fn send_out(
     sock: &Sockets,
     peers: &HashMap<IpAddr, PeerEntry>,
     t: &Transmit,
     data: &[u8],
+    counters: &mut DaemonCounters,
 ) -> io::Result<()> {
     match t.kind {
         TransmitKind::Bundle { .. } => {
@@ -163,7 +219,13 @@ pub(super) fn send_out(
             } else {
                 0
             };
-            sock.send_bundle(t.peer, scope, data, t.dscp)
+            match sock.send_bundle(t.peer, scope, data, t.dscp) {
+                Err(e) if maybe_pending(&e) && sock.drain_errors(counters) > 0 => {
+                    counters.send_retries += 1;
+                    sock.send_bundle(t.peer, scope, data, t.dscp)
+                }
+                r => r,
+            }
         }
         TransmitKind::Single | TransmitKind::Bypass => sock.raw.send(data),
     }
