@@ -797,3 +797,34 @@ pub fn program_steers(
 /// Standard class rule for the tests: UDP with either port in 16000-32000.
 pub const VOICE_CLASS: &str =
     "[[class]]\nclass = \"bundle\"\nprotocol = \"udp\"\nports = \"16000-32000\"\n";
+
+/// Checks the bundling identity between a sender's engine counters `tx` (the
+/// `total` object or one peer's) and the matching receiver counters `rx`,
+/// for `total` packets of bundle-class traffic handed to the sender:
+/// every packet left in a bundle or alone (a queue holding a single packet at
+/// its deadline sends it unchanged, by design, so on a loaded machine a few
+/// travel alone), the receiver split every bundle sent and delivered exactly
+/// the packets bundled. Returns (packets in bundles, packets sent alone).
+pub fn assert_bundling_identity(tx: &Value, rx: &Value, total: u64) -> (u64, u64) {
+    let n = |v: &Value, k: &str| {
+        v[k].as_u64()
+            .unwrap_or_else(|| panic!("{k} missing in {v}"))
+    };
+    let (bundled, alone) = (n(tx, "aggregated_packets"), n(tx, "unaggregated_packets"));
+    assert_eq!(
+        bundled + alone,
+        total,
+        "sender: in bundles + alone = total\nsender: {tx}"
+    );
+    assert_eq!(
+        n(rx, "bundles_received"),
+        n(tx, "bundles"),
+        "receiver split every bundle sent\nsender: {tx}\nreceiver: {rx}"
+    );
+    assert_eq!(
+        n(rx, "packets_received"),
+        bundled,
+        "receiver delivered the bundled packets\nsender: {tx}\nreceiver: {rx}"
+    );
+    (bundled, alone)
+}
