@@ -216,18 +216,42 @@ fn tshark_decodes_the_rtp_if_installed() {
         eprintln!("SKIP tshark_decodes_the_rtp_if_installed: tshark --version failed");
         return;
     }
-    let (spec, bound) = spec(1, 1.0, false, 1500);
+    let (mut spec, bound) = spec(1, 1.0, false, 0);
     let port = spec.calls[0].b.port;
     let pcap = std::env::temp_dir().join(format!("airpack-voip-{}.pcap", std::process::id()));
     let mut cap = std::process::Command::new("tshark")
-        .args(["-i", "lo", "-a", "duration:4", "-f", &format!("udp dst port {port}"), "-w"])
+        .args(["-i", "lo", "-f", &format!("udp dst port {port}"), "-w"])
         .arg(&pcap)
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn tshark");
+    // Start the call once tshark says it is capturing (no guessed delay).
+    let mut err = std::io::BufReader::new(cap.stderr.take().unwrap());
+    let mut capturing = false;
+    for _ in 0..100 {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut err, &mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if line.contains("Capturing on") {
+            capturing = true;
+            break;
+        }
+    }
+    if !capturing {
+        let _ = cap.kill();
+        let _ = cap.wait();
+        eprintln!("SKIP tshark_decodes_the_rtp_if_installed: tshark cannot capture on lo");
+        return;
+    }
+    let drain = std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    spec.start_at_unix_ms = Some(SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64 + 300);
     let _ = run_both(&spec, bound);
+    // SIGINT: tshark writes out what it captured and exits.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(cap.id() as i32), nix::sys::signal::SIGINT).unwrap();
     let _ = cap.wait();
+    let _ = drain.join();
     let out = std::process::Command::new("tshark")
         .args(["-r"])
         .arg(&pcap)
