@@ -398,7 +398,8 @@ pub fn match_note(doc: &Value) -> Option<String> {
     }
     Some(format!(
         "note: {steered} packets matched a class but none left in a bundle: {} sent alone \
-         (nothing to bundle with before the hold time, or opportunistic on an idle link), {} \
+         (nothing to bundle with before the hold time, or link_mode hold-while-busy on an \
+         idle link), {} \
          bypass class, {} passthrough (no peer on their route, or the next hop is not a \
          [[peer]]), {} dropped",
         n(total.get("unaggregated_packets")),
