@@ -828,3 +828,40 @@ pub fn assert_bundling_identity(tx: &Value, rx: &Value, total: u64) -> (u64, u64
     );
     (bundled, alone)
 }
+
+/// Checks that a receive log holds every packet of every flow exactly once,
+/// byte-identical; and in order when no packet of the load went alone
+/// (`alone == 0`, from [`assert_bundling_identity`] over every hop). A packet
+/// sent alone travels through the kernel only and can overtake an earlier one
+/// still inside a receiving daemon (decoding its bundle), so otherwise order
+/// is not asserted. Returns how many packets arrived after a higher sequence
+/// number of their flow.
+pub fn assert_delivered(log: &RxLog, flows: u16, per_flow: u32, alone: u64) -> u64 {
+    if alone == 0 {
+        log.assert_complete(flows, per_flow);
+        return 0;
+    }
+    assert_eq!(log.corrupt, 0, "corrupted packets");
+    let mut reordered = 0u64;
+    for f in 0..flows {
+        let got = log.seqs.get(&f).map(Vec::as_slice).unwrap_or(&[]);
+        let mut highest = None;
+        for &s in got {
+            if highest.is_some_and(|h| s < h) {
+                reordered += 1;
+            }
+            highest = highest.max(Some(s));
+        }
+        let mut sorted = got.to_vec();
+        sorted.sort_unstable();
+        assert!(
+            sorted.iter().copied().eq(0..per_flow),
+            "flow {f}: got {} of {per_flow} packets (as a set, duplicates or gaps)",
+            got.len()
+        );
+    }
+    if reordered > 0 {
+        println!("{reordered} packets overtaken by {alone} packets sent alone");
+    }
+    reordered
+}
