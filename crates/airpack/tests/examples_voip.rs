@@ -1,8 +1,8 @@
 //! The shipped example configs (examples/*.toml) aggregate the project's own
 //! voice traffic (issue 9, point 8): each runs in two namespaces, adapted
 //! only where a test must (interface names, peer addresses), with real
-//! `airpack voip` calls between them, and must bundle (aggregation ratio
-//! > 1). `airpack voip --dscp 0` against the end-to-end example, whose class
+//! `airpack voip` calls between them, and must bundle (an aggregation
+//! ratio above 1). `airpack voip --dscp 0` against the end-to-end example, whose class
 //! selects DSCP 46, shows the "nothing matched" note of `airpack stats`.
 //!
 //! Owns: these example checks. Must not touch: the examples' semantics (only
@@ -42,10 +42,8 @@ fn adapt(text: &str, subs: &[(&str, &str)]) -> String {
 fn voip(
     net: &Net,
     tag: &str,
-    ns_a: &str,
-    a: &str,
-    ns_b: &str,
-    b: &str,
+    (ns_a, a): (&str, &str),
+    (ns_b, b): (&str, &str),
     calls: u16,
     dscp: u8,
 ) -> serde_json::Value {
@@ -165,7 +163,7 @@ fn end_to_end_example_bundles_airpack_voip_and_explains_unmarked_traffic() {
 
     // Unmarked voice (DSCP 0) does not match the example's `dscp = "46"`:
     // `airpack stats` says so instead of a bare ratio of 1.
-    let unmarked = voip(&net, "dscp0", &a, "10.1.0.1", &b, "10.9.0.1", 2, 0);
+    let unmarked = voip(&net, "dscp0", (&a, "10.1.0.1"), (&b, "10.9.0.1"), 2, 0);
     assert!(unmarked["summary"]["supported_calls"] == 2, "{unmarked}");
     assert_eq!(da.stat("/total/packets_in"), 0.0);
     let text = da.cli(&["stats"]);
@@ -173,7 +171,7 @@ fn end_to_end_example_bundles_airpack_voip_and_explains_unmarked_traffic() {
 
     // airpack voip's default marking (EF) matches: both ends bundle.
     let calls = 4;
-    let r = voip(&net, "ef", &a, "10.1.0.1", &b, "10.9.0.1", calls, 46);
+    let r = voip(&net, "ef", (&a, "10.1.0.1"), (&b, "10.9.0.1"), calls, 46);
     let s = &r["summary"];
     assert_eq!(s["supported_calls"], calls, "{r}");
     assert_eq!(s["loss_max_pct"].as_f64(), Some(0.0), "{s}");
@@ -222,7 +220,7 @@ fn hop_by_hop_example_bundles_airpack_voip_on_a_busy_link() {
     );
     let da = net.daemon(&a, &cfg_a, &[]);
     let _db = net.daemon(&b, &cfg_b, &[]);
-    let r = voip(&net, "hbh", &a, "10.0.0.1", &b, "10.0.0.2", 12, 46);
+    let r = voip(&net, "hbh", (&a, "10.0.0.1"), (&b, "10.0.0.2"), 12, 46);
     let t = da.stats()["total"].clone();
     let ratio = t["aggregation_ratio"].as_f64().unwrap();
     println!(
