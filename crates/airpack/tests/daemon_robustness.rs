@@ -187,6 +187,25 @@ fn next_hop_without_airpack_still_gets_packets() {
     assert_eq!(da.stop(), 0);
 }
 
+/// Sends a [`Load`] once over unconnected sockets (`connect` would fail
+/// without a route); returns how many packets the kernel accepted.
+fn send_unconnected(ns: &str, l: Load) -> u64 {
+    in_ns(ns, move || {
+        let mut buf = vec![0u8; l.payload_len];
+        let mut accepted = 0;
+        for i in 0..l.flows {
+            let s = std::net::UdpSocket::bind((l.src, l.src_port + i)).unwrap();
+            for seq in 0..l.per_flow {
+                payload(i, seq, buf.len(), &mut buf);
+                accepted += u64::from(s.send_to(&buf, (l.dst, l.dst_port + i)).is_ok());
+            }
+        }
+        accepted
+    })
+    .join()
+    .unwrap()
+}
+
 #[test]
 fn link_flap_under_load_survived() {
     if !can_run("link_flap_under_load_survived") {
@@ -195,57 +214,93 @@ fn link_flap_under_load_survived() {
     let (net, a, b, ip_a, ip_b) = two("flap", 95);
     let mut da = net.daemon(&a, &cfg("va", 5000, &[&ip_b.to_string()]), &[]);
     let mut db = net.daemon(&b, &cfg("vb", 5000, &[&ip_a.to_string()]), &[]);
-    let l = load(ip_a, ip_b, 10, 600, 4000); // 1.5 s of load
-    let rx = receive_load(
-        &b,
-        l.clone(),
-        l.total(),
-        Duration::from_secs(2),
-        Duration::from_secs(30),
-    );
-    let tx = send_load(&a, l.clone());
-    for _ in 0..2 {
-        std::thread::sleep(Duration::from_millis(300));
+    let transitions = |d: &Daemon| d.stat("/total/daemon/link_transitions") as u64;
+    // Packets A sent alone so far (any of them may overtake bundled ones).
+    let alone_since = |d: &Daemon| d.stat("/total/unaggregated_packets") as u64;
+    let va_up = |d: &Daemon| {
+        let s = d.stats();
+        s["links"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|x| x["interface"] == "va" && x["up"] == true))
+            && s["steered_interfaces"] == serde_json::json!(["va"])
+    };
+    // Each phase is a load on its own ports (its own receiver): phases sent
+    // while the link is up must arrive complete; while it is down, what the
+    // kernel accepted must arrive and the rest was refused at the source
+    // (no route: `ip link set down` removes it), so nothing vanishes.
+    let phase = |k: u16, per_flow: u32| Load {
+        src_port: 17000 + 20 * k,
+        dst_port: 20000 + 20 * k,
+        ..load(ip_a, ip_b, 10, per_flow, 4000)
+    };
+    let run = |l: &Load, idle: Duration| {
+        let rx = receive_load(&b, l.clone(), l.total(), idle, Duration::from_secs(60));
+        let sent = send_load(&a, l.clone()).join().unwrap();
+        (sent, rx.join().unwrap())
+    };
+    let (mut up_packets, mut refused) = (0u64, 0u64);
+    for flap in 0..2u16 {
+        // Up: 0.25 s of load, all of it delivered, in order.
+        let up = phase(3 * flap, 100);
+        let (sent, got) = run(&up, Duration::from_secs(5));
+        assert_eq!(
+            sent,
+            up.total(),
+            "flap {flap}: the kernel refused packets while up"
+        );
+        assert_delivered(&got, up.flows, up.per_flow, alone_since(&da));
+        up_packets += up.total();
+        // Down, and the daemon noticed.
+        let before = transitions(&da);
         net.ip(&a, &["link", "set", "va", "down"]);
-        std::thread::sleep(Duration::from_millis(150));
+        wait_until("A sees va down", Duration::from_secs(20), || {
+            transitions(&da) > before
+        });
+        let down = phase(3 * flap + 1, 20);
+        let rx = receive_load(
+            &b,
+            down.clone(),
+            down.total(),
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        );
+        let sent = send_unconnected(&a, down.clone());
+        let got = rx.join().unwrap();
+        assert_eq!(got.corrupt, 0);
+        assert_eq!(
+            got.total, sent,
+            "flap {flap}: while down, every packet the kernel accepted arrived"
+        );
+        refused += down.total() - sent;
+        // Up again: carrier, the daemon's link state and steering are back.
         net.ip(&a, &["link", "set", "va", "up"]);
+        wait_until("carrier back", Duration::from_secs(20), || {
+            net.ip(&a, &["link", "show", "va"]).contains("LOWER_UP")
+        });
+        wait_until(
+            "A sees va up and steers it",
+            Duration::from_secs(20),
+            || va_up(&da),
+        );
+        assert!(da.alive() && db.alive(), "a daemon died in flap {flap}");
     }
-    tx.join().unwrap();
-    let got = rx.join().unwrap();
-    assert!(da.alive() && db.alive(), "a daemon died in the flap");
-    assert!(got.total > 0, "nothing arrived around the flap");
-    assert_eq!(got.corrupt, 0);
+    // After the flaps, a longer load: all delivered.
+    let after = phase(6, 200);
+    let (sent, got) = run(&after, Duration::from_secs(5));
+    assert_eq!(sent, after.total());
+    assert_delivered(&got, after.flows, after.per_flow, alone_since(&da));
     let s = da.stats();
     assert!(
-        s["total"]["daemon"]["link_transitions"].as_u64().unwrap() >= 2,
+        s["total"]["daemon"]["link_transitions"].as_u64().unwrap() >= 4,
         "{}",
         s["total"]["daemon"]
     );
+    assert_eq!(s["total"]["dropped_total"], 0, "{}", s["total"]);
     println!(
-        "flap: {} of {} delivered; A send errors {}",
-        got.total,
-        l.total(),
+        "flap: {} packets sent while up all delivered; {refused} refused at the source while down; A send errors {}",
+        up_packets + after.total(),
         s["total"]["daemon"]["send_errors"]
     );
-    // After the flap, everything works again (give the veth carrier a moment).
-    wait_until("carrier back", Duration::from_secs(5), || {
-        net.ip(&a, &["link", "show", "va"]).contains("LOWER_UP")
-    });
-    std::thread::sleep(Duration::from_millis(200));
-    let l2 = Load {
-        src_port: 18000,
-        dst_port: 21000,
-        ..load(ip_a, ip_b, 5, 200, 4000)
-    };
-    let rx = receive_load(
-        &b,
-        l2.clone(),
-        l2.total(),
-        Duration::from_secs(3),
-        Duration::from_secs(30),
-    );
-    assert_eq!(send_load(&a, l2.clone()).join().unwrap(), l2.total());
-    rx.join().unwrap().assert_complete(l2.flows, l2.per_flow);
     assert_eq!(da.stop(), 0);
     assert_eq!(db.stop(), 0);
 }
@@ -272,8 +327,17 @@ fn sigterm_under_load_loses_nothing() {
         Duration::from_secs(30),
     );
     let tx = send_load(&a, l.clone());
-    std::thread::sleep(Duration::from_millis(400));
-    let queued = da.stat("/queued/packets");
+    // Stop in the middle of the load, with packets queued (a 50 ms hold and
+    // a 1500-byte minimum keep some queued while it flows).
+    let mut queued = 0.0;
+    wait_until(
+        "load flowing with packets queued",
+        Duration::from_secs(30),
+        || {
+            queued = da.stat("/queued/packets");
+            da.stat("/total/packets_in") as u64 >= l.total() / 4 && queued > 0.0
+        },
+    );
     let t0 = Instant::now();
     assert_eq!(da.stop(), 0, "log:\n{}", da.log_text());
     println!(

@@ -117,8 +117,12 @@ pub struct Point {
     pub delay_median_ms: f64,
     /// Worst p95 delay of any call direction (ms).
     pub delay_p95_ms: f64,
-    /// Mean RFC 3550 jitter (ms).
+    /// RFC 3550 jitter at the end of each call (ms), mean over call directions.
     pub jitter_ms: f64,
+    /// Each direction's mean jitter over its call (ms), mean over call directions.
+    pub jitter_mean_ms: f64,
+    /// Highest jitter any call direction reached (ms).
+    pub jitter_max_ms: f64,
     /// Network-wide aggregation ratio: (aggregated + unaggregated packets) /
     /// (bundles + unaggregated packets) over all daemons; 1 when off.
     pub aggregation_ratio: f64,
@@ -538,6 +542,8 @@ fn summarize(
         },
         delay_p95_ms: col("delay_p95_ms").into_iter().fold(0.0, f64::max),
         jitter_ms: mean(&col("jitter_ms")),
+        jitter_mean_ms: mean(&col("jitter_mean_ms")),
+        jitter_max_ms: col("jitter_max_ms").into_iter().fold(0.0, f64::max),
         aggregation_ratio,
         frames_on_air,
         mac_queue_drops,
@@ -553,7 +559,7 @@ fn summarize(
 /// One line of progress for a point.
 pub fn point_line(p: &Point) -> String {
     format!(
-        "[{:>15}] {:>3} calls: {} ({}/{} ok)  MOS {:.2} (min {:.2})  loss {:.2} % (max {:.2})  delay {:.1} ms  jitter {:.1} ms  agg {:.2}  frames {}  ({:.0} s, send lag {:.1} ms)",
+        "[{:>15}] {:>3} calls: {} ({}/{} ok)  MOS {:.2} (min {:.2})  loss {:.2} % (max {:.2})  delay {:.1} ms  jitter {:.1} ms (max {:.1})  agg {:.2}  frames {}  ({:.0} s, send lag {:.1} ms)",
         p.setup.name(),
         p.calls,
         if p.supported { "supported  " } else { "UNSUPPORTED" },
@@ -564,7 +570,8 @@ pub fn point_line(p: &Point) -> String {
         p.loss,
         p.loss_max,
         p.delay_ms,
-        p.jitter_ms,
+        p.jitter_mean_ms,
+        p.jitter_max_ms,
         p.aggregation_ratio,
         p.frames_on_air,
         p.wall_s,
@@ -731,8 +738,8 @@ mod tests {
     fn summary_reads_direction_objects() {
         let calls = json!([
             {"call": 0, "supported": true,
-             "a_to_b": {"mos": 4.0, "loss_pct": 1.0, "delay_ms": 10.0, "delay_p95_ms": 20.0, "jitter_ms": 1.0, "late_pct": 0.0},
-             "b_to_a": {"mos": 3.0, "loss_pct": 3.0, "delay_ms": 30.0, "delay_p95_ms": 50.0, "jitter_ms": 3.0, "late_pct": 2.0}},
+             "a_to_b": {"mos": 4.0, "loss_pct": 1.0, "delay_ms": 10.0, "delay_p95_ms": 20.0, "jitter_ms": 1.0, "jitter_mean_ms": 2.0, "jitter_max_ms": 9.0, "late_pct": 0.0},
+             "b_to_a": {"mos": 3.0, "loss_pct": 3.0, "delay_ms": 30.0, "delay_p95_ms": 50.0, "jitter_ms": 3.0, "jitter_mean_ms": 4.0, "jitter_max_ms": 7.0, "late_pct": 2.0}},
             {"call": 1, "supported": false,
              "a_to_b": {"mos": 2.0, "loss_pct": 5.0, "delay_ms": 20.0, "delay_p95_ms": 40.0, "jitter_ms": 2.0, "late_pct": 1.0},
              "b_to_a": {"mos": 3.0, "loss_pct": 3.0, "delay_ms": 40.0, "delay_p95_ms": 45.0, "jitter_ms": 2.0, "late_pct": 1.0}}
@@ -758,5 +765,7 @@ mod tests {
         assert_eq!(p.delay_median_ms, 25.0);
         assert_eq!(p.delay_p95_ms, 50.0);
         assert_eq!(p.jitter_ms, 2.0);
+        // Only two directions carry mean / max jitter: the mean is theirs, the max the largest.
+        assert_eq!((p.jitter_mean_ms, p.jitter_max_ms), (3.0, 9.0));
     }
 }

@@ -75,7 +75,7 @@ struct Common {
     /// Seconds of calls per point.
     #[arg(long)]
     duration: Option<f64>,
-    /// Support criterion: mos (MOS >= 3.6 both ways) or seeds (loss < 4 %, delay + jitter < 150 ms).
+    /// Support criterion: mos (MOS >= 3.6 both ways) or seeds (loss < 4 %, mean delay + mean jitter < 150 ms).
     #[arg(long, default_value = "mos", value_parser = ["mos", "seeds"])]
     criterion: String,
     /// Playout buffer (ms) for late loss.

@@ -119,11 +119,11 @@ pub fn one_call_delays(setups: &[SetupResult]) -> String {
 
 /// Every point as a markdown table.
 pub fn points_table(setups: &[SetupResult]) -> String {
-    let mut t = String::from("| setup | calls | supported | MOS mean / min | loss % mean / max | late % | delay ms mean / p95 | jitter ms | aggregation ratio | frames on air |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    let mut t = String::from("| setup | calls | supported | MOS mean / min | loss % mean / max | late % | delay ms mean / p95 | jitter ms mean / max | aggregation ratio | frames on air |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for s in setups {
         for p in &s.points {
             t.push_str(&format!(
-                "| {} | {} | {} ({}/{}) | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} | {:.1} / {:.1} | {:.1} | {:.2} | {} |\n",
+                "| {} | {} | {} ({}/{}) | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2} | {} |\n",
                 s.setup.name(),
                 p.calls,
                 if p.supported { "yes" } else { "no" },
@@ -136,7 +136,8 @@ pub fn points_table(setups: &[SetupResult]) -> String {
                 p.late,
                 p.delay_ms,
                 p.delay_p95_ms,
-                p.jitter_ms,
+                p.jitter_mean_ms,
+                p.jitter_max_ms,
                 p.aggregation_ratio,
                 p.frames_on_air
             ));
@@ -289,6 +290,8 @@ mod tests {
             delay_median_ms: calls as f64,
             delay_p95_ms: 2.0 * calls as f64,
             jitter_ms: 1.0,
+            jitter_mean_ms: 1.5,
+            jitter_max_ms: 4.0,
             aggregation_ratio: if setup == Setup::Off { 1.0 } else { 3.0 },
             frames_on_air: 100 * calls as u64,
             mac_queue_drops: 0,

@@ -11,6 +11,10 @@
 //! `addr:port` and receives the peer's stream. Received datagrams are checked
 //! (RTP parse, payload type, SSRC, payload size, call id in the probe tag);
 //! anything else is counted by reason in [`RxCounters`] and ignored.
+//! Every packet is marked with a DSCP (`--dscp`, default EF = 46 as phones
+//! send; IP_TOS / IPV6_TCLASS on the socket), so a daemon class that selects
+//! voice by DSCP matches it. A caller may hand over sockets it already bound
+//! ([`RunOptions::bound`]), so tests need not release a port and bind it again.
 //!
 //! Timing: the sender runs on the calling thread with absolute deadlines on
 //! CLOCK_MONOTONIC (`clock_nanosleep(TIMER_ABSTIME)`, no drift); packet k of
@@ -68,6 +72,29 @@ pub struct VoipArgs {
     /// quality as JSON on stdout.
     #[arg(long, num_args = 1.., conflicts_with_all = ["node", "out"])]
     pub merge: Vec<PathBuf>,
+    /// DSCP (0-63) of every packet sent; default EF (46), what phones mark
+    /// voice with. 0 sends unmarked packets.
+    #[arg(long, default_value_t = DEFAULT_DSCP, value_parser = clap::value_parser!(u8).range(0..=63))]
+    pub dscp: u8,
+}
+
+/// DSCP `airpack voip` marks its packets with unless told otherwise: EF.
+pub const DEFAULT_DSCP: u8 = 46;
+
+/// How [`run_with`] runs one node.
+#[derive(Debug)]
+pub struct RunOptions {
+    /// DSCP (0-63) of every packet sent.
+    pub dscp: u8,
+    /// Sockets already bound to some of this node's endpoints; an endpoint
+    /// whose `addr:port` one of them is bound to uses it instead of binding.
+    pub bound: Vec<UdpSocket>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self { dscp: DEFAULT_DSCP, bound: Vec::new() }
+    }
 }
 
 /// Entry point of `airpack voip`.
@@ -93,7 +120,7 @@ pub fn main(args: VoipArgs) -> anyhow::Result<()> {
     let (Some(node), Some(out)) = (args.node, args.out) else {
         bail!("--node and --out are required");
     };
-    let result = run(&spec, &node)?;
+    let result = run_with(&spec, &node, RunOptions { dscp: args.dscp, bound: Vec::new() })?;
     let tmp = out.with_extension("json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(&result)?)
         .with_context(|| format!("writing {}", tmp.display()))?;
@@ -465,6 +492,16 @@ pub struct Summary {
     pub mos_min: f64,
     /// Mean network loss over directions (%).
     pub loss_pct: f64,
+    /// Mean network loss of the a -> b directions (%).
+    #[serde(default)]
+    pub loss_a_to_b_pct: f64,
+    /// Mean network loss of the b -> a directions (%).
+    #[serde(default)]
+    pub loss_b_to_a_pct: f64,
+    /// Highest network loss of any one direction (%): a one-way loss that
+    /// the mean over both directions halves.
+    #[serde(default)]
+    pub loss_max_pct: f64,
     /// Mean late loss over directions (%).
     pub late_pct: f64,
     /// Mean of the directions' mean one-way delays (ms), over directions that received.
@@ -473,8 +510,14 @@ pub struct Summary {
     pub delay_p50_ms: Option<f64>,
     /// Highest p95 one-way delay of any direction (ms).
     pub delay_p95_ms: Option<f64>,
-    /// Mean RFC 3550 jitter over directions (ms).
+    /// Mean over directions of the RFC 3550 jitter at the end of the call (ms).
     pub jitter_ms: f64,
+    /// Mean over directions of each direction's mean jitter over the call (ms).
+    #[serde(default)]
+    pub jitter_mean_ms: f64,
+    /// Highest jitter any direction reached during its call (ms).
+    #[serde(default)]
+    pub jitter_max_ms: f64,
 }
 
 /// Summarize merged calls. An empty set gives zero calls, all supported.
@@ -489,11 +532,16 @@ pub fn summarize(calls: &[CallResult]) -> Summary {
         mos_mean: if dirs.is_empty() { 0.0 } else { dirs.iter().map(|q| q.mos).sum::<f64>() / n },
         mos_min: dirs.iter().map(|q| q.mos).fold(f64::INFINITY, f64::min).min(4.5),
         loss_pct: dirs.iter().map(|q| q.loss_pct).sum::<f64>() / n,
+        loss_a_to_b_pct: calls.iter().map(|c| c.a_to_b.loss_pct).sum::<f64>() / calls.len().max(1) as f64,
+        loss_b_to_a_pct: calls.iter().map(|c| c.b_to_a.loss_pct).sum::<f64>() / calls.len().max(1) as f64,
+        loss_max_pct: dirs.iter().map(|q| q.loss_pct).fold(0.0, f64::max),
         late_pct: dirs.iter().map(|q| q.late_pct).sum::<f64>() / n,
         delay_ms: (!delays.is_empty()).then(|| delays.iter().sum::<f64>() / delays.len() as f64),
         delay_p50_ms: median(dirs.iter().filter_map(|q| q.delay_p50_ms).collect()),
         delay_p95_ms: dirs.iter().filter_map(|q| q.delay_p95_ms).reduce(f64::max),
         jitter_ms: dirs.iter().map(|q| q.jitter_ms).sum::<f64>() / n,
+        jitter_mean_ms: dirs.iter().map(|q| q.jitter_mean_ms).sum::<f64>() / n,
+        jitter_max_ms: dirs.iter().map(|q| q.jitter_max_ms).fold(0.0, f64::max),
     }
 }
 
@@ -604,10 +652,31 @@ impl TxStream {
 }
 
 /// Run this node's part of the spec: send and receive until the end of the
-/// duration plus grace, and return its report.
+/// duration plus grace, and return its report. Packets carry DSCP EF.
 pub fn run(spec: &Spec, node: &str) -> anyhow::Result<NodeResult> {
+    run_with(spec, node, RunOptions::default())
+}
+
+/// Mark every packet a socket sends with `dscp` (IPv4 TOS or IPv6 traffic
+/// class; the ECN bits stay 0).
+fn set_dscp(sock: &UdpSocket, dscp: u8) -> anyhow::Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let tos = i32::from(dscp) << 2;
+    match sock.local_addr()? {
+        SocketAddr::V4(_) => setsockopt(sock, sockopt::IpTos, &tos)?,
+        SocketAddr::V6(_) => setsockopt(sock, sockopt::Ipv6TClass, &tos)?,
+    }
+    Ok(())
+}
+
+/// [`run`] with options: the DSCP, and sockets the caller already bound.
+pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<NodeResult> {
     let profile = spec.validate()?;
     let params = profile.params();
+    if opts.dscp > 63 {
+        bail!("dscp must be in 0..=63, got {}", opts.dscp);
+    }
+    let mut bound = opts.bound;
 
     // Local endpoints: one socket each.
     let mut sockets: Vec<UdpSocket> = Vec::new();
@@ -621,9 +690,13 @@ pub fn run(spec: &Spec, node: &str) -> anyhow::Result<NodeResult> {
             if me.node != node {
                 continue;
             }
-            let sock = UdpSocket::bind(me.sockaddr())
-                .with_context(|| format!("call {}: binding {}", c.id, me.sockaddr()))?;
+            let sock = match bound.iter().position(|b| b.local_addr().ok() == Some(me.sockaddr())) {
+                Some(i) => bound.swap_remove(i),
+                None => UdpSocket::bind(me.sockaddr())
+                    .with_context(|| format!("call {}: binding {}", c.id, me.sockaddr()))?,
+            };
             sock.set_nonblocking(true)?;
+            set_dscp(&sock, opts.dscp).with_context(|| format!("call {}: setting DSCP {}", c.id, opts.dscp))?;
             let idx = sockets.len();
             sockets.push(sock);
             rx_streams.push(RxStream {
@@ -1057,10 +1130,31 @@ mod tests {
         let s = summarize(&calls);
         assert_eq!((s.calls, s.supported_calls, s.all_supported), (1, 0, false));
         assert!((s.loss_pct - 5.0).abs() < 1e-9);
+        // The 10 % one way is not hidden by the mean over both directions.
+        assert_eq!((s.loss_a_to_b_pct, s.loss_b_to_a_pct, s.loss_max_pct), (0.0, 10.0, 10.0));
         assert_eq!(s.delay_ms, Some(5.0));
         assert_eq!(s.delay_p50_ms, Some(5.0));
         assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), Some(2.5));
         assert_eq!(median(vec![]), None);
+    }
+
+    #[test]
+    fn summary_reports_mean_and_max_jitter_not_only_the_final_value() {
+        let spec: Spec = serde_json::from_str(spec_json()).unwrap();
+        let mut spiky = rx(1000, 5.0);
+        (spiky.jitter_ms, spiky.jitter_mean_ms, spiky.jitter_max_ms) = (0.5, 23.0, 87.0);
+        let mut calm = rx(1000, 5.0);
+        (calm.jitter_ms, calm.jitter_mean_ms, calm.jitter_max_ms) = (0.5, 1.0, 2.0);
+        let results = vec![
+            report("A", 0, Direction::AToB, Some(1000), None),
+            report("D", 0, Direction::AToB, None, Some(spiky)),
+            report("D", 0, Direction::BToA, Some(1000), None),
+            report("A", 0, Direction::BToA, None, Some(calm)),
+        ];
+        let calls = merge(&spec, &results);
+        assert_eq!((calls[0].a_to_b.jitter_mean_ms, calls[0].a_to_b.jitter_max_ms), (23.0, 87.0));
+        let s = summarize(&calls);
+        assert_eq!((s.jitter_ms, s.jitter_mean_ms, s.jitter_max_ms), (0.5, 12.0, 87.0));
     }
 
     #[test]

@@ -8,16 +8,27 @@
 use std::net::UdpSocket;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use airpack_lab::voip::{self, merge, summarize, NodeResult, Spec};
+use airpack_lab::voip::{self, merge, summarize, NodeResult, RunOptions, Spec};
 
-/// Distinct free UDP ports on 127.0.0.1 (bound together, then released).
-fn free_ports(n: usize) -> Vec<u16> {
-    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
-    socks.iter().map(|s| s.local_addr().unwrap().port()).collect()
+/// Sockets bound to the spec's endpoints, per node, kept bound and handed to
+/// the nodes (no release-and-rebind race for the ports).
+struct Bound {
+    a: Vec<UdpSocket>,
+    b: Vec<UdpSocket>,
 }
 
-fn spec(calls: usize, duration_s: f64, vad: bool, start_in_ms: u64) -> Spec {
-    let ports = free_ports(2 * calls);
+fn opts(bound: Vec<UdpSocket>) -> RunOptions {
+    RunOptions { bound, ..RunOptions::default() }
+}
+
+/// A spec with `calls` calls between nodes A and B on 127.0.0.1, on ports the
+/// returned sockets hold. Starts `start_in_ms` from now; 1 s of receive grace
+/// (two nodes started on a loaded machine may begin a little apart).
+fn spec(calls: usize, duration_s: f64, vad: bool, start_in_ms: u64) -> (Spec, Bound) {
+    let bind = || UdpSocket::bind("127.0.0.1:0").unwrap();
+    let bound = Bound { a: (0..calls).map(|_| bind()).collect(), b: (0..calls).map(|_| bind()).collect() };
+    let port = |s: &UdpSocket| s.local_addr().unwrap().port();
+    let ports: Vec<u16> = (0..calls).flat_map(|i| [port(&bound.a[i]), port(&bound.b[i])]).collect();
     let start = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64 + start_in_ms;
     let calls: Vec<_> = (0..calls)
         .map(|i| {
@@ -28,31 +39,34 @@ fn spec(calls: usize, duration_s: f64, vad: bool, start_in_ms: u64) -> Spec {
             })
         })
         .collect();
-    serde_json::from_value(serde_json::json!({
+    let spec = serde_json::from_value(serde_json::json!({
         "codec": "g729", "interval_ms": 20, "vad": vad, "seed": 3, "duration_s": duration_s,
-        "start_at_unix_ms": start, "playout_ms": 60, "criterion": "mos", "grace_ms": 500,
+        "start_at_unix_ms": start, "playout_ms": 60, "criterion": "mos", "grace_ms": 1000,
         "calls": calls,
     }))
-    .unwrap()
+    .unwrap();
+    (spec, bound)
 }
 
 /// Run nodes A and B concurrently, as two processes would.
-fn run_both(spec: &Spec) -> Vec<NodeResult> {
+fn run_both(spec: &Spec, bound: Bound) -> Vec<NodeResult> {
+    let Bound { a, b } = bound;
     std::thread::scope(|s| {
-        let a = s.spawn(|| voip::run(spec, "A"));
-        let b = s.spawn(|| voip::run(spec, "B"));
+        let a = s.spawn(|| voip::run_with(spec, "A", opts(a)));
+        let b = s.spawn(|| voip::run_with(spec, "B", opts(b)));
         vec![a.join().unwrap().unwrap(), b.join().unwrap().unwrap()]
     })
 }
 
 #[test]
 fn cbr_g729_calls_all_arrive_with_high_mos() {
-    let spec = spec(3, 2.0, false, 300);
+    let (spec, bound) = spec(3, 2.0, false, 500);
     let t = Instant::now();
-    let results = run_both(&spec);
+    let results = run_both(&spec, bound);
     let took = t.elapsed();
-    // 0.3 s wait + 2 s of calls + 0.5 s grace, bounded.
-    assert!(took >= Duration::from_millis(2700) && took < Duration::from_secs(6), "{took:?}");
+    // Each node waits for the start, sends for 2 s and receives 1 s more:
+    // at least 3.5 s (the mechanism); the upper bound only says it ends.
+    assert!(took >= Duration::from_millis(3400) && took < Duration::from_secs(60), "{took:?}");
     for r in &results {
         assert_eq!(r.rx.rejected(), 0, "{:?}", r.rx);
         assert_eq!(r.streams.len(), 6, "3 sent + 3 received per node");
@@ -80,8 +94,8 @@ fn cbr_g729_calls_all_arrive_with_high_mos() {
 
 #[test]
 fn vad_calls_send_talk_spurts_only() {
-    let spec = spec(2, 4.0, true, 300);
-    let results = run_both(&spec);
+    let (spec, bound) = spec(2, 4.0, true, 500);
+    let results = run_both(&spec, bound);
     let calls = merge(&spec, &results);
     let mut total_sent = 0;
     for c in &calls {
@@ -105,13 +119,14 @@ fn vad_calls_send_talk_spurts_only() {
 
 #[test]
 fn malformed_and_foreign_datagrams_are_counted_and_ignored() {
-    let spec = spec(1, 1.5, false, 300);
+    let (spec, Bound { a: bound_a, b: bound_b }) = spec(1, 1.5, false, 500);
     let target = std::net::SocketAddr::new(spec.calls[0].b.addr, spec.calls[0].b.port);
     let results = std::thread::scope(|s| {
-        let a = s.spawn(|| voip::run(&spec, "A"));
-        let b = s.spawn(|| voip::run(&spec, "B"));
+        let a = s.spawn(|| voip::run_with(&spec, "A", opts(bound_a)));
+        let b = s.spawn(|| voip::run_with(&spec, "B", opts(bound_b)));
+        // B's socket is bound already: junk sent now waits in its buffer,
+        // whenever B's receive loop starts (no timing assumption).
         s.spawn(move || {
-            std::thread::sleep(Duration::from_millis(600));
             let junk = UdpSocket::bind("127.0.0.1:0").unwrap();
             let mut good = [0u8; 32];
             good[0] = 0x80;
@@ -146,17 +161,17 @@ fn malformed_and_foreign_datagrams_are_counted_and_ignored() {
 fn other_codecs_and_intervals() {
     // (codec, interval, expected packets per direction in 1 s, payload bytes on the wire)
     let cases = [("g723", 30u32, 33..=34u64, 24usize), ("g729", 10, 100..=100, 12), ("g711", 30, 33..=34, 240)];
-    let specs: Vec<Spec> = cases
+    let (specs, bounds): (Vec<Spec>, Vec<Bound>) = cases
         .iter()
         .map(|(codec, interval, _, _)| {
-            let mut s = spec(1, 1.0, false, 300);
+            let (mut s, bound) = spec(1, 1.0, false, 500);
             s.codec = serde_json::from_value(serde_json::json!(codec)).unwrap();
             s.interval_ms = *interval;
-            s
+            (s, bound)
         })
-        .collect();
+        .unzip();
     let all: Vec<Vec<NodeResult>> = std::thread::scope(|sc| {
-        let hs: Vec<_> = specs.iter().map(|s| sc.spawn(move || run_both(s))).collect();
+        let hs: Vec<_> = specs.iter().zip(bounds).map(|(s, b)| sc.spawn(move || run_both(s, b))).collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     for ((spec, results), (codec, _, expect, _)) in specs.iter().zip(&all).zip(&cases) {
@@ -181,13 +196,13 @@ fn other_codecs_and_intervals() {
 
 #[test]
 fn unknown_node_and_late_start_are_reported() {
-    let mut spec = spec(1, 0.2, false, 0);
+    let (mut spec, bound) = spec(1, 0.2, false, 0);
     let err = voip::run(&spec, "Z").unwrap_err();
     assert!(err.to_string().contains("not an endpoint"), "{err}");
     // start_at 400 ms in the past: runs at once and says how late it was.
     spec.start_at_unix_ms = Some(spec.start_at_unix_ms.unwrap() - 400);
     spec.grace_ms = 0;
-    let r = voip::run(&spec, "A").unwrap();
+    let r = voip::run_with(&spec, "A", opts(bound.a)).unwrap();
     assert!(r.start_late_ms >= 400.0 && r.start_late_ms < 5000.0, "{}", r.start_late_ms);
 }
 
@@ -201,18 +216,42 @@ fn tshark_decodes_the_rtp_if_installed() {
         eprintln!("SKIP tshark_decodes_the_rtp_if_installed: tshark --version failed");
         return;
     }
-    let spec = spec(1, 1.0, false, 1500);
+    let (mut spec, bound) = spec(1, 1.0, false, 0);
     let port = spec.calls[0].b.port;
     let pcap = std::env::temp_dir().join(format!("airpack-voip-{}.pcap", std::process::id()));
     let mut cap = std::process::Command::new("tshark")
-        .args(["-i", "lo", "-a", "duration:4", "-f", &format!("udp dst port {port}"), "-w"])
+        .args(["-i", "lo", "-f", &format!("udp dst port {port}"), "-w"])
         .arg(&pcap)
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn tshark");
-    let _ = run_both(&spec);
+    // Start the call once tshark says it is capturing (no guessed delay).
+    let mut err = std::io::BufReader::new(cap.stderr.take().unwrap());
+    let mut capturing = false;
+    for _ in 0..100 {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut err, &mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if line.contains("Capturing on") {
+            capturing = true;
+            break;
+        }
+    }
+    if !capturing {
+        let _ = cap.kill();
+        let _ = cap.wait();
+        eprintln!("SKIP tshark_decodes_the_rtp_if_installed: tshark cannot capture on lo");
+        return;
+    }
+    let drain = std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    spec.start_at_unix_ms = Some(SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64 + 300);
+    let _ = run_both(&spec, bound);
+    // SIGINT: tshark writes out what it captured and exits.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(cap.id() as i32), nix::sys::signal::SIGINT).unwrap();
     let _ = cap.wait();
+    let _ = drain.join();
     let out = std::process::Command::new("tshark")
         .args(["-r"])
         .arg(&pcap)

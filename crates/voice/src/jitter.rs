@@ -11,6 +11,16 @@
 //! computed over packets in arrival order, as RFC 3550 specifies. Arrival
 //! times (µs) are converted to timestamp units with the RTP clock rate; RTP
 //! timestamp differences are taken modulo 2^32 (wrap-safe).
+//!
+//! Besides the current value J (what an RTCP report carries, i.e. the value
+//! at the end of a call), the estimator keeps the mean and the maximum of J
+//! over the call: after every packet but the first, J is updated and then
+//! added to the mean and compared with the maximum. So with N packets the
+//! mean is over the N-1 values J(2)..J(N). This is Wireshark's "Mean Jitter"
+//! and "Max Jitter" (`tshark -z rtp,streams`, ui/tap-rtp-analysis.c), except
+//! that Wireshark leaves packets with the RTP marker bit out of its mean and
+//! maximum (they still update J); with constant bit rate only the first
+//! packet carries the marker, so the two agree.
 
 /// Running jitter estimate for one RTP stream.
 #[derive(Clone, Debug)]
@@ -19,12 +29,17 @@ pub struct JitterEstimator {
     last: Option<(u64, u32)>,
     last_send: Option<(u64, u64)>,
     jitter: f64,
+    /// Number of updates (packets after the first) and the sum and maximum
+    /// of J after each.
+    updates: u64,
+    sum: f64,
+    max: f64,
 }
 
 impl JitterEstimator {
     /// New estimator for an RTP clock rate in Hz (8000 for the voice codecs).
     pub fn new(clock_rate: u32) -> Self {
-        Self { clock_rate: clock_rate.max(1), last: None, last_send: None, jitter: 0.0 }
+        Self { clock_rate: clock_rate.max(1), last: None, last_send: None, jitter: 0.0, updates: 0, sum: 0.0, max: 0.0 }
     }
 
     /// Account for one packet: its RTP timestamp and its arrival time (µs).
@@ -33,8 +48,7 @@ impl JitterEstimator {
             let dr_us = arrival_us as f64 - last_arrival as f64;
             let dr = dr_us * f64::from(self.clock_rate) / 1e6;
             let ds = f64::from(rtp_timestamp.wrapping_sub(last_ts) as i32);
-            let d = (dr - ds).abs();
-            self.jitter += (d - self.jitter) / 16.0;
+            self.step((dr - ds).abs());
         }
         self.last = Some((arrival_us, rtp_timestamp));
     }
@@ -46,10 +60,17 @@ impl JitterEstimator {
     pub fn update_send_time(&mut self, send_us: u64, arrival_us: u64) {
         if let Some((last_arrival, last_send)) = self.last_send {
             let d_us = (arrival_us as f64 - last_arrival as f64) - (send_us as f64 - last_send as f64);
-            let d = d_us.abs() * f64::from(self.clock_rate) / 1e6;
-            self.jitter += (d - self.jitter) / 16.0;
+            self.step(d_us.abs() * f64::from(self.clock_rate) / 1e6);
         }
         self.last_send = Some((arrival_us, send_us));
+    }
+
+    /// One RFC 3550 step with |D| in timestamp units; tracks mean and max.
+    fn step(&mut self, d: f64) {
+        self.jitter += (d - self.jitter) / 16.0;
+        self.updates += 1;
+        self.sum += self.jitter;
+        self.max = self.max.max(self.jitter);
     }
 
     /// Current estimate in RTP timestamp units (what an RTCP report carries).
@@ -59,7 +80,25 @@ impl JitterEstimator {
 
     /// Current estimate in milliseconds.
     pub fn jitter_ms(&self) -> f64 {
-        self.jitter * 1000.0 / f64::from(self.clock_rate)
+        self.units_to_ms(self.jitter)
+    }
+
+    /// Mean of the estimate over the call (ms): the average of J after each
+    /// packet but the first; 0 with fewer than two packets.
+    pub fn mean_ms(&self) -> f64 {
+        if self.updates == 0 {
+            return 0.0;
+        }
+        self.units_to_ms(self.sum / self.updates as f64)
+    }
+
+    /// Largest value the estimate took over the call (ms).
+    pub fn max_ms(&self) -> f64 {
+        self.units_to_ms(self.max)
+    }
+
+    fn units_to_ms(&self, units: f64) -> f64 {
+        units * 1000.0 / f64::from(self.clock_rate)
     }
 }
 
@@ -90,6 +129,34 @@ mod tests {
             assert!((j.jitter_timestamp_units() - e).abs() < 1e-9, "packet {k}: {}", j.jitter_timestamp_units());
         }
         assert!((j.jitter_ms() - 0.567626953125).abs() < 1e-12);
+        // Mean and max over the four updates (J after packets 2..5).
+        let mean_units = (0.0 + 2.5 + 4.84375 + 4.541015625) / 4.0;
+        assert!((j.mean_ms() - mean_units / 8.0).abs() < 1e-12, "{}", j.mean_ms());
+        assert!((j.max_ms() - 4.84375 / 8.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_spike_shows_in_mean_and_max_long_after_the_final_value_forgot_it() {
+        // 20 ms CBR, constant 10 ms delay, except one 1 s delay spike for
+        // packets 100..150 (a queue that built up, then drained at once).
+        let mut j = JitterEstimator::new(8000);
+        let mut spike_max = 0.0f64;
+        for k in 0..1000u64 {
+            let send = 20_000 * k;
+            let delay = if (100..150).contains(&k) { 1_000_000 - 20_000 * (k - 100) } else { 10_000 };
+            j.update_send_time(send, send + delay);
+            if k == 151 {
+                spike_max = j.max_ms();
+            }
+        }
+        // Entering the spike: |D| = 990 ms -> J = 990/16 ms; that is the max.
+        assert!((spike_max - 990.0 / 16.0).abs() < 1.0, "{spike_max}");
+        assert_eq!(j.max_ms(), spike_max, "nothing after the spike is larger");
+        // 850 quiet packets later the final value has decayed to nothing...
+        assert!(j.jitter_ms() < 1e-6, "{}", j.jitter_ms());
+        // ...but the mean still carries it.
+        assert!(j.mean_ms() > 1.0, "{}", j.mean_ms());
+        assert_eq!(JitterEstimator::new(8000).mean_ms(), 0.0);
     }
 
     #[test]

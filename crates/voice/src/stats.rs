@@ -14,7 +14,12 @@
 //! Jitter: the RFC 3550 estimator (J += (|D| - J)/16) with S = the probe's
 //! send time rather than the RTP timestamp, so only the network's delay
 //! variation counts (with a perfectly punctual sender the two are equal).
-//! The RTP-timestamp variant is reported too, as `jitter_rtp_ms`.
+//! The RTP-timestamp variant is reported too, as `jitter_rtp_ms`. Each is
+//! reported three ways: the final value (`jitter_ms`, what an RTCP report at
+//! the end of the call would carry), and the mean and maximum of the running
+//! estimate over the call (`jitter_mean_ms`, `jitter_max_ms`; see
+//! [`crate::jitter`] for the exact definition, Wireshark's). The final value
+//! alone forgets a delay spike 16 packets after it ends.
 //!
 //! Playout rule (fixed playout buffer, reset per talk spurt): the first
 //! packet of the stream, and every in-order packet that starts a talk spurt
@@ -419,7 +424,11 @@ impl StreamStats {
             delay_p95_ms: self.hist.quantile(0.95).map(|v| ms(v.min(self.delay_max_us as f64))),
             delay_max_ms: any.then(|| ms(self.delay_max_us as f64)),
             jitter_ms: self.jitter.jitter_ms(),
+            jitter_mean_ms: self.jitter.mean_ms(),
+            jitter_max_ms: self.jitter.max_ms(),
             jitter_rtp_ms: self.jitter_rtp.jitter_ms(),
+            jitter_rtp_mean_ms: self.jitter_rtp.mean_ms(),
+            jitter_rtp_max_ms: self.jitter_rtp.max_ms(),
             burst_r: self.burst_ratio(),
             playout_ms: ms(self.playout_us as f64),
             playout_delay_ms: (self.on_time > 0)
@@ -459,10 +468,25 @@ pub struct ReceiveSummary {
     /// Interarrival jitter at the end of the call (ms): the RFC 3550
     /// estimator over the probe's send times, i.e. network jitter only.
     pub jitter_ms: f64,
+    /// Mean of that estimator over the call (ms): the average of its value
+    /// after every packet but the first (Wireshark's "Mean Jitter").
+    #[serde(default)]
+    pub jitter_mean_ms: f64,
+    /// Largest value of that estimator during the call (ms).
+    #[serde(default)]
+    pub jitter_max_ms: f64,
     /// The RFC 3550 estimator over RTP timestamps, as a phone would report
-    /// it (includes the sender's own scheduling lateness).
+    /// it (includes the sender's own scheduling lateness), at the end.
     #[serde(default)]
     pub jitter_rtp_ms: f64,
+    /// Mean of the RTP-timestamp estimator over the call (ms); what
+    /// `tshark -z rtp,streams` reports as "Mean Jitter" from a capture at the
+    /// receiver.
+    #[serde(default)]
+    pub jitter_rtp_mean_ms: f64,
+    /// Largest value of the RTP-timestamp estimator (ms; tshark's "Max Jitter").
+    #[serde(default)]
+    pub jitter_rtp_max_ms: f64,
     /// Measured burst ratio of the effective loss (1 = random, see
     /// [`LossMarkov::burst_r`]); used by the E-model with [`BurstModel::Measured`].
     #[serde(default = "one")]
@@ -496,7 +520,8 @@ pub enum Criterion {
     /// MOS from the E-model at least `min_mos` (default 3.6, i.e. R >= 70).
     #[default]
     Mos,
-    /// The seeds' rule: network loss < 4 % and mean delay + jitter < 150 ms.
+    /// The seeds' rule: network loss < 4 % and mean delay + mean jitter
+    /// (`jitter_mean_ms`, over the whole call) < 150 ms.
     Seeds,
 }
 
@@ -529,8 +554,15 @@ pub struct Quality {
     pub delay_p95_ms: Option<f64>,
     /// Maximum one-way network delay (ms).
     pub delay_max_ms: Option<f64>,
-    /// Network interarrival jitter (ms, RFC 3550 estimator over send times).
+    /// Network interarrival jitter at the end of the call (ms, RFC 3550
+    /// estimator over send times).
     pub jitter_ms: f64,
+    /// Mean of that estimator over the call (ms).
+    #[serde(default)]
+    pub jitter_mean_ms: f64,
+    /// Largest value of that estimator during the call (ms).
+    #[serde(default)]
+    pub jitter_max_ms: f64,
     /// Mouth-to-ear delay used by the E-model (ms).
     pub mouth_to_ear_ms: f64,
     /// BurstR used by the E-model.
@@ -605,7 +637,7 @@ pub fn assess_with(sent: u64, rx: &ReceiveSummary, profile: &Profile, opt: &Asse
             Criterion::Mos => mos >= min_mos,
             Criterion::Seeds => {
                 loss_pct < 4.0
-                    && rx.delay_mean_ms.is_some_and(|d| d + rx.jitter_ms < 150.0)
+                    && rx.delay_mean_ms.is_some_and(|d| d + rx.jitter_mean_ms < 150.0)
             }
         };
     Quality {
@@ -621,6 +653,8 @@ pub fn assess_with(sent: u64, rx: &ReceiveSummary, profile: &Profile, opt: &Asse
         delay_p95_ms: rx.delay_p95_ms,
         delay_max_ms: rx.delay_max_ms,
         jitter_ms: rx.jitter_ms,
+        jitter_mean_ms: rx.jitter_mean_ms,
+        jitter_max_ms: rx.jitter_max_ms,
         mouth_to_ear_ms,
         burst_r,
         r,
@@ -942,6 +976,30 @@ mod tests {
         assert!((q.mouth_to_ear_ms - 335.0).abs() < 1e-9);
         assert!(q.r < 70.0 && !q.supported, "{q:?}");
         assert!(!assess(100, &sum, &g729(), Criterion::Seeds, DEFAULT_MIN_MOS).supported);
+    }
+
+    #[test]
+    fn delay_spikes_fail_the_seeds_rule_through_the_mean_jitter() {
+        // 40 s of heavy delay variation (delay alternating 20 / 160 ms),
+        // then 20 s at a constant 20 ms. The final value has forgotten the
+        // variation (it decays by 15/16 per packet); the mean has not.
+        let mut s = StreamStats::new(8000, 60.0);
+        for k in 0..3000u16 {
+            let delay = if k < 2000 && k % 2 == 1 { 160 } else { 20 };
+            s.on_packet(&pkt(k, delay));
+        }
+        let sum = s.summary();
+        assert!(sum.jitter_ms < 1e-3, "final value forgot the spikes: {}", sum.jitter_ms);
+        assert!(sum.jitter_mean_ms > 20.0, "{sum:?}");
+        assert!(sum.jitter_max_ms > sum.jitter_mean_ms && sum.jitter_max_ms < 1000.0, "{sum:?}");
+        // Same arrival pattern through the RTP-timestamp estimator (punctual sender).
+        assert!((sum.jitter_rtp_mean_ms - sum.jitter_mean_ms).abs() < 1e-9);
+        assert!((sum.jitter_rtp_max_ms - sum.jitter_max_ms).abs() < 1e-9);
+        let q = assess(3000, &sum, &g729(), Criterion::Seeds, DEFAULT_MIN_MOS);
+        assert_eq!((q.jitter_mean_ms, q.jitter_max_ms), (sum.jitter_mean_ms, sum.jitter_max_ms));
+        let d = sum.delay_mean_ms.unwrap();
+        assert!(d + sum.jitter_ms < 150.0, "the final value would have passed");
+        assert!(d + sum.jitter_mean_ms >= 150.0 && !q.supported, "{q:?}");
     }
 
     proptest::proptest! {

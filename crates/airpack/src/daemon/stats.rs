@@ -415,6 +415,48 @@ fn prom_walk(prefix: &str, labels: &[(String, String)], v: &Value, out: &mut Str
     }
 }
 
+/// What a new user most needs to know when nothing is being bundled: a line
+/// for `airpack stats`, from the document's `total`, or `None` when packets
+/// are being bundled.
+///
+/// Only packets that match a `[[class]]` (protocol, ports, dscp, len) and go
+/// toward a peer are steered into the daemon, so "nothing read from the TUN"
+/// means no outgoing packet matched any class since the daemon started.
+/// Packets that matched but never left in a bundle are broken down by where
+/// they went instead.
+pub fn match_note(doc: &Value) -> Option<String> {
+    let total = doc.get("total")?;
+    let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+    let d = total.get("daemon");
+    let steered = n(d.and_then(|d| d.get("tun_read")))
+        .saturating_sub(n(d.and_then(|d| d.get("tun_ignored"))))
+        .saturating_sub(n(d.and_then(|d| d.get("tun_unparsable"))))
+        .max(n(total.get("packets_in")));
+    if steered == 0 {
+        return Some(
+            "note: nothing matched: no outgoing packet has matched a [[class]] since the daemon \
+             started (none was steered to it). Compare the classes' protocol, ports, dscp and len \
+             with the traffic (`airpack voip` marks DSCP 46, EF, unless given --dscp), and check \
+             `interfaces` and that the traffic is routed toward a [[peer]]."
+                .into(),
+        );
+    }
+    if n(total.get("aggregated_packets")) > 0 {
+        return None;
+    }
+    Some(format!(
+        "note: {steered} packets matched a class but none left in a bundle: {} sent alone \
+         (nothing to bundle with before the hold time, or link_mode hold-while-busy on an \
+         idle link), {} \
+         bypass class, {} passthrough (no peer on their route, or the next hop is not a \
+         [[peer]]), {} dropped",
+        n(total.get("unaggregated_packets")),
+        n(total.get("bypass_packets")),
+        n(d.and_then(|d| d.get("passthrough"))),
+        n(total.get("dropped_total")),
+    ))
+}
+
 /// A human table of a stats JSON document (what `airpack stats` prints).
 pub fn human_stats(doc: &Value) -> String {
     let mut out = String::new();
@@ -560,6 +602,11 @@ pub fn human_stats(doc: &Value) -> String {
             fmt(a.pointer("/before_daemon/tun_queue_drops")),
             fmt(a.pointer("/before_daemon/rx_queue_drops")),
         ));
+    }
+    if let Some(note) = match_note(doc) {
+        out.push('\n');
+        out.push_str(&note);
+        out.push('\n');
     }
     out
 }
@@ -745,5 +792,60 @@ mod tests {
             &json!({"peers": [{"peer": "10.0.0.2", "encoding": "native", "allowed_ips": ["10.1.0.0/24"]}]}),
         );
         assert!(p.contains("10.0.0.2") && p.contains("10.1.0.0/24"), "{p}");
+    }
+
+    /// A stats document whose `total` has these engine and daemon counters.
+    fn doc_with(c: &Counters, d: &DaemonCounters) -> Value {
+        let mut total = counters_json(c);
+        total.insert("daemon".into(), daemon_json(d));
+        json!({"version": "0.1.0", "mode": "hop-by-hop", "total": total, "peers": []})
+    }
+
+    #[test]
+    fn stats_say_when_nothing_matched_a_class() {
+        // Fresh daemon, nothing steered (the kernel's own ND on the TUN does not count).
+        let d = DaemonCounters {
+            tun_read: 2,
+            tun_ignored: 2,
+            ..Default::default()
+        };
+        let doc = doc_with(&Counters::default(), &d);
+        let text = human_stats(&doc);
+        assert!(text.contains("note: nothing matched"), "{text}");
+        assert!(text.contains("DSCP 46"), "{text}");
+        // Matched, but every packet went out alone or past the engine.
+        let c = Counters {
+            packets_in: 7,
+            unaggregated_packets: 5,
+            bypass_packets: 2,
+            ..Default::default()
+        };
+        let d = DaemonCounters {
+            tun_read: 10,
+            passthrough: 3,
+            ..Default::default()
+        };
+        let note = match_note(&doc_with(&c, &d)).unwrap();
+        assert!(
+            note.contains("10 packets matched")
+                && note.contains("5 sent alone")
+                && note.contains("2 bypass")
+                && note.contains("3 passthrough"),
+            "{note}"
+        );
+        // Bundling: no note.
+        let c = Counters {
+            packets_in: 10,
+            aggregated_packets: 10,
+            bundles: 2,
+            ..Default::default()
+        };
+        let d = DaemonCounters {
+            tun_read: 10,
+            ..Default::default()
+        };
+        assert_eq!(match_note(&doc_with(&c, &d)), None);
+        assert!(!human_stats(&doc_with(&c, &d)).contains("note:"));
+        assert_eq!(match_note(&sample()), None);
     }
 }

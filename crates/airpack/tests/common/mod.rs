@@ -802,3 +802,71 @@ pub fn program_steers(
 /// Standard class rule for the tests: UDP with either port in 16000-32000.
 pub const VOICE_CLASS: &str =
     "[[class]]\nclass = \"bundle\"\nprotocol = \"udp\"\nports = \"16000-32000\"\n";
+
+/// Checks the bundling identity between a sender's engine counters `tx` (the
+/// `total` object or one peer's) and the matching receiver counters `rx`,
+/// for `total` packets of bundle-class traffic handed to the sender:
+/// every packet left in a bundle or alone (a queue holding a single packet at
+/// its deadline sends it unchanged, by design, so on a loaded machine a few
+/// travel alone), the receiver split every bundle sent and delivered exactly
+/// the packets bundled. Returns (packets in bundles, packets sent alone).
+pub fn assert_bundling_identity(tx: &Value, rx: &Value, total: u64) -> (u64, u64) {
+    let n = |v: &Value, k: &str| {
+        v[k].as_u64()
+            .unwrap_or_else(|| panic!("{k} missing in {v}"))
+    };
+    let (bundled, alone) = (n(tx, "aggregated_packets"), n(tx, "unaggregated_packets"));
+    assert_eq!(
+        bundled + alone,
+        total,
+        "sender: in bundles + alone = total\nsender: {tx}"
+    );
+    assert_eq!(
+        n(rx, "bundles_received"),
+        n(tx, "bundles"),
+        "receiver split every bundle sent\nsender: {tx}\nreceiver: {rx}"
+    );
+    assert_eq!(
+        n(rx, "packets_received"),
+        bundled,
+        "receiver delivered the bundled packets\nsender: {tx}\nreceiver: {rx}"
+    );
+    (bundled, alone)
+}
+
+/// Checks that a receive log holds every packet of every flow exactly once,
+/// byte-identical; and in order when no packet of the load went alone
+/// (`alone == 0`, from [`assert_bundling_identity`] over every hop). A packet
+/// sent alone travels through the kernel only and can overtake an earlier one
+/// still inside a receiving daemon (decoding its bundle), so otherwise order
+/// is not asserted. Returns how many packets arrived after a higher sequence
+/// number of their flow.
+pub fn assert_delivered(log: &RxLog, flows: u16, per_flow: u32, alone: u64) -> u64 {
+    if alone == 0 {
+        log.assert_complete(flows, per_flow);
+        return 0;
+    }
+    assert_eq!(log.corrupt, 0, "corrupted packets");
+    let mut reordered = 0u64;
+    for f in 0..flows {
+        let got = log.seqs.get(&f).map(Vec::as_slice).unwrap_or(&[]);
+        let mut highest = None;
+        for &s in got {
+            if highest.is_some_and(|h| s < h) {
+                reordered += 1;
+            }
+            highest = highest.max(Some(s));
+        }
+        let mut sorted = got.to_vec();
+        sorted.sort_unstable();
+        assert!(
+            sorted.iter().copied().eq(0..per_flow),
+            "flow {f}: got {} of {per_flow} packets (as a set, duplicates or gaps)",
+            got.len()
+        );
+    }
+    if reordered > 0 {
+        println!("{reordered} packets overtaken by {alone} packets sent alone");
+    }
+    reordered
+}
