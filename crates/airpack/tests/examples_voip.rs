@@ -168,6 +168,8 @@ fn end_to_end_example_bundles_airpack_voip_and_explains_unmarked_traffic() {
     assert_eq!(da.stat("/total/packets_in"), 0.0);
     let text = da.cli(&["stats"]);
     assert!(text.contains("note: nothing matched"), "{text}");
+    let note = da.stats()["note"].as_str().unwrap_or_default().to_owned();
+    assert!(note.starts_with("note: nothing matched"), "{note}");
 
     // airpack voip's default marking (EF) matches: both ends bundle.
     let calls = 4;
@@ -183,6 +185,10 @@ fn end_to_end_example_bundles_airpack_voip_and_explains_unmarked_traffic() {
         assert!(
             !d.cli(&["stats"]).contains("note:"),
             "{name}: a note while bundling"
+        );
+        assert!(
+            d.stats()["note"].is_null(),
+            "{name}: a JSON note while bundling"
         );
     }
 }

@@ -75,7 +75,12 @@ impl Daemon {
             "accounting": accounting.json(),
         });
         match head {
-            Value::Object(m) => m,
+            Value::Object(mut m) => {
+                // Why nothing is being bundled, when that is so (`None`: it is).
+                let note = stats::match_note(&Value::Object(m.clone()));
+                m.insert("note".into(), note.into());
+                m
+            }
             _ => unreachable!("json! object"),
         }
     }
