@@ -21,7 +21,7 @@ use crate::linux::{
     RawIpSender, RouteMonitor, RouteResolver, Signals, Steering, Timer, Tun, TunBatch,
     UdpBundleSocket,
 };
-use airpack_core::{Encoding, Engine, Transmit, TransmitKind};
+use airpack_core::{Encoding, Engine, RxContext, Transmit, TransmitKind};
 use anyhow::Context;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -139,29 +139,39 @@ impl Sockets {
         v
     }
 
-    /// `scope`: the interface index of a link-local IPv6 peer (else 0).
-    fn send_bundle(&self, peer: IpAddr, scope: u32, payload: &[u8], dscp: u8) -> io::Result<()> {
+    /// `scope`: the interface index of a link-local IPv6 peer (else 0);
+    /// `dscp` and `ecn` go into the outer TOS / traffic class.
+    fn send_bundle(
+        &self,
+        peer: IpAddr,
+        scope: u32,
+        payload: &[u8],
+        dscp: u8,
+        ecn: u8,
+    ) -> io::Result<()> {
         let unsupported = || io::Error::from_raw_os_error(libc::EAFNOSUPPORT);
         match (self.transport, peer.is_ipv4()) {
             (Transport::Ip, true) => self
                 .b4
                 .as_ref()
                 .ok_or_else(unsupported)?
-                .send_to(peer, payload, dscp),
+                .send_to_ecn(peer, 0, payload, dscp, ecn),
             (Transport::Ip, false) => self
                 .b6
                 .as_ref()
                 .ok_or_else(unsupported)?
-                .send_to_scoped(peer, scope, payload, dscp),
-            (Transport::Udp, true) => self.u4.as_ref().ok_or_else(unsupported)?.send_to(
+                .send_to_ecn(peer, scope, payload, dscp, ecn),
+            (Transport::Udp, true) => self.u4.as_ref().ok_or_else(unsupported)?.send_to_ecn(
                 SocketAddr::new(peer, self.udp_port),
                 payload,
                 dscp,
+                ecn,
             ),
-            (Transport::Udp, false) => self.u6.as_ref().ok_or_else(unsupported)?.send_to(
+            (Transport::Udp, false) => self.u6.as_ref().ok_or_else(unsupported)?.send_to_ecn(
                 linux::scoped(peer, self.udp_port, scope),
                 payload,
                 dscp,
+                ecn,
             ),
         }
     }
@@ -245,7 +255,7 @@ fn send_out(
             } else {
                 0
             };
-            sock.send_bundle(t.peer, scope, data, t.dscp)
+            sock.send_bundle(t.peer, scope, data, t.dscp, t.ecn)
         }
         TransmitKind::Single | TransmitKind::Bypass => sock.raw.send(data),
     }
@@ -649,7 +659,7 @@ impl Daemon {
                         self.counters.rx_errors += 1;
                         continue;
                     }
-                    self.on_bundle(r.src, r.scope, r.offset, end);
+                    self.on_bundle(r.src, r.scope, r.ecn, r.offset, end);
                 }
                 Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -670,7 +680,10 @@ impl Daemon {
     /// `src` is already canonical (the sockets report IPv4-mapped sources as
     /// IPv4); `scope` is its IPv6 scope (the receiving interface of a
     /// link-local source). A link-local peer is accepted only on its interface.
-    fn on_bundle(&mut self, src: IpAddr, scope: u32, start: usize, end: usize) {
+    /// `ecn` is the outer ECN field (RFC 6040 decapsulation, in the engine);
+    /// with the UDP transport an inner UDP packet to the bundle port is
+    /// refused as nested (it would come back as a fresh bundle).
+    fn on_bundle(&mut self, src: IpAddr, scope: u32, ecn: u8, start: usize, end: usize) {
         let (encoding, peer_if) = match self.peers.get(&src) {
             Some(p) if p.via(scope) => (p.encoding, p.scope()),
             _ => {
@@ -681,8 +694,15 @@ impl Daemon {
         };
         // Take the buffer out so the bundle view can borrow it while the
         // checks below use the resolver (no allocation: the Vec moves).
-        let rx = std::mem::take(&mut self.rx_buf);
-        match self.engine.receive(src, encoding, &rx[start..end]) {
+        let mut rx = std::mem::take(&mut self.rx_buf);
+        let ctx = RxContext {
+            outer_ecn: ecn,
+            udp_port: (self.sock.transport == Transport::Udp).then_some(self.sock.udp_port),
+        };
+        match self
+            .engine
+            .receive_rx(src, encoding, &mut rx[start..end], ctx)
+        {
             Err(e) => trace!(%src, "bundle rejected: {e}"),
             Ok(bundle) => {
                 let Daemon {

@@ -10,6 +10,13 @@
 //! Must not touch: bundle contents (opaque payloads), peers, policy. Received
 //! IPv4 headers are checked (version, IHL, total length, protocol) before the
 //! payload offset is reported; anything inconsistent is an `InvalidData` error.
+//!
+//! Outer header (docs/wire-format.md): bundles are sent with the TOS /
+//! traffic class `DSCP << 2 | ECN` the engine chose; IPv4 bundle sockets use
+//! IP_PMTUDISC_DONT, so the kernel sends them with DF clear (a router on a
+//! path with a smaller MTU fragments them instead of dropping them). Every
+//! received bundle reports its outer ECN field (the raw IPv4 header, or the
+//! IP_TOS / IPV6_TCLASS control message).
 
 use std::cell::Cell;
 use std::io;
@@ -180,9 +187,10 @@ fn recv_from_raw(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
     Ok((n, src))
 }
 
-/// Sets IP_TOS / IPV6_TCLASS to `dscp << 2` if it differs from the cached value.
-fn set_dscp(fd: RawFd, family: Family, cache: &Cell<u8>, dscp: u8) -> io::Result<()> {
-    let tos = (dscp & 0x3f) << 2;
+/// Sets IP_TOS / IPV6_TCLASS to `dscp << 2 | ecn` if it differs from the
+/// cached value (the kernel keeps the ECN bits of a raw or UDP socket's TOS).
+fn set_tos(fd: RawFd, family: Family, cache: &Cell<u8>, dscp: u8, ecn: u8) -> io::Result<()> {
+    let tos = (dscp & 0x3f) << 2 | (ecn & 3);
     if cache.get() == tos {
         return Ok(());
     }
@@ -228,6 +236,82 @@ fn strip_ipv4_header(pkt: &[u8], protocol: u8) -> io::Result<(usize, usize)> {
     Ok((ihl, total - ihl))
 }
 
+/// Makes an IPv4 socket send with DF clear (IP_MTU_DISCOVER = IP_PMTUDISC_DONT).
+fn clear_df(fd: RawFd) -> io::Result<()> {
+    setsockopt_int(
+        fd,
+        libc::IPPROTO_IP,
+        libc::IP_MTU_DISCOVER,
+        libc::IP_PMTUDISC_DONT,
+    )
+}
+
+/// Asks for the TOS / traffic class of every received datagram as a control
+/// message (IP_RECVTOS / IPV6_RECVTCLASS).
+fn recv_tos(fd: RawFd, family: Family) -> io::Result<()> {
+    match family {
+        Family::V4 => setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1),
+        Family::V6 => setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1),
+    }
+}
+
+/// recvmsg with MSG_TRUNC: returns (real datagram length, sender, the
+/// TOS / traffic class from an IP_TOS or IPV6_TCLASS control message, 0
+/// without one). A datagram longer than `buf` is an `InvalidData` error.
+fn recv_msg_tos(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, u8)> {
+    // SAFETY: sockaddr_storage is plain old data.
+    let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
+    // Room for a few control messages (an int each), 8-byte aligned.
+    let mut cbuf = [0u64; 16];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is plain old data; the fields set below point at live buffers.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_name = (&mut ss as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = size_of::<[u64; 16]>() as _;
+    // SAFETY: msg describes valid writable buffers of the given sizes.
+    let n = cvt_size(unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_TRUNC) })?;
+    if n > buf.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("datagram of {n} bytes truncated to {}", buf.len()),
+        ));
+    }
+    let mut tos = 0u8;
+    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled,
+    // bounded by msg_controllen; each data pointer is read only within its
+    // message's length.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let (level, ty) = ((*c).cmsg_level, (*c).cmsg_type);
+            let data = libc::CMSG_DATA(c);
+            let len = (*c).cmsg_len as usize - (data as usize - c as usize);
+            if (level, ty) == (libc::IPPROTO_IP, libc::IP_TOS) && len >= 1 {
+                tos = *data;
+            } else if (level, ty) == (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+                && len >= size_of::<libc::c_int>()
+            {
+                tos = std::ptr::read_unaligned(data.cast::<libc::c_int>()) as u8;
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    let src = from_sockaddr(&ss, msg.msg_namelen).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "unexpected sender address family",
+        )
+    })?;
+    Ok((n, src, tos))
+}
+
 /// An address family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {
@@ -269,6 +353,8 @@ pub struct Received {
     /// The sender's IPv6 scope (sin6_scope_id: the receiving interface's
     /// index for a link-local source); 0 for IPv4 and global addresses.
     pub scope: u32,
+    /// The ECN field of the outer header (0..=3).
+    pub ecn: u8,
 }
 
 /// Unsent bytes in a socket's send queue (SIOCOUTQ); for raw and UDP sockets
@@ -330,6 +416,11 @@ impl BundleSocket {
             libc::c_int::from(protocol),
             mark,
         )?;
+        match family {
+            Family::V4 => clear_df(fd.as_raw_fd())?,
+            // IPv4 delivers the outer header with the payload; IPv6 the traffic class as a control message.
+            Family::V6 => recv_tos(fd.as_raw_fd(), family)?,
+        }
         Ok(BundleSocket {
             fd,
             family,
@@ -350,6 +441,22 @@ impl BundleSocket {
         self.send_to_scoped(peer, 0, payload, dscp)
     }
 
+    /// [`BundleSocket::send_to_scoped`] with the outer ECN field `ecn` (0..=3).
+    pub fn send_to_ecn(
+        &self,
+        peer: IpAddr,
+        scope: u32,
+        payload: &[u8],
+        dscp: u8,
+        ecn: u8,
+    ) -> io::Result<()> {
+        if Family::of(peer) != self.family {
+            return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
+        }
+        set_tos(self.fd.as_raw_fd(), self.family, &self.tos, dscp, ecn)?;
+        send_to_raw(self.fd.as_raw_fd(), scoped(peer, 0, scope), payload)
+    }
+
     /// Like [`BundleSocket::send_to`] with an IPv6 scope: `scope` is the
     /// interface index a link-local `peer` (fe80::/10) is reached through
     /// (sin6_scope_id; the kernel answers EINVAL for a link-local peer
@@ -361,11 +468,7 @@ impl BundleSocket {
         payload: &[u8],
         dscp: u8,
     ) -> io::Result<()> {
-        if Family::of(peer) != self.family {
-            return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
-        }
-        set_dscp(self.fd.as_raw_fd(), self.family, &self.tos, dscp)?;
-        send_to_raw(self.fd.as_raw_fd(), scoped(peer, 0, scope), payload)
+        self.send_to_ecn(peer, scope, payload, dscp, 0)
     }
 
     /// Receives one bundle into `buf` (`WouldBlock` if none). IPv4: the
@@ -373,24 +476,28 @@ impl BundleSocket {
     /// larger than `buf` or with an inconsistent header is `InvalidData`
     /// (and consumed: the next call reads the next datagram).
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<Received> {
-        let (n, from) = recv_from_raw(self.fd.as_raw_fd(), buf)?;
-        let (src, scope) = (canonical(from.ip()), scope_of(from));
         match self.family {
             Family::V4 => {
+                let (n, from) = recv_from_raw(self.fd.as_raw_fd(), buf)?;
                 let (offset, len) = strip_ipv4_header(&buf[..n], self.protocol)?;
                 Ok(Received {
                     len,
-                    src,
+                    src: canonical(from.ip()),
                     offset,
-                    scope,
+                    scope: scope_of(from),
+                    ecn: buf[1] & 3,
                 })
             }
-            Family::V6 => Ok(Received {
-                len: n,
-                src,
-                offset: 0,
-                scope,
-            }),
+            Family::V6 => {
+                let (n, from, tclass) = recv_msg_tos(self.fd.as_raw_fd(), buf)?;
+                Ok(Received {
+                    len: n,
+                    src: canonical(from.ip()),
+                    offset: 0,
+                    scope: scope_of(from),
+                    ecn: tclass & 3,
+                })
+            }
         }
     }
 
@@ -416,6 +523,11 @@ impl UdpBundleSocket {
         if family == Family::V6 {
             setsockopt_int(fd.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
         }
+        match family {
+            Family::V4 => clear_df(fd.as_raw_fd())?,
+            Family::V6 => {}
+        }
+        recv_tos(fd.as_raw_fd(), family)?;
         let (ss, len) = to_sockaddr(local);
         // SAFETY: ss/len describe a valid socket address.
         cvt(unsafe {
@@ -434,23 +546,35 @@ impl UdpBundleSocket {
 
     /// Sends `payload` to `peer` with DSCP `dscp` (EAFNOSUPPORT for the other family).
     pub fn send_to(&self, peer: SocketAddr, payload: &[u8], dscp: u8) -> io::Result<()> {
+        self.send_to_ecn(peer, payload, dscp, 0)
+    }
+
+    /// [`UdpBundleSocket::send_to`] with the outer ECN field `ecn` (0..=3).
+    pub fn send_to_ecn(
+        &self,
+        peer: SocketAddr,
+        payload: &[u8],
+        dscp: u8,
+        ecn: u8,
+    ) -> io::Result<()> {
         if Family::of(peer.ip()) != self.family {
             return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
         }
-        set_dscp(self.fd.as_raw_fd(), self.family, &self.tos, dscp)?;
+        set_tos(self.fd.as_raw_fd(), self.family, &self.tos, dscp, ecn)?;
         send_to_raw(self.fd.as_raw_fd(), peer, payload)
     }
 
     /// Receives one datagram into `buf` (`offset` is always 0). Returns the
     /// sender's port too. A datagram larger than `buf` is `InvalidData`.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(Received, u16)> {
-        let (n, src) = recv_from_raw(self.fd.as_raw_fd(), buf)?;
+        let (n, src, tos) = recv_msg_tos(self.fd.as_raw_fd(), buf)?;
         Ok((
             Received {
                 len: n,
                 src: canonical(src.ip()),
                 offset: 0,
                 scope: scope_of(src),
+                ecn: tos & 3,
             },
             src.port(),
         ))

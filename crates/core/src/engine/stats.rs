@@ -169,6 +169,10 @@ pub struct Counters {
     pub packets_received: u64,
     /// Received bundles rejected, indexed by [`DecodeError::index`].
     pub decode_errors: [u64; DecodeError::COUNT],
+    /// Inner packets of received bundles refused on their own (the bundle's
+    /// framing was intact, its other packets delivered), indexed by
+    /// [`DecodeError::index`].
+    pub inner_errors: [u64; DecodeError::COUNT],
 }
 
 impl Counters {
@@ -194,6 +198,7 @@ impl Counters {
             bundles_received,
             packets_received,
             decode_errors,
+            inner_errors,
         } = o;
         self.packets_in += packets_in;
         self.bytes_in += bytes_in;
@@ -215,6 +220,9 @@ impl Counters {
         self.bundles_received += bundles_received;
         self.packets_received += packets_received;
         for (a, b) in self.decode_errors.iter_mut().zip(decode_errors) {
+            *a += b;
+        }
+        for (a, b) in self.inner_errors.iter_mut().zip(inner_errors) {
             *a += b;
         }
     }
