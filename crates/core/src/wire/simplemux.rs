@@ -424,11 +424,11 @@ mod tests {
         // The nibble decides: Simplemux labels IPv6 packets 4 (and an IPv4
         // packet labelled 41 is an IPv4 packet just the same).
         let (p4, p6) = (v4(60, 17), v6(48));
-        let mut b = bundle(&[p4.clone()]);
+        let mut b = bundle(std::slice::from_ref(&p4));
         b[1] = PROTO_IPV6;
         let d = decode(&b).unwrap();
         assert_eq!(d.iter().collect::<Vec<_>>(), [&p4[..]]);
-        let mut b = bundle(&[p6.clone()]);
+        let mut b = bundle(std::slice::from_ref(&p6));
         b[1] = PROTO_IPV4;
         let d = decode(&b).unwrap();
         assert_eq!(d.iter().collect::<Vec<_>>(), [&p6[..]]);
