@@ -71,7 +71,9 @@ fn next_len(rest: &[u8]) -> Result<usize, DecodeError> {
     Ok(total)
 }
 
-/// Parses and fully validates a bundle payload.
+/// Parses a bundle payload: the framing must hold (else the error below),
+/// and an inner packet that fails its own checks (the [`ip::inspect_inner`]
+/// reasons) is refused alone (see [`super::Bundle::refused`]).
 ///
 /// Errors: [`DecodeError::Overlong`] (payload over [`MAX_BUNDLE`]),
 /// [`DecodeError::Empty`], [`DecodeError::BadVersion`] (inner version not 4

@@ -153,7 +153,9 @@ fn check_header(payload: &[u8]) -> Result<&[u8], DecodeError> {
     Ok(body)
 }
 
-/// Parses and fully validates a bundle payload.
+/// Parses a bundle payload: the framing must hold (else the error below),
+/// and an inner packet that fails its own checks (the [`ip::inspect_inner`]
+/// reasons) is refused alone (see [`super::Bundle::refused`]).
 ///
 /// Errors, in the order checked: [`DecodeError::Overlong`] (payload larger
 /// than [`MAX_BUNDLE`]), [`DecodeError::Empty`] (no bytes, or a header with

@@ -20,9 +20,10 @@
 //!   accepted; more is [`DecodeError::Overlong`], as is a non-shortest
 //!   encoding (an extension byte that was not needed). Length 0 is
 //!   [`DecodeError::ZeroLength`].
-//! * Protocol 4 (IPv4) and 41 (IPv6) are carried; anything else (ROHC 142,
-//!   Ethernet 143, ...) is [`DecodeError::Unsupported`]. The inner packet's IP
-//!   version must agree with the protocol ([`DecodeError::BadInnerHeader`]).
+//! * Protocol 4 (IPv4) and 41 (IPv6) are carried; a packet labelled anything
+//!   else (ROHC 142, Ethernet 143, ...) is refused alone as
+//!   [`DecodeError::Unsupported`]. Between 4 and 41 the inner packet's version
+//!   nibble decides (the published Simplemux labels IPv6 packets 4).
 //! * The writer always sends SPB = 0 and a Protocol byte in every separator,
 //!   so IPv4 and IPv6 can share a bundle and [`cost`] never depends on the
 //!   packets that follow. The decoder accepts SPB = 1 as well.
@@ -153,17 +154,18 @@ fn read_separator(b: &[u8], first: bool, spb: bool) -> Result<Separator, DecodeE
     })
 }
 
-/// Parses and fully validates a bundle payload.
+/// Parses a bundle payload: the framing must hold (else the error), each
+/// inner packet is checked on its own and refused alone if it fails (see
+/// [`super::Bundle::refused`]).
 ///
-/// Errors: [`DecodeError::Overlong`] (payload over [`MAX_BUNDLE`], more than 3
+/// Framing errors: [`DecodeError::Overlong`] (payload over [`MAX_BUNDLE`], more than 3
 /// length bytes, a length over 65535 or not in its shortest form),
 /// [`DecodeError::Empty`], [`DecodeError::Truncated`] (a separator or a
 /// length past the end), [`DecodeError::ZeroLength`],
 /// [`DecodeError::TrailingGarbage`] (after a packet, fewer bytes than the
-/// smallest separator plus a 20-byte IPv4 header), [`DecodeError::Unsupported`]
-/// (protocol other than 4 or 41), [`DecodeError::BadInnerHeader`] (inner IP
-/// version disagrees with the protocol, or an inner header error),
-/// [`DecodeError::TooManyPackets`], and the errors of [`ip::inspect_inner`].
+/// smallest separator plus a 20-byte IPv4 header), [`DecodeError::TooManyPackets`].
+/// Per packet: [`DecodeError::Unsupported`] (protocol other than 4 or 41) and
+/// the errors of [`ip::inspect_inner`].
 pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
     if payload.len() > MAX_BUNDLE {
         return Err(DecodeError::Overlong);
