@@ -567,7 +567,14 @@ impl<'a> Iterator for Packets<'a> {
                 (pkt, rest)
             }
             Mode::Careful => {
-                let (label, pkt, rest) = next_passing(f.clone(), self.filter)?;
+                let (label, pkt, rest) = next_passing(
+                    f.encoding,
+                    f.rest,
+                    f.first,
+                    f.single_protocol,
+                    f.label,
+                    self.filter,
+                )?;
                 f.label = label;
                 (pkt, rest)
             }
@@ -582,12 +589,27 @@ impl<'a> Iterator for Packets<'a> {
     }
 }
 
-/// From `frames`, the next packet that passes its checks: its label, the
-/// packet and the rest of the body after it. Out of line and by value, so
-/// that [`Packets::next`] keeps its state in registers in the common case.
+/// From the walk state of a [`Frames`], the next packet that passes its
+/// checks: its label, the packet and the rest of the body after it. Out of
+/// line and by value, so that [`Packets::next`] keeps its state in
+/// registers in the common case.
 #[inline(never)]
-fn next_passing(mut frames: Frames<'_>, filter: Filter) -> Option<(u8, &[u8], &[u8])> {
-    frames.left = usize::MAX;
+fn next_passing(
+    encoding: Encoding,
+    rest: &[u8],
+    first: bool,
+    single_protocol: bool,
+    label: u8,
+    filter: Filter,
+) -> Option<(u8, &[u8], &[u8])> {
+    let mut frames = Frames {
+        encoding,
+        rest,
+        left: usize::MAX,
+        first,
+        single_protocol,
+        label,
+    };
     loop {
         let (label, pkt) = frames.next()?;
         if check_inner(frames.encoding, label, pkt, &filter).is_ok() {
