@@ -1,12 +1,30 @@
 //! Shared check for the decode_* targets: decode untrusted bytes; whatever is
-//! accepted must be valid packets that re-encode and decode to the same list.
+//! delivered must be valid packets that re-encode and decode to the same
+//! list; every framed packet is delivered or refused for one reason; the
+//! receive path with an outer CE and a UDP bundle port never panics and
+//! delivers only CE-marked, valid packets.
 
-use airpack_core::wire::{ip, BundleWriter, Encoding, MAX_BUNDLE};
+use airpack_core::wire::{ip, BundleWriter, Encoding, RxContext, MAX_BUNDLE};
 
 pub fn check(enc: Encoding, data: &[u8]) {
     let Ok(bundle) = enc.decode(data) else { return };
-    assert!(!bundle.is_empty());
+    assert!(bundle.framed() > 0);
     assert_eq!(bundle.iter().count(), bundle.len());
+    assert_eq!(bundle.refused().count() + bundle.len(), bundle.framed());
+    let mut copy = data.to_vec();
+    let ctx = RxContext {
+        outer_ecn: ip::ecn::CE,
+        udp_port: Some(4150),
+    };
+    let rx = enc.decode_rx(&mut copy, ctx).expect("same framing");
+    assert_eq!(rx.framed(), bundle.framed());
+    for p in rx.iter() {
+        assert!(ip::inspect(p).is_ok());
+        assert_eq!(ip::ecn_of(p), ip::ecn::CE);
+    }
+    if bundle.is_empty() {
+        return;
+    }
     let mut buf = vec![0u8; MAX_BUNDLE];
     let mut w = BundleWriter::new(enc, &mut buf).expect("header fits");
     for p in bundle.iter() {

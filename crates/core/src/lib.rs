@@ -17,7 +17,7 @@ pub use engine::{
     Classifier, DropReason, Engine, EngineConfig, LinkMode, PeerConfig, PeerKey, Reason, Rule,
     Stats, TrafficClass, Transmit, TransmitKind, Verdict,
 };
-pub use wire::{Bundle, BundleWriter, DecodeError, Encoding};
+pub use wire::{Bundle, BundleWriter, DecodeError, Encoding, RxContext};
 
 /// A point in time, in microseconds since an arbitrary epoch chosen by the driver.
 ///

@@ -2,7 +2,8 @@
 //! made by tests/vectors/make_vectors.py from the seed 001 / Simplemux draft /
 //! native layouts, sharing no code with the crate). For each vector:
 //! encode(packets) == payload (unless decode-only), decode(payload) == packets,
-//! and negative vectors fail with exactly the named reason.
+//! negative vectors fail with exactly the named reason, and vectors with
+//! `refused:` deliver their packets and refuse the listed inner packets alone.
 //!
 //! Owns nothing but these checks; must not touch the vectors' bytes.
 
@@ -16,6 +17,8 @@ struct Vector {
     encoding: Option<Encoding>,
     decode_only: bool,
     error: Option<String>,
+    /// Reasons of the inner packets refused on their own, in order.
+    refused: Vec<String>,
     packets: Vec<Vec<u8>>,
     outer: Option<Vec<u8>>,
     payload: Vec<u8>,
@@ -53,6 +56,7 @@ fn load(path: &PathBuf) -> Vector {
                 ("encoding", e) => v.encoding = Some(e.parse().unwrap()),
                 ("decode-only", "yes") => v.decode_only = true,
                 ("error", e) => v.error = Some(e.to_string()),
+                ("refused", r) => v.refused = r.split(',').map(|x| x.trim().into()).collect(),
                 ("packet", "") => {
                     v.packets.push(Vec::new());
                     sec = Sec::Packet;
@@ -155,6 +159,10 @@ fn golden_vectors() {
                 let got: Vec<&[u8]> = b.iter().collect();
                 let want: Vec<&[u8]> = v.packets.iter().map(|p| &p[..]).collect();
                 assert_eq!(got, want, "{}: decode differs", v.name);
+                let refused: Vec<&str> = b.refused().map(|e| e.reason()).collect();
+                assert_eq!(refused, v.refused, "{}: refused packets", v.name);
+                assert_eq!(b.framed(), b.len() + v.refused.len(), "{}", v.name);
+                assert!(v.refused.is_empty() || v.decode_only, "{}", v.name);
             }
         }
     }
@@ -189,22 +197,23 @@ fn kau_full_meta_packet() {
     // The meta packet itself is not carryable inside another bundle.
     for enc in Encoding::ALL {
         assert!(!enc.can_carry(&full), "{enc} would nest a meta packet");
-        assert_eq!(
-            enc.decode(&full).map(|b| b.len()).err(),
-            Some(expected_for_full(enc)),
-            "{enc}"
-        );
+        let got = enc
+            .decode(&full)
+            .map(|b| (b.len(), b.refused().collect::<Vec<_>>()));
+        assert_eq!(got, expected_for_full(enc), "{enc}");
     }
 }
 
-/// What each decoder says about a whole meta packet given as a payload.
-fn expected_for_full(enc: Encoding) -> DecodeError {
+/// What each decoder says about a whole meta packet given as a payload:
+/// (delivered packets, refused reasons), or the bundle's error.
+fn expected_for_full(enc: Encoding) -> Result<(usize, Vec<DecodeError>), DecodeError> {
     match enc {
         // 0x45: version nibble 4 is not native version 1.
-        Encoding::Native => DecodeError::BadVersion,
-        // The meta packet parses as one inner IPv4 packet of protocol 253.
-        Encoding::Kau => DecodeError::Nested,
+        Encoding::Native => Err(DecodeError::BadVersion),
+        // The meta packet frames as one inner IPv4 packet of protocol 253:
+        // refused alone, nothing delivered.
+        Encoding::Kau => Ok((0, vec![DecodeError::Nested])),
         // 0x45 = SPB 0, LXT 1, ...; 0xb8 = LXT 1 -> 3 length bytes 0x05,0x38,0x01 -> 5<<14|..: > 65535.
-        Encoding::Simplemux => DecodeError::Overlong,
+        Encoding::Simplemux => Err(DecodeError::Overlong),
     }
 }

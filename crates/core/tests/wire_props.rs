@@ -6,7 +6,7 @@
 //! Owns these checks only.
 
 use airpack_core::wire::{
-    ip, BundleWriter, EncodeError, Encoding, MAX_BUNDLE, MAX_PACKETS_PER_BUNDLE,
+    ip, BundleWriter, EncodeError, Encoding, RxContext, MAX_BUNDLE, MAX_PACKETS_PER_BUNDLE,
 };
 use proptest::prelude::*;
 
@@ -261,13 +261,32 @@ proptest! {
     }
 }
 
-/// Whatever a decoder accepts must be a list of valid, non-bundle packets,
-/// and re-encoding them must give the same list back.
+/// Whatever a decoder delivers must be a list of valid, non-bundle packets,
+/// and re-encoding them must give the same list back; every framed packet
+/// is either delivered or refused for one reason.
 fn check_accepted(enc: Encoding, bytes: &[u8]) {
     let Ok(b) = enc.decode(bytes) else { return };
     let pkts: Vec<&[u8]> = b.iter().collect();
     assert_eq!(pkts.len(), b.len());
-    assert!(!pkts.is_empty());
+    assert!(b.framed() > 0);
+    assert_eq!(b.refused().count() + b.len(), b.framed());
+    // The receive path with an outer CE: same framing, only CE-marked valid
+    // packets delivered, the others refused.
+    let mut copy = bytes.to_vec();
+    let ctx = RxContext {
+        outer_ecn: ip::ecn::CE,
+        udp_port: Some(4150),
+    };
+    let rx = enc.decode_rx(&mut copy, ctx).expect("same framing");
+    assert_eq!(rx.framed(), b.framed());
+    assert_eq!(rx.refused().count() + rx.len(), rx.framed());
+    for p in rx.iter() {
+        assert!(ip::inspect(p).is_ok());
+        assert_eq!(ip::ecn_of(p), ip::ecn::CE);
+    }
+    if pkts.is_empty() {
+        return;
+    }
     for p in &pkts {
         let info = ip::inspect(p).expect("accepted packet is valid");
         assert!(!ip::is_bundle_protocol(info.protocol));

@@ -38,7 +38,8 @@ pub struct Accounting {
     pub send_dropped: Vec<(String, u64)>,
     /// Of those, queued in the engine now.
     pub send_queued: u64,
-    /// Inner packets of bundles the engine accepted (`packets_received`).
+    /// Inner packets of bundles the engine accepted: delivered
+    /// (`packets_received`) plus refused on their own (`inner_errors`).
     pub receive_in: u64,
     /// Of those, written into the TUN.
     pub receive_out: u64,
@@ -93,6 +94,16 @@ impl Accounting {
                 d.tun_write_errors[k.index()],
             ));
         }
+        // Inner packets of accepted bundles refused on their own (the
+        // framing was intact): the engine does not count them as received.
+        let mut refused_inner = 0;
+        for r in DecodeError::ALL {
+            refused_inner += engine.inner_errors[r.index()];
+            receive_dropped.push((
+                format!("inner_{}", r.reason()),
+                engine.inner_errors[r.index()],
+            ));
+        }
         let mut datagrams_dropped = vec![("unknown_peer".to_owned(), d.rx_unknown_peer)];
         for r in DecodeError::ALL {
             datagrams_dropped.push((
@@ -105,7 +116,7 @@ impl Accounting {
             send_out: d.bundled_packets_sent + d.unchanged_sent,
             send_dropped,
             send_queued: queued,
-            receive_in: engine.packets_received,
+            receive_in: engine.packets_received + refused_inner,
             receive_out: d.tun_written,
             receive_dropped,
             datagrams_in: d.rx_datagrams,

@@ -252,7 +252,7 @@ fn histogram_json(h: &Histogram) -> Value {
 /// Every [`Counters`] field by name, plus ratios and per-reason maps.
 pub fn counters_json(c: &Counters) -> Map<String, Value> {
     let mut m = Map::new();
-    let fields: [(&str, u64); 19] = [
+    let fields: [(&str, u64); 20] = [
         ("packets_in", c.packets_in),
         ("bytes_in", c.bytes_in),
         ("aggregated_packets", c.aggregated_packets),
@@ -272,6 +272,7 @@ pub fn counters_json(c: &Counters) -> Map<String, Value> {
         ("send_failed_packets", c.send_failed_packets),
         ("dropped_total", c.dropped_total()),
         ("decode_errors_total", c.decode_errors.iter().sum()),
+        ("inner_errors_total", c.inner_errors.iter().sum()),
     ];
     for (k, v) in fields {
         m.insert(k.into(), v.into());
@@ -288,6 +289,11 @@ pub fn counters_json(c: &Counters) -> Map<String, Value> {
         d.insert(r.reason().into(), c.decode_errors[r.index()].into());
     }
     m.insert("decode_errors".into(), Value::Object(d));
+    let mut d = Map::new();
+    for r in DecodeError::ALL {
+        d.insert(r.reason().into(), c.inner_errors[r.index()].into());
+    }
+    m.insert("inner_errors".into(), Value::Object(d));
     m
 }
 

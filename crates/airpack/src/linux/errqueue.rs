@@ -89,20 +89,23 @@ fn socket_drops(fd: RawFd) -> io::Result<u32> {
 /// recvmsg with MSG_TRUNC: returns (real datagram length, sender), like
 /// `recvfrom`; a datagram longer than `buf` is an `InvalidData` error (it
 /// was cut). The SO_RXQ_OVFL count the datagram carries, if any, is stored
-/// in `drops` (it is cumulative, so the latest value is the total).
+/// in `drops` (it is cumulative, so the latest value is the total). Also
+/// returns the TOS / traffic class from an IP_TOS / IPV6_TCLASS control
+/// message (0 without one; enabled per socket where the outer ECN is needed).
 pub(super) fn recv_counting(
     fd: RawFd,
     buf: &mut [u8],
     drops: &Cell<u32>,
-) -> io::Result<(usize, SocketAddr)> {
+) -> io::Result<(usize, SocketAddr, u8)> {
     // SAFETY: sockaddr_storage and msghdr are plain old data.
     let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    // Room for one u32 control message (16 bytes) and then some; u64 for alignment.
-    let mut control = [0u64; 8];
+    // Room for a few int-sized control messages (SO_RXQ_OVFL, IP_TOS /
+    // IPV6_TCLASS); u64 for alignment.
+    let mut control = [0u64; 16];
     // SAFETY: as above.
     let mut msg: libc::msghdr = unsafe { zeroed() };
     msg.msg_name = (&mut ss as *mut libc::sockaddr_storage).cast();
@@ -113,17 +116,24 @@ pub(super) fn recv_counting(
     msg.msg_controllen = size_of_val(&control) as _;
     // SAFETY: msg points at live buffers of the sizes it gives.
     let n = cvt_size(unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_TRUNC) })?;
+    let mut tos = 0u8;
     // SAFETY: the kernel filled msg_control up to msg_controllen; the CMSG
     // macros stay within it and data is read unaligned after a length check.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
         while !c.is_null() {
             let h = &*c;
-            if h.cmsg_level == libc::SOL_SOCKET
-                && h.cmsg_type == SO_RXQ_OVFL
-                && h.cmsg_len as usize >= libc::CMSG_LEN(4) as usize
-            {
-                drops.set(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<u32>()));
+            let data = libc::CMSG_DATA(c);
+            let len = (h.cmsg_len as usize).saturating_sub(data as usize - c as usize);
+            match (h.cmsg_level, h.cmsg_type) {
+                (libc::SOL_SOCKET, SO_RXQ_OVFL) if len >= 4 => {
+                    drops.set(std::ptr::read_unaligned(data.cast::<u32>()));
+                }
+                (libc::IPPROTO_IP, libc::IP_TOS) if len >= 1 => tos = *data,
+                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) if len >= size_of::<libc::c_int>() => {
+                    tos = std::ptr::read_unaligned(data.cast::<libc::c_int>()) as u8;
+                }
+                _ => {}
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
@@ -140,7 +150,7 @@ pub(super) fn recv_counting(
             "unexpected sender address family",
         )
     })?;
-    Ok((n, src))
+    Ok((n, src, tos))
 }
 
 /// What one entry of a socket's error queue reports, by origin and ICMP type.

@@ -16,6 +16,13 @@
 //! Must not touch: bundle contents (opaque payloads), peers, policy. Received
 //! IPv4 headers are checked (version, IHL, total length, protocol) before the
 //! payload offset is reported; anything inconsistent is an `InvalidData` error.
+//!
+//! Outer header (docs/wire-format.md): bundles are sent with the TOS /
+//! traffic class `DSCP << 2 | ECN` the engine chose; IPv4 bundle sockets use
+//! IP_PMTUDISC_DONT, so the kernel sends them with DF clear (a router on a
+//! path with a smaller MTU fragments them instead of dropping them). Every
+//! received bundle reports its outer ECN field (the raw IPv4 header, or the
+//! IP_TOS / IPV6_TCLASS control message).
 
 use std::cell::Cell;
 use std::io;
@@ -161,9 +168,10 @@ fn send_to_raw(fd: RawFd, dst: SocketAddr, payload: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Sets IP_TOS / IPV6_TCLASS to `dscp << 2` if it differs from the cached value.
-fn set_dscp(fd: RawFd, family: Family, cache: &Cell<u8>, dscp: u8) -> io::Result<()> {
-    let tos = (dscp & 0x3f) << 2;
+/// Sets IP_TOS / IPV6_TCLASS to `dscp << 2 | ecn` if it differs from the
+/// cached value (the kernel keeps the ECN bits of a raw or UDP socket's TOS).
+fn set_tos(fd: RawFd, family: Family, cache: &Cell<u8>, dscp: u8, ecn: u8) -> io::Result<()> {
+    let tos = (dscp & 0x3f) << 2 | (ecn & 3);
     if cache.get() == tos {
         return Ok(());
     }
@@ -209,6 +217,25 @@ fn strip_ipv4_header(pkt: &[u8], protocol: u8) -> io::Result<(usize, usize)> {
     Ok((ihl, total - ihl))
 }
 
+/// Makes an IPv4 socket send with DF clear (IP_MTU_DISCOVER = IP_PMTUDISC_DONT).
+fn clear_df(fd: RawFd) -> io::Result<()> {
+    setsockopt_int(
+        fd,
+        libc::IPPROTO_IP,
+        libc::IP_MTU_DISCOVER,
+        libc::IP_PMTUDISC_DONT,
+    )
+}
+
+/// Asks for the TOS / traffic class of every received datagram as a control
+/// message (IP_RECVTOS / IPV6_RECVTCLASS).
+fn recv_tos(fd: RawFd, family: Family) -> io::Result<()> {
+    match family {
+        Family::V4 => setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1),
+        Family::V6 => setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1),
+    }
+}
+
 /// An address family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {
@@ -250,6 +277,8 @@ pub struct Received {
     /// The sender's IPv6 scope (sin6_scope_id: the receiving interface's
     /// index for a link-local source); 0 for IPv4 and global addresses.
     pub scope: u32,
+    /// The ECN field of the outer header (0..=3).
+    pub ecn: u8,
 }
 
 /// Unsent bytes in a socket's send queue (SIOCOUTQ); for raw and UDP sockets
@@ -315,6 +344,11 @@ impl BundleSocket {
         )?;
         enable_error_reports(fd.as_raw_fd(), family)?;
         enable_rx_drop_count(fd.as_raw_fd())?;
+        match family {
+            Family::V4 => clear_df(fd.as_raw_fd())?,
+            // IPv4 delivers the outer header with the payload; IPv6 the traffic class as a control message.
+            Family::V6 => recv_tos(fd.as_raw_fd(), family)?,
+        }
         Ok(BundleSocket {
             fd,
             family,
@@ -336,6 +370,22 @@ impl BundleSocket {
         self.send_to_scoped(peer, 0, payload, dscp)
     }
 
+    /// [`BundleSocket::send_to_scoped`] with the outer ECN field `ecn` (0..=3).
+    pub fn send_to_ecn(
+        &self,
+        peer: IpAddr,
+        scope: u32,
+        payload: &[u8],
+        dscp: u8,
+        ecn: u8,
+    ) -> io::Result<()> {
+        if Family::of(peer) != self.family {
+            return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
+        }
+        set_tos(self.fd.as_raw_fd(), self.family, &self.tos, dscp, ecn)?;
+        send_to_raw(self.fd.as_raw_fd(), scoped(peer, 0, scope), payload)
+    }
+
     /// Like [`BundleSocket::send_to`] with an IPv6 scope: `scope` is the
     /// interface index a link-local `peer` (fe80::/10) is reached through
     /// (sin6_scope_id; the kernel answers EINVAL for a link-local peer
@@ -347,11 +397,7 @@ impl BundleSocket {
         payload: &[u8],
         dscp: u8,
     ) -> io::Result<()> {
-        if Family::of(peer) != self.family {
-            return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
-        }
-        set_dscp(self.fd.as_raw_fd(), self.family, &self.tos, dscp)?;
-        send_to_raw(self.fd.as_raw_fd(), scoped(peer, 0, scope), payload)
+        self.send_to_ecn(peer, scope, payload, dscp, 0)
     }
 
     /// Receives one bundle into `buf` (`WouldBlock` if none). IPv4: the
@@ -359,16 +405,18 @@ impl BundleSocket {
     /// larger than `buf` or with an inconsistent header is `InvalidData`
     /// (and consumed: the next call reads the next datagram).
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<Received> {
-        let (n, from) = recv_counting(self.fd.as_raw_fd(), buf, &self.rx_drops)?;
+        let (n, from, tos) = recv_counting(self.fd.as_raw_fd(), buf, &self.rx_drops)?;
         let (src, scope) = (canonical(from.ip()), scope_of(from));
         match self.family {
             Family::V4 => {
+                // The kernel's copy of the outer IPv4 header carries the ECN field.
                 let (offset, len) = strip_ipv4_header(&buf[..n], self.protocol)?;
                 Ok(Received {
                     len,
                     src,
                     offset,
                     scope,
+                    ecn: buf[1] & 3,
                 })
             }
             Family::V6 => Ok(Received {
@@ -376,6 +424,7 @@ impl BundleSocket {
                 src,
                 offset: 0,
                 scope,
+                ecn: tos & 3,
             }),
         }
     }
@@ -415,6 +464,11 @@ impl UdpBundleSocket {
         if family == Family::V6 {
             setsockopt_int(fd.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
         }
+        match family {
+            Family::V4 => clear_df(fd.as_raw_fd())?,
+            Family::V6 => {}
+        }
+        recv_tos(fd.as_raw_fd(), family)?;
         let (ss, len) = to_sockaddr(local);
         // SAFETY: ss/len describe a valid socket address.
         cvt(unsafe {
@@ -436,23 +490,35 @@ impl UdpBundleSocket {
 
     /// Sends `payload` to `peer` with DSCP `dscp` (EAFNOSUPPORT for the other family).
     pub fn send_to(&self, peer: SocketAddr, payload: &[u8], dscp: u8) -> io::Result<()> {
+        self.send_to_ecn(peer, payload, dscp, 0)
+    }
+
+    /// [`UdpBundleSocket::send_to`] with the outer ECN field `ecn` (0..=3).
+    pub fn send_to_ecn(
+        &self,
+        peer: SocketAddr,
+        payload: &[u8],
+        dscp: u8,
+        ecn: u8,
+    ) -> io::Result<()> {
         if Family::of(peer.ip()) != self.family {
             return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
         }
-        set_dscp(self.fd.as_raw_fd(), self.family, &self.tos, dscp)?;
+        set_tos(self.fd.as_raw_fd(), self.family, &self.tos, dscp, ecn)?;
         send_to_raw(self.fd.as_raw_fd(), peer, payload)
     }
 
     /// Receives one datagram into `buf` (`offset` is always 0). Returns the
     /// sender's port too. A datagram larger than `buf` is `InvalidData`.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(Received, u16)> {
-        let (n, src) = recv_counting(self.fd.as_raw_fd(), buf, &self.rx_drops)?;
+        let (n, src, tos) = recv_counting(self.fd.as_raw_fd(), buf, &self.rx_drops)?;
         Ok((
             Received {
                 len: n,
                 src: canonical(src.ip()),
                 offset: 0,
                 scope: scope_of(src),
+                ecn: tos & 3,
             },
             src.port(),
         ))

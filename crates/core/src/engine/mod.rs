@@ -62,7 +62,8 @@ pub use classify::{Classifier, Rule, TrafficClass};
 pub use stats::{Counters, DropReason, Histogram, Stats};
 
 use crate::wire::{
-    self, ip, Bundle, BundleWriter, DecodeError, Encoding, MAX_BUNDLE, MAX_PACKETS_PER_BUNDLE,
+    self, ip, Bundle, BundleWriter, DecodeError, Encoding, RxContext, MAX_BUNDLE,
+    MAX_PACKETS_PER_BUNDLE,
 };
 use crate::Micros;
 use core::cmp::Reverse;
@@ -188,6 +189,12 @@ pub struct Transmit {
     /// DSCP for the outer header: the highest DSCP of the packets inside, so
     /// voice is never demoted to best effort.
     pub dscp: u8,
+    /// ECN field for the outer header of a bundle (RFC 6040, applied to a
+    /// bundle as a whole): ECT(0) when every packet inside is ECN-capable
+    /// (ECT(0), ECT(1) or CE), else Not-ECT, so a CE mark on the way can
+    /// always be passed on to every inner packet. 0 for an unchanged packet
+    /// (it leaves with its own header).
+    pub ecn: u8,
     /// Why this datagram left now.
     pub reason: Reason,
 }
@@ -232,7 +239,8 @@ struct Entry {
     len: u32,
     /// Bytes this packet adds to a bundle when it is not the first (separator + packet).
     cost: u32,
-    dscp: u8,
+    /// The packet's TOS / traffic class byte: DSCP << 2 | ECN.
+    tos: u8,
     opportunistic: bool,
     /// The peer's current encoding can carry the packet (checked at arrival
     /// from the parsed headers, and again if the encoding changes).
@@ -246,6 +254,8 @@ struct Removed {
     cost: usize,
     opportunistic: usize,
     nocarry: usize,
+    /// Records whose ECN field is Not-ECT.
+    not_ect: usize,
     /// Sum of arrival times, modulo 2^64.
     arrivals: u64,
 }
@@ -257,6 +267,7 @@ impl Removed {
         self.cost += e.cost as usize;
         self.opportunistic += e.opportunistic as usize;
         self.nocarry += !e.carry as usize;
+        self.not_ect += (e.tos & 3 == 0) as usize;
         self.arrivals = self.arrivals.wrapping_add(e.arrival);
     }
 }
@@ -299,13 +310,17 @@ struct Slot {
     opportunistic: usize,
     /// Records in `q` whose `carry` is false.
     nocarry: usize,
+    /// Records in `q` whose ECN field is Not-ECT (a bundle's outer header
+    /// is ECT(0) only when none is).
+    not_ect: usize,
     /// Sum of `Entry::arrival` over `q`, modulo 2^64 (differences of such
     /// sums are exact when the true difference fits in 64 bits).
     arrival_sum: u64,
-    /// The highest `Entry::dscp` in `q` when `dscp_exact`; otherwise at
-    /// least that (packets have left since the queue was last empty).
-    dscp_max: u8,
-    dscp_exact: bool,
+    /// The highest `Entry::tos` in `q` when `tos_exact`; otherwise at
+    /// least that (packets have left since the queue was last empty). Its
+    /// DSCP (`>> 2`) is the highest DSCP: the TOS orders by DSCP first.
+    tos_max: u8,
+    tos_exact: bool,
     /// Packets at the front of `q` that `flush`/`remove_peer` made ready.
     flush_pending: usize,
     /// Generation of the one valid deadline-heap entry.
@@ -346,9 +361,10 @@ impl Slot {
             ready_cost: 0,
             opportunistic: 0,
             nocarry: 0,
+            not_ect: 0,
             arrival_sum: 0,
-            dscp_max: 0,
-            dscp_exact: false,
+            tos_max: 0,
+            tos_exact: false,
             flush_pending: 0,
             dl_gen: 0,
             rd_gen: 0,
@@ -425,13 +441,13 @@ impl Slot {
     /// Appends a packet (behind its later-packet separator, ready to be
     /// copied into a bundle) and its record; no limits, no readiness.
     #[inline(always)]
-    fn push(&mut self, now: Micros, packet: &[u8], dscp: u8, opportunistic: bool, carry: bool) {
+    fn push(&mut self, now: Micros, packet: &[u8], tos: u8, opportunistic: bool, carry: bool) {
         let len = packet.len();
         if self.q.is_empty() {
-            self.dscp_max = dscp;
-            self.dscp_exact = true;
+            self.tos_max = tos;
+            self.tos_exact = true;
         } else {
-            self.dscp_max = self.dscp_max.max(dscp);
+            self.tos_max = self.tos_max.max(tos);
         }
         let (sep, k) = match self.cfg.encoding {
             // The usual voice case, without the general separator writer.
@@ -441,24 +457,24 @@ impl Slot {
                 (u32::from_le_bytes(sep), k)
             }
         };
-        self.append(now, packet, dscp, (sep, k), opportunistic, carry);
+        self.append(now, packet, tos, (sep, k), opportunistic, carry);
     }
 
     /// [`Slot::push`] of a packet shorter than 128 bytes in the native
     /// encoding (one-byte separator), bundle class, that an IPv4 packet is,
     /// onto a non-empty queue: the shortest path, see `fast_len`.
     #[inline(always)]
-    fn push_native_short(&mut self, now: Micros, packet: &[u8], dscp: u8) {
+    fn push_native_short(&mut self, now: Micros, packet: &[u8], tos: u8) {
         debug_assert!(!self.q.is_empty() && packet.len() < 0x80);
         debug_assert_eq!(self.cfg.encoding, Encoding::Native);
-        // (A branch: the DSCP of a voice flow rarely changes.)
-        if dscp > self.dscp_max {
-            self.dscp_max = dscp;
+        // (A branch: the TOS of a voice flow rarely changes.)
+        if tos > self.tos_max {
+            self.tos_max = tos;
         }
-        self.append(now, packet, dscp, (packet.len() as u32, 1), false, true);
+        self.append(now, packet, tos, (packet.len() as u32, 1), false, true);
     }
 
-    /// The part of a push after the DSCP: the packet behind its separator
+    /// The part of a push after the TOS maximum: the packet behind its separator
     /// (`sep`: the separator's bytes as a little-endian word, and its
     /// length), its record, and the queue aggregates.
     #[inline(always)]
@@ -466,7 +482,7 @@ impl Slot {
         &mut self,
         now: Micros,
         packet: &[u8],
-        dscp: u8,
+        tos: u8,
         (sep, k): (u32, usize),
         opportunistic: bool,
         carry: bool,
@@ -478,7 +494,7 @@ impl Slot {
             arrival: now,
             len: len as u32,
             cost: c as u32,
-            dscp,
+            tos,
             opportunistic,
             carry,
         });
@@ -489,6 +505,7 @@ impl Slot {
             self.clear_calm();
         }
         self.nocarry += !carry as usize;
+        self.not_ect += (tos & 3 == 0) as usize;
         self.arrival_sum = self.arrival_sum.wrapping_add(now);
         debug_assert!(self.aggregates_hold());
     }
@@ -502,33 +519,40 @@ impl Slot {
         self.cost_sum -= removed.cost;
         self.opportunistic -= removed.opportunistic;
         self.nocarry -= removed.nocarry;
+        self.not_ect -= removed.not_ect;
         self.arrival_sum = self.arrival_sum.wrapping_sub(removed.arrivals);
         self.flush_pending = self.flush_pending.saturating_sub(n);
         self.sync_calm();
-        // The highest DSCP may have left; it is exact again once the queue
+        // The highest TOS may have left; it is exact again once the queue
         // has been empty.
-        self.dscp_exact &= self.q.is_empty();
+        self.tos_exact &= self.q.is_empty();
         debug_assert!(self.aggregates_hold());
     }
 
     /// Every aggregate kept over `q` equals its sum over the records (tests).
     fn aggregates_hold(&self) -> bool {
         let mut r = Removed::default();
-        let mut dscp = 0;
+        let mut tos = 0;
         for e in self.q.iter() {
             r.add(e);
-            dscp = dscp.max(e.dscp);
+            tos = tos.max(e.tos);
         }
-        (r.bytes, r.cost, r.opportunistic, r.nocarry, r.arrivals)
-            == (
-                self.queued_bytes,
-                self.cost_sum,
-                self.opportunistic,
-                self.nocarry,
-                self.arrival_sum,
-            )
-            && (self.q.is_empty()
-                || (self.dscp_max >= dscp && (!self.dscp_exact || self.dscp_max == dscp)))
+        (
+            r.bytes,
+            r.cost,
+            r.opportunistic,
+            r.nocarry,
+            r.not_ect,
+            r.arrivals,
+        ) == (
+            self.queued_bytes,
+            self.cost_sum,
+            self.opportunistic,
+            self.nocarry,
+            self.not_ect,
+            self.arrival_sum,
+        ) && (self.q.is_empty()
+            || (self.tos_max >= tos && (!self.tos_exact || self.tos_max == tos)))
             && self.calm
                 == (!self.in_ready
                     && !self.draining
@@ -805,7 +829,7 @@ fn push_within_limits(
     counts: &mut QueueCounts,
     now: Micros,
     packet: &[u8],
-    dscp: u8,
+    tos: u8,
     opportunistic: bool,
     carry: bool,
 ) -> Option<bool> {
@@ -817,7 +841,7 @@ fn push_within_limits(
     }
     let front_changed = s.q.is_empty();
     counts.nonempty += front_changed as usize;
-    s.push(now, packet, dscp, opportunistic, carry);
+    s.push(now, packet, tos, opportunistic, carry);
     counts.packets += 1;
     counts.bytes += len;
     Some(front_changed)
@@ -980,9 +1004,14 @@ impl Engine {
         let s = &mut self.slots[i];
         s.stats.counters.packets_in += 1;
         s.stats.counters.bytes_in += len as u64;
-        let class =
-            self.udp4_rules
-                .classify(u.dscp, u.src_port, u.dst_port, len, mark, s.cfg.max_size);
+        let class = self.udp4_rules.classify(
+            u.tos >> 2,
+            u.src_port,
+            u.dst_port,
+            len,
+            mark,
+            s.cfg.max_size,
+        );
         // The shortest path: a voice packet joining a calm queue that it
         // neither makes ready nor pushes over a limit, on a calm link.
         if class == TrafficClass::Bundle
@@ -991,7 +1020,7 @@ impl Engine {
             && s.cost_sum + len + 1 < s.fast_cost
             && self.calm_link
         {
-            s.push_native_short(self.now, packet, u.dscp);
+            s.push_native_short(self.now, packet, u.tos);
             self.counts.packets += 1;
             self.counts.bytes += len;
             debug_assert!(!s.refresh_after_push(
@@ -1002,7 +1031,7 @@ impl Engine {
             return Verdict::Queued(class);
         }
         if class == TrafficClass::Bypass {
-            return self.enqueue_bypass(i, packet, u.dscp);
+            return self.enqueue_bypass(i, packet, u.tos >> 2);
         }
         // `enqueue`, on the slot already at hand. An IPv4 packet that is not
         // a bundle: every encoding carries it.
@@ -1012,7 +1041,7 @@ impl Engine {
             &mut self.counts,
             self.now,
             packet,
-            u.dscp,
+            u.tos,
             opportunistic,
             true,
         );
@@ -1022,7 +1051,7 @@ impl Engine {
             }
             Some(front_changed) => self.refresh_out_of_line(i, front_changed),
             None => {
-                return match self.enqueue_over_limit(i, packet, u.dscp, opportunistic, true) {
+                return match self.enqueue_over_limit(i, packet, u.tos, opportunistic, true) {
                     Verdict::Queued(_) => Verdict::Queued(class),
                     d => d,
                 }
@@ -1088,7 +1117,7 @@ impl Engine {
             self.enqueue(
                 i,
                 packet,
-                info.dscp,
+                info.dscp << 2 | ip::ecn_of(packet),
                 class == TrafficClass::Opportunistic,
                 carry,
             )
@@ -1225,27 +1254,54 @@ impl Engine {
 
     /// Decodes a bundle received from `peer` with `encoding`, counting the
     /// result in that peer's statistics (or, for an unknown peer, in the
-    /// engine's own, see [`Engine::stats`]).
+    /// engine's own, see [`Engine::stats`]): a refused bundle under its
+    /// reason in `decode_errors`; otherwise the bundle, its delivered packets
+    /// and each refused inner packet under its reason in `inner_errors`.
     pub fn receive<'a>(
         &mut self,
         peer: PeerKey,
         encoding: Encoding,
         payload: &'a [u8],
     ) -> Result<Bundle<'a>, DecodeError> {
+        let r = encoding.decode(payload);
+        self.count_received(peer, &r);
+        r
+    }
+
+    /// [`Engine::receive`] for a bundle that arrived with `rx` (the outer
+    /// header's ECN, the UDP bundle port): see [`Encoding::decode_rx`], which
+    /// changes the ECN field of inner packets in place.
+    pub fn receive_rx<'a>(
+        &mut self,
+        peer: PeerKey,
+        encoding: Encoding,
+        payload: &'a mut [u8],
+        rx: RxContext,
+    ) -> Result<Bundle<'a>, DecodeError> {
+        let r = encoding.decode_rx(payload, rx);
+        self.count_received(peer, &r);
+        r
+    }
+
+    fn count_received(&mut self, peer: PeerKey, r: &Result<Bundle<'_>, DecodeError>) {
         let i = self.lookup(peer);
         let ps = i.map(|i| &mut self.slots[i].stats);
-        let r = encoding.decode(payload);
-        match &r {
+        match r {
             Ok(b) => {
                 let n = b.len() as u64;
+                let refused = b.framed() != b.len();
                 count(&mut self.retired, ps, |c| {
                     c.bundles_received += 1;
                     c.packets_received += n;
+                    if refused {
+                        for e in b.refused() {
+                            c.inner_errors[e.index()] += 1;
+                        }
+                    }
                 });
             }
             Err(e) => count(&mut self.retired, ps, |c| c.decode_errors[e.index()] += 1),
         }
-        r
     }
 
     /// Records that a [`Transmit`] for `peer` holding `packets` packets (a
@@ -1404,7 +1460,7 @@ impl Engine {
         &mut self,
         i: usize,
         packet: &[u8],
-        dscp: u8,
+        tos: u8,
         opportunistic: bool,
         carry: bool,
     ) -> Verdict {
@@ -1414,7 +1470,7 @@ impl Engine {
             &mut self.counts,
             self.now,
             packet,
-            dscp,
+            tos,
             opportunistic,
             carry,
         );
@@ -1423,7 +1479,7 @@ impl Engine {
                 if !s.refresh_after_push(self.calm_link, self.link_busy, self.config.link_mode) => {
             }
             Some(front_changed) => self.refresh_out_of_line(i, front_changed),
-            None => return self.enqueue_over_limit(i, packet, dscp, opportunistic, carry),
+            None => return self.enqueue_over_limit(i, packet, tos, opportunistic, carry),
         }
         Verdict::Queued(TrafficClass::Bundle)
     }
@@ -1436,7 +1492,7 @@ impl Engine {
         &mut self,
         i: usize,
         packet: &[u8],
-        dscp: u8,
+        tos: u8,
         opportunistic: bool,
         carry: bool,
     ) -> Verdict {
@@ -1460,7 +1516,7 @@ impl Engine {
             &mut self.counts,
             self.now,
             packet,
-            dscp,
+            tos,
             opportunistic,
             carry,
         );
@@ -1668,6 +1724,7 @@ impl Engine {
                 len,
                 kind: TransmitKind::Bypass,
                 dscp: e.dscp,
+                ecn: 0,
                 reason: Reason::Bypass,
             });
         }
@@ -1766,7 +1823,8 @@ impl Engine {
                 _ => false,
             };
         let n: usize;
-        let mut dscp = 0;
+        let mut tos = 0;
+        let mut ecn = 0;
         let inner_bytes: usize;
         // (`limit` holds the header and two packets, so the writer exists.)
         let writer = if bundle {
@@ -1807,12 +1865,13 @@ impl Engine {
                     cost: s.cost_sum,
                     opportunistic: s.opportunistic,
                     nocarry: 0,
+                    not_ect: s.not_ect,
                     arrivals: s.arrival_sum,
                 };
-                dscp = if s.dscp_exact {
-                    s.dscp_max
+                tos = if s.tos_exact {
+                    s.tos_max
                 } else {
-                    s.q.iter().map(|e| e.dscp).max().unwrap_or(0)
+                    s.q.iter().map(|e| e.tos).max().unwrap_or(0)
                 };
                 record_holds(&s.q, now, s.arrival_sum, holds);
             } else {
@@ -1823,7 +1882,7 @@ impl Engine {
                 let mut run = HoldRun::new(holds, now.saturating_sub(first.arrival));
                 let mut r = Removed::default();
                 r.add(&first);
-                dscp = first.dscp;
+                tos = first.tos;
                 run.add(holds, now.saturating_sub(first.arrival));
                 let mut k = 1;
                 let mut later = 0usize;
@@ -1836,7 +1895,7 @@ impl Engine {
                     later += c;
                     k += 1;
                     r.add(&e);
-                    dscp = dscp.max(e.dscp);
+                    tos = tos.max(e.tos);
                     run.add(holds, now.saturating_sub(e.arrival));
                 }
                 run.finish(holds);
@@ -1854,6 +1913,9 @@ impl Engine {
             s.bytes.pop(removed.cost);
             s.forget_front(n, removed);
             inner_bytes = removed.bytes;
+            if removed.not_ect == 0 {
+                ecn = ip::ecn::ECT0;
+            }
             debug_assert!(n >= 2, "the first two packets were checked to fit");
             (
                 w.finish(),
@@ -1873,7 +1935,7 @@ impl Engine {
             let fits = l <= buf.len();
             if fits {
                 buf[..l].copy_from_slice(s.bytes.get(c - l, l));
-                dscp = e.dscp;
+                tos = e.tos;
                 s.stats.hold_time_us.record(now.saturating_sub(e.arrival));
             }
             s.bytes.pop(c);
@@ -1915,7 +1977,8 @@ impl Engine {
             peer: key,
             len,
             kind,
-            dscp,
+            dscp: tos >> 2,
+            ecn,
             reason,
         })
     }

@@ -174,6 +174,10 @@ pub struct Counters {
     /// they are also in `aggregated_packets`, `unaggregated_packets` or
     /// `bypass_packets`; this says how many of those never reached the wire.
     pub send_failed_packets: u64,
+    /// Inner packets of received bundles refused on their own (the bundle's
+    /// framing was intact, its other packets delivered), indexed by
+    /// [`DecodeError::index`].
+    pub inner_errors: [u64; DecodeError::COUNT],
 }
 
 impl Counters {
@@ -200,6 +204,7 @@ impl Counters {
             packets_received,
             decode_errors,
             send_failed_packets,
+            inner_errors,
         } = o;
         self.packets_in += packets_in;
         self.bytes_in += bytes_in;
@@ -224,6 +229,9 @@ impl Counters {
             *a += b;
         }
         self.send_failed_packets += send_failed_packets;
+        for (a, b) in self.inner_errors.iter_mut().zip(inner_errors) {
+            *a += b;
+        }
     }
     /// Total drops over all reasons.
     pub fn dropped_total(&self) -> u64 {

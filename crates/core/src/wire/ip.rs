@@ -61,6 +61,71 @@ pub fn is_bundle_protocol(protocol: u8) -> bool {
     protocol == proto::EXPERIMENT1 || protocol == proto::EXPERIMENT2
 }
 
+/// ECN codepoints (RFC 3168): the two low bits of the IPv4 TOS byte / the
+/// IPv6 traffic class.
+pub mod ecn {
+    /// Not ECN-capable transport.
+    pub const NOT_ECT: u8 = 0;
+    /// ECN-capable transport, codepoint 1 (L4S, RFC 9331).
+    pub const ECT1: u8 = 1;
+    /// ECN-capable transport, codepoint 0 (classic ECN).
+    pub const ECT0: u8 = 2;
+    /// Congestion experienced.
+    pub const CE: u8 = 3;
+}
+
+/// The ECN field of an IPv4 or IPv6 packet (Not-ECT when the bytes hold no
+/// such header's first two bytes).
+#[inline]
+pub fn ecn_of(packet: &[u8]) -> u8 {
+    match packet {
+        [b0, b1, ..] if b0 >> 4 == 4 => b1 & 3,
+        [b0, b1, ..] if b0 >> 4 == 6 => (b1 >> 4) & 3,
+        _ => ecn::NOT_ECT,
+    }
+}
+
+/// Sets the ECN field of an IPv4 or IPv6 packet to `value` (0..=3); an IPv4
+/// header checksum is updated incrementally (RFC 1624, equation 3), so a
+/// valid header stays valid. Anything else is left alone.
+pub fn set_ecn(packet: &mut [u8], value: u8) {
+    let value = value & 3;
+    match packet.first().map(|b| b >> 4) {
+        Some(4) if packet.len() >= IPV4_HEADER_LEN => {
+            let old = be16(packet, 0);
+            packet[1] = (packet[1] & !3) | value;
+            let new = be16(packet, 0);
+            let hc = be16(packet, 10);
+            // HC' = ~(~HC + ~m + m')
+            let sum = u64::from(!hc) + u64::from(!old) + u64::from(new);
+            packet[10..12].copy_from_slice(&(!fold(sum)).to_be_bytes());
+        }
+        Some(6) if packet.len() >= 2 => packet[1] = (packet[1] & !0x30) | (value << 4),
+        _ => {}
+    }
+}
+
+/// RFC 6040 section 4.2: the inner packet's ECN field after decapsulation
+/// from an outer header with ECN `outer`, given its own `inner`; `None` means
+/// drop (outer CE over a Not-ECT packet: the congestion mark cannot be
+/// passed on).
+///
+/// | inner \ outer | Not-ECT | ECT(0) | ECT(1) | CE |
+/// | --- | --- | --- | --- | --- |
+/// | Not-ECT | Not-ECT | Not-ECT | Not-ECT | drop |
+/// | ECT(0) | ECT(0) | ECT(0) | ECT(1) | CE |
+/// | ECT(1) | ECT(1) | ECT(1) | ECT(1) | CE |
+/// | CE | CE | CE | CE | CE |
+#[inline]
+pub fn ecn_decapsulate(outer: u8, inner: u8) -> Option<u8> {
+    match (outer & 3, inner & 3) {
+        (ecn::CE, ecn::NOT_ECT) => None,
+        (ecn::CE, _) => Some(ecn::CE),
+        (ecn::ECT1, ecn::ECT0) => Some(ecn::ECT1),
+        (_, i) => Some(i),
+    }
+}
+
 /// A summary of one inner packet, read from its headers without copying.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PacketInfo {
@@ -194,8 +259,8 @@ fn validate_inner_full(packet: &[u8]) -> Result<u8, DecodeError> {
 /// What the engine's fast path reads from an unfragmented UDP/IPv4 packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Udp4 {
-    /// DiffServ code point.
-    pub dscp: u8,
+    /// The TOS byte: DiffServ code point << 2 | ECN.
+    pub tos: u8,
     /// UDP source port.
     pub src_port: u16,
     /// UDP destination port.
@@ -210,7 +275,7 @@ pub(crate) struct Udp4 {
 ///
 /// When this returns `Some(u)`, `inspect(packet)` returns `Ok(info)` with
 /// `version == 4`, `protocol == 17`, `!fragment`, `len == packet.len()`,
-/// `dscp == u.dscp`, `src_port == Some(u.src_port)`,
+/// `dscp == u.tos >> 2`, `src_port == Some(u.src_port)`,
 /// `dst_port == Some(u.dst_port)` and `tcp_flags == None` (tested below).
 #[inline(always)]
 pub(crate) fn udp4(packet: &[u8]) -> Option<Udp4> {
@@ -223,7 +288,7 @@ pub(crate) fn udp4(packet: &[u8]) -> Option<Udp4> {
         && ipv4_checksum_ok_20(h)
     {
         Some(Udp4 {
-            dscp: h[1] >> 2,
+            tos: h[1],
             src_port: be16(p, 20),
             dst_port: be16(p, 22),
         })
@@ -925,7 +990,7 @@ mod tests {
                     (4, proto::UDP, false, p.len(), None),
                     "{p:02x?}"
                 );
-                assert_eq!(i.dscp, u.dscp);
+                assert_eq!(i.dscp, u.tos >> 2);
                 assert_eq!(i.src_port, Some(u.src_port));
                 assert_eq!(i.dst_port, Some(u.dst_port));
             }
@@ -980,7 +1045,7 @@ mod tests {
         assert_eq!(
             udp4(&p),
             Some(Udp4 {
-                dscp: 46,
+                tos: 46 << 2,
                 src_port: 0x4000,
                 dst_port: 0x4002
             })

@@ -71,7 +71,9 @@ fn next_len(rest: &[u8]) -> Result<usize, DecodeError> {
     Ok(total)
 }
 
-/// Parses and fully validates a bundle payload.
+/// Parses a bundle payload: the framing must hold (else the error below),
+/// and an inner packet that fails its own checks (the [`ip::inspect_inner`]
+/// reasons) is refused alone (see [`super::Bundle::refused`]).
 ///
 /// Errors: [`DecodeError::Overlong`] (payload over [`MAX_BUNDLE`]),
 /// [`DecodeError::Empty`], [`DecodeError::BadVersion`] (inner version not 4
@@ -90,6 +92,7 @@ pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
     }
     let mut rest = payload;
     let mut count = 0usize;
+    let mut refused = 0usize;
     while !rest.is_empty() {
         if count > 0 && rest.len() < ip::IPV4_HEADER_LEN {
             return Err(DecodeError::TrailingGarbage);
@@ -99,11 +102,13 @@ pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
         }
         let len = next_len(rest)?;
         let (pkt, tail) = rest.split_at(len);
-        ip::validate_inner(pkt)?;
+        // The framing holds (the Total Lengths add up): a packet that fails
+        // its own checks (checksum, IHL, nesting) is refused alone.
+        refused += usize::from(ip::validate_inner(pkt).is_err());
         rest = tail;
         count += 1;
     }
-    Ok(Bundle::new(Encoding::Kau, payload, count))
+    Ok(Bundle::new(Encoding::Kau, payload, count, refused))
 }
 
 /// Splits the next packet off an already validated body; `None` only if invalid.
@@ -230,16 +235,25 @@ mod tests {
     fn err_checksum_and_header() {
         let mut b = bundle(&[v4(60, 17)]);
         b[8] = 1;
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::BadIpv4Checksum);
+        assert_eq!(
+            crate::wire::refused(Encoding::Kau, &b),
+            [DecodeError::BadIpv4Checksum]
+        );
         let mut b = bundle(&[v4(60, 17)]);
         b[0] = 0x44;
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::BadInnerHeader);
+        assert_eq!(
+            crate::wire::refused(Encoding::Kau, &b),
+            [DecodeError::BadInnerHeader]
+        );
     }
 
     #[test]
     fn err_nested() {
         let b = v4(60, 254);
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::Nested);
+        assert_eq!(
+            crate::wire::refused(Encoding::Kau, &b),
+            [DecodeError::Nested]
+        );
     }
 
     #[test]

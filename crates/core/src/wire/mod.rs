@@ -13,11 +13,14 @@
 //! Parsers never panic, never loop without bound and never allocate in
 //! proportion to an attacker-chosen length.
 
+mod bundle;
 pub mod ip;
 pub mod kau;
 pub mod native;
 pub mod simplemux;
 
+pub(crate) use bundle::check_inner;
+pub use bundle::{Bundle, Packets, RxContext};
 use core::fmt;
 use core::str::FromStr;
 
@@ -108,14 +111,30 @@ impl Encoding {
         matches!(self, Encoding::Native | Encoding::Kau)
     }
 
-    /// Parses and fully validates a bundle payload. On success every inner
-    /// packet has been checked, so iterating the [`Bundle`] cannot fail.
+    /// Parses a bundle payload: its framing (format header, every
+    /// separator, lengths that add up to the payload, the packet-count
+    /// bound) must be intact, else the whole bundle is refused with the
+    /// error. Each inner packet is then checked on its own (`ip::validate_inner`;
+    /// Simplemux: a Protocol label of 4 or 41, the packet's version nibble
+    /// deciding between IPv4 and IPv6); one that fails is refused alone
+    /// (see [`Bundle::refused`]) and the others are delivered.
     pub fn decode(self, payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
         match self {
             Encoding::Native => native::decode(payload),
             Encoding::Kau => kau::decode(payload),
             Encoding::Simplemux => simplemux::decode(payload),
         }
+    }
+
+    /// [`Encoding::decode`] for a bundle received with `rx`: RFC 6040's
+    /// decapsulation is applied to the inner packets in place (outer CE:
+    /// ECT(0)/ECT(1) inner packets become CE, their IPv4 checksum updated, and
+    /// a Not-ECT inner packet is refused as [`DecodeError::CeOnNotEct`]; outer
+    /// ECT(1): ECT(0) inner packets become ECT(1)), and inner UDP packets to
+    /// `rx.udp_port` are refused as [`DecodeError::Nested`]. Refused packets
+    /// are left unchanged.
+    pub fn decode_rx(self, payload: &mut [u8], rx: RxContext) -> Result<Bundle<'_>, DecodeError> {
+        bundle::decode_rx(self, payload, rx)
     }
 }
 
@@ -162,6 +181,9 @@ pub enum DecodeError {
     BadInnerHeader,
     /// More inner packets than [`MAX_PACKETS_PER_BUNDLE`].
     TooManyPackets,
+    /// An inner packet that is not ECN-capable under an outer header marked
+    /// CE (RFC 6040: dropped, as the congestion mark cannot be passed on).
+    CeOnNotEct,
 }
 
 /// Upper bound on inner packets in one bundle, for parsers and writers alike.
@@ -173,7 +195,7 @@ pub(crate) const MAX_SEPARATOR: usize = 4;
 
 impl DecodeError {
     /// Number of variants (size of counter arrays).
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 12;
     /// All variants, in [`DecodeError::index`] order.
     pub const ALL: [DecodeError; DecodeError::COUNT] = [
         DecodeError::Empty,
@@ -187,6 +209,7 @@ impl DecodeError {
         DecodeError::Unsupported,
         DecodeError::BadInnerHeader,
         DecodeError::TooManyPackets,
+        DecodeError::CeOnNotEct,
     ];
 
     /// Dense index for counter arrays.
@@ -208,6 +231,7 @@ impl DecodeError {
             DecodeError::Unsupported => "unsupported",
             DecodeError::BadInnerHeader => "bad_inner_header",
             DecodeError::TooManyPackets => "too_many_packets",
+            DecodeError::CeOnNotEct => "ce_on_not_ect",
         }
     }
 }
@@ -228,113 +252,6 @@ pub enum EncodeError {
     /// This encoding cannot carry this packet (see [`Encoding::can_carry`]).
     Unsupported,
 }
-
-/// A validated bundle: a view over the payload it was decoded from.
-#[derive(Clone, Copy, Debug)]
-pub struct Bundle<'a> {
-    encoding: Encoding,
-    /// Bytes from the first separator/packet to the end (format header stripped).
-    body: &'a [u8],
-    count: usize,
-    /// Simplemux only: the single-protocol bit of the first separator, which
-    /// decides whether later separators carry a protocol byte.
-    single_protocol: bool,
-}
-
-impl<'a> Bundle<'a> {
-    /// Constructor for the format modules, after they validated `body`.
-    pub(crate) fn new(encoding: Encoding, body: &'a [u8], count: usize) -> Self {
-        Bundle {
-            encoding,
-            body,
-            count,
-            single_protocol: false,
-        }
-    }
-
-    /// Constructor for a validated Simplemux bundle whose first separator had
-    /// the single-protocol bit `spb`.
-    pub(crate) fn new_simplemux(body: &'a [u8], count: usize, spb: bool) -> Self {
-        Bundle {
-            encoding: Encoding::Simplemux,
-            body,
-            count,
-            single_protocol: spb,
-        }
-    }
-
-    /// Number of inner packets.
-    pub fn len(&self) -> usize {
-        self.count
-    }
-
-    /// True when the bundle carries no packet (only possible if a format allows it).
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// The encoding it was decoded with.
-    pub fn encoding(&self) -> Encoding {
-        self.encoding
-    }
-
-    /// The inner packets, in order, as slices of the original payload.
-    pub fn iter(&self) -> Packets<'a> {
-        Packets {
-            encoding: self.encoding,
-            rest: self.body,
-            left: self.count,
-            first: true,
-            single_protocol: self.single_protocol,
-        }
-    }
-}
-
-impl<'a> IntoIterator for &Bundle<'a> {
-    type Item = &'a [u8];
-    type IntoIter = Packets<'a>;
-    fn into_iter(self) -> Packets<'a> {
-        self.iter()
-    }
-}
-
-/// Iterator over the inner packets of a validated [`Bundle`].
-#[derive(Clone, Debug)]
-pub struct Packets<'a> {
-    encoding: Encoding,
-    rest: &'a [u8],
-    left: usize,
-    first: bool,
-    single_protocol: bool,
-}
-
-impl<'a> Iterator for Packets<'a> {
-    type Item = &'a [u8];
-    #[inline]
-    fn next(&mut self) -> Option<&'a [u8]> {
-        if self.left == 0 {
-            return None;
-        }
-        // The bundle was validated by `decode`; `split_next` re-walks the same
-        // separators and cannot fail, but stays total (returns None) regardless.
-        let (pkt, rest) = match self.encoding {
-            Encoding::Native => native::split_next(self.rest, self.first)?,
-            Encoding::Kau => kau::split_next(self.rest, self.first)?,
-            Encoding::Simplemux => {
-                simplemux::split_next(self.rest, self.first, self.single_protocol)?
-            }
-        };
-        self.first = false;
-        self.rest = rest;
-        self.left -= 1;
-        Some(pkt)
-    }
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.left, Some(self.left))
-    }
-}
-
-impl ExactSizeIterator for Packets<'_> {}
 
 /// Writes one bundle payload, packet by packet, into a caller's buffer (no allocation).
 ///
@@ -475,6 +392,20 @@ impl<'a> BundleWriter<'a> {
         }
         self.len
     }
+}
+
+/// Tests: decodes `payload` (its framing must hold) and returns the reasons
+/// of the refused inner packets, checking that the delivered ones and the
+/// refused ones add up to the framed ones.
+#[cfg(test)]
+pub(crate) fn refused(enc: Encoding, payload: &[u8]) -> Vec<DecodeError> {
+    let b = enc
+        .decode(payload)
+        .unwrap_or_else(|e| panic!("{enc}: framing refused: {e}"));
+    let r: Vec<DecodeError> = b.refused().collect();
+    assert_eq!(b.iter().count(), b.len());
+    assert_eq!(b.len() + r.len(), b.framed());
+    r
 }
 
 #[cfg(test)]

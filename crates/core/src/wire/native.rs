@@ -153,7 +153,9 @@ fn check_header(payload: &[u8]) -> Result<&[u8], DecodeError> {
     Ok(body)
 }
 
-/// Parses and fully validates a bundle payload.
+/// Parses a bundle payload: the framing must hold (else the error below),
+/// and an inner packet that fails its own checks (the [`ip::inspect_inner`]
+/// reasons) is refused alone (see [`super::Bundle::refused`]).
 ///
 /// Errors, in the order checked: [`DecodeError::Overlong`] (payload larger
 /// than [`MAX_BUNDLE`]), [`DecodeError::Empty`] (no bytes, or a header with
@@ -178,6 +180,7 @@ fn decode_impl<const FAST: bool>(payload: &[u8]) -> Result<Bundle<'_>, DecodeErr
     }
     let mut rest = body;
     let mut count = 0usize;
+    let mut refused = 0usize;
     loop {
         // Fast path: a one-byte prefix (at least 20) followed by that many
         // bytes that are a valid 20-byte-header IPv4 packet. Such a packet
@@ -221,11 +224,12 @@ fn decode_impl<const FAST: bool>(payload: &[u8]) -> Result<Bundle<'_>, DecodeErr
             return Err(DecodeError::Truncated);
         }
         let (pkt, tail) = after.split_at(len);
-        ip::validate_inner(pkt)?;
+        // The framing holds: a packet that fails its own checks is refused alone.
+        refused += usize::from(ip::validate_inner(pkt).is_err());
         rest = tail;
         count += 1;
     }
-    Ok(Bundle::new(Encoding::Native, body, count))
+    Ok(Bundle::new(Encoding::Native, body, count, refused))
 }
 
 /// Splits the next packet off an already validated body; `None` only if invalid.
@@ -474,26 +478,86 @@ mod tests {
         b.extend_from_slice(&v4(60, 17));
         assert_eq!(decode(&b).unwrap_err(), DecodeError::ZeroLength);
         assert_eq!(decode(&[0x10, 0, 0]).unwrap_err(), DecodeError::ZeroLength);
-        // An inner "packet" of 10 bytes: shorter than its own IPv4 header.
+        // An inner "packet" of 10 bytes: shorter than its own IPv4 header
+        // (framed correctly: refused alone).
         let mut b = vec![0x10, 0, 10];
         b.extend_from_slice(&v4(60, 17)[..10]);
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::ZeroLength);
+        assert_eq!(
+            crate::wire::refused(Encoding::Native, &b),
+            [DecodeError::ZeroLength]
+        );
     }
 
     #[test]
     fn err_inner() {
         let mut b = bundle(&[v4(60, 17)]);
         b[2 + 1 + 8] ^= 0xff; // TTL: checksum breaks
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::BadIpv4Checksum);
+        assert_eq!(
+            crate::wire::refused(Encoding::Native, &b),
+            [DecodeError::BadIpv4Checksum]
+        );
         let mut b = bundle(&[v4(60, 17)]);
         b[3] = 0x75; // inner version 7
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::BadVersion);
+        assert_eq!(
+            crate::wire::refused(Encoding::Native, &b),
+            [DecodeError::BadVersion]
+        );
         // Separator says 60, inner total length says 61 (checksum fixed).
         let mut p = v4(61, 17);
         p.pop();
         let mut b = vec![0x10, 0, 60];
         b.extend_from_slice(&p);
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::BadInnerHeader);
+        assert_eq!(
+            crate::wire::refused(Encoding::Native, &b),
+            [DecodeError::BadInnerHeader]
+        );
+    }
+
+    #[test]
+    fn damaged_inner_packets_cost_only_themselves() {
+        // 20 good packets around 4 damaged ones (checksum, version, nested,
+        // total length): the 20 are delivered, in order, and each damaged
+        // one is refused under its own reason.
+        let good: Vec<Vec<u8>> = (0..20).map(|i| v4(40 + i, 17)).collect();
+        let mut bad_sum = v4(60, 17);
+        bad_sum[8] ^= 1;
+        let mut bad_ver = v4(60, 17);
+        bad_ver[0] = 0x75;
+        let nested = v4(60, 253);
+        let mut bad_len = v4(61, 17);
+        bad_len.pop();
+        let mut b = vec![0x10, 0];
+        let mut push = |p: &[u8]| {
+            let (sep, k) = Encoding::Native.later_separator(p);
+            b.extend_from_slice(&sep[..k]);
+            b.extend_from_slice(p);
+        };
+        for (i, p) in good.iter().enumerate() {
+            push(p);
+            match i {
+                3 => push(&bad_sum),
+                7 => push(&bad_ver),
+                11 => push(&nested),
+                19 => push(&bad_len),
+                _ => {}
+            }
+        }
+        let d = decode(&b).unwrap();
+        assert_eq!((d.len(), d.framed()), (20, 24));
+        assert!(d.iter().eq(good.iter().map(|p| &p[..])));
+        assert_eq!(
+            crate::wire::refused(Encoding::Native, &b),
+            [
+                DecodeError::BadIpv4Checksum,
+                DecodeError::BadVersion,
+                DecodeError::Nested,
+                DecodeError::BadInnerHeader
+            ]
+        );
+        // A framing error anywhere still refuses the whole bundle.
+        let mut cut = b.clone();
+        cut.pop();
+        assert_eq!(decode(&cut).unwrap_err(), DecodeError::Truncated);
     }
 
     #[test]
@@ -503,7 +567,10 @@ mod tests {
             assert!(!can_carry(&p));
             let mut b = vec![0x10, 0, 60];
             b.extend_from_slice(&p);
-            assert_eq!(decode(&b).unwrap_err(), DecodeError::Nested);
+            assert_eq!(
+                crate::wire::refused(Encoding::Native, &b),
+                [DecodeError::Nested]
+            );
         }
     }
 

@@ -20,14 +20,15 @@
 //!   accepted; more is [`DecodeError::Overlong`], as is a non-shortest
 //!   encoding (an extension byte that was not needed). Length 0 is
 //!   [`DecodeError::ZeroLength`].
-//! * Protocol 4 (IPv4) and 41 (IPv6) are carried; anything else (ROHC 142,
-//!   Ethernet 143, ...) is [`DecodeError::Unsupported`]. The inner packet's IP
-//!   version must agree with the protocol ([`DecodeError::BadInnerHeader`]).
+//! * Protocol 4 (IPv4) and 41 (IPv6) are carried; a packet labelled anything
+//!   else (ROHC 142, Ethernet 143, ...) is refused alone as
+//!   [`DecodeError::Unsupported`]. Between 4 and 41 the inner packet's version
+//!   nibble decides (the published Simplemux labels IPv6 packets 4).
 //! * The writer always sends SPB = 0 and a Protocol byte in every separator,
 //!   so IPv4 and IPv6 can share a bundle and [`cost`] never depends on the
 //!   packets that follow. The decoder accepts SPB = 1 as well.
 
-use super::{ip, Bundle, DecodeError, MAX_BUNDLE, MAX_PACKETS_PER_BUNDLE};
+use super::{ip, Bundle, DecodeError, Encoding, MAX_BUNDLE, MAX_PACKETS_PER_BUNDLE};
 
 /// Bytes of format header before the first packet (Simplemux has none).
 pub const HEADER_LEN: usize = 0;
@@ -153,17 +154,18 @@ fn read_separator(b: &[u8], first: bool, spb: bool) -> Result<Separator, DecodeE
     })
 }
 
-/// Parses and fully validates a bundle payload.
+/// Parses a bundle payload: the framing must hold (else the error), each
+/// inner packet is checked on its own and refused alone if it fails (see
+/// [`super::Bundle::refused`]).
 ///
-/// Errors: [`DecodeError::Overlong`] (payload over [`MAX_BUNDLE`], more than 3
+/// Framing errors: [`DecodeError::Overlong`] (payload over [`MAX_BUNDLE`], more than 3
 /// length bytes, a length over 65535 or not in its shortest form),
 /// [`DecodeError::Empty`], [`DecodeError::Truncated`] (a separator or a
 /// length past the end), [`DecodeError::ZeroLength`],
 /// [`DecodeError::TrailingGarbage`] (after a packet, fewer bytes than the
-/// smallest separator plus a 20-byte IPv4 header), [`DecodeError::Unsupported`]
-/// (protocol other than 4 or 41), [`DecodeError::BadInnerHeader`] (inner IP
-/// version disagrees with the protocol, or an inner header error),
-/// [`DecodeError::TooManyPackets`], and the errors of [`ip::inspect_inner`].
+/// smallest separator plus a 20-byte IPv4 header), [`DecodeError::TooManyPackets`].
+/// Per packet: [`DecodeError::Unsupported`] (protocol other than 4 or 41) and
+/// the errors of [`ip::inspect_inner`].
 pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
     if payload.len() > MAX_BUNDLE {
         return Err(DecodeError::Overlong);
@@ -173,6 +175,7 @@ pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
     }
     let mut rest = payload;
     let mut count = 0usize;
+    let mut refused = 0usize;
     let mut spb = false;
     let mut protocol = 0u8;
     while !rest.is_empty() {
@@ -198,29 +201,33 @@ pub fn decode(payload: &[u8]) -> Result<Bundle<'_>, DecodeError> {
             return Err(DecodeError::Truncated);
         }
         let (pkt, tail) = after.split_at(sep.len);
-        let want = match protocol {
-            PROTO_IPV4 => 4,
-            PROTO_IPV6 => 6,
-            _ => return Err(DecodeError::Unsupported),
-        };
-        if ip::validate_inner(pkt)? != want {
-            return Err(DecodeError::BadInnerHeader);
-        }
+        // The framing holds: a packet that fails its own checks (a label
+        // other than 4/41, its IP header) is refused alone.
+        refused += usize::from(
+            super::check_inner(Encoding::Simplemux, protocol, pkt, &Default::default()).is_err(),
+        );
         rest = tail;
         count += 1;
     }
-    Ok(Bundle::new_simplemux(payload, count, spb))
+    Ok(Bundle::new_simplemux(payload, count, refused, spb))
 }
 
-/// Splits the next packet off an already validated body; `None` only if invalid.
-/// `spb` is the single-protocol bit of the bundle's first separator.
-pub(crate) fn split_next(rest: &[u8], first: bool, spb: bool) -> Option<(&[u8], &[u8])> {
+/// Splits the next packet off a body whose framing was checked; `None` only
+/// if invalid. `spb` is the single-protocol bit of the bundle's first
+/// separator. Also returns the separator's Protocol byte, if it has one.
+#[allow(clippy::type_complexity)]
+pub(crate) fn split_next(
+    rest: &[u8],
+    first: bool,
+    spb: bool,
+) -> Option<(Option<u8>, &[u8], &[u8])> {
     let sep = read_separator(rest, first, spb).ok()?;
     let after = rest.get(sep.size..)?;
     if sep.len > after.len() {
         return None;
     }
-    Some(after.split_at(sep.len))
+    let (pkt, rest) = after.split_at(sep.len);
+    Some((sep.protocol, pkt, rest))
 }
 
 #[cfg(test)]
@@ -385,56 +392,107 @@ mod tests {
         let mut b = vec![0x00, 4];
         b.extend_from_slice(&v4(60, 17));
         assert_eq!(decode(&b).unwrap_err(), DecodeError::ZeroLength);
-        // A 10-byte "IPv4 packet".
+        // A 10-byte "IPv4 packet" (framed correctly: refused alone).
         let mut b = vec![10, 4];
         b.extend_from_slice(&v4(60, 17)[..10]);
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::ZeroLength);
+        assert_eq!(
+            crate::wire::refused(Encoding::Simplemux, &b),
+            [DecodeError::ZeroLength]
+        );
     }
 
     #[test]
     fn err_unsupported_protocol() {
         let mut b = bundle(&[v4(60, 17)]);
         b[1] = 142; // ROHC
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::Unsupported);
+        assert_eq!(
+            crate::wire::refused(Encoding::Simplemux, &b),
+            [DecodeError::Unsupported]
+        );
+        // With SPB = 1 the first label applies to every packet.
+        let (p1, p2) = (v4(60, 17), v4(100, 17));
+        let mut b = vec![SPB | 60, 143];
+        b.extend_from_slice(&p1);
+        b.push(100);
+        b.extend_from_slice(&p2);
+        assert_eq!(
+            crate::wire::refused(Encoding::Simplemux, &b),
+            [DecodeError::Unsupported, DecodeError::Unsupported]
+        );
     }
 
     #[test]
-    fn err_protocol_version_mismatch() {
-        let mut b = bundle(&[v4(60, 17)]);
+    fn protocol_label_contradicting_the_version_nibble() {
+        // The nibble decides: Simplemux labels IPv6 packets 4 (and an IPv4
+        // packet labelled 41 is an IPv4 packet just the same).
+        let (p4, p6) = (v4(60, 17), v6(48));
+        let mut b = bundle(std::slice::from_ref(&p4));
         b[1] = PROTO_IPV6;
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::BadInnerHeader);
-        let mut b = bundle(&[v6(48)]);
+        let d = decode(&b).unwrap();
+        assert_eq!(d.iter().collect::<Vec<_>>(), [&p4[..]]);
+        let mut b = bundle(std::slice::from_ref(&p6));
         b[1] = PROTO_IPV4;
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::BadInnerHeader);
+        let d = decode(&b).unwrap();
+        assert_eq!(d.iter().collect::<Vec<_>>(), [&p6[..]]);
+        // 20 IPv4 packets and one IPv6 packet, all labelled 4 (what the
+        // published Simplemux sends): all 21 delivered.
+        let mut pkts: Vec<Vec<u8>> = (0..20).map(|i| v4(40 + i, 17)).collect();
+        pkts.insert(9, v6(80));
+        let mut b = bundle(&pkts);
+        let mut at = 0;
+        for (i, p) in pkts.iter().enumerate() {
+            let n = length_bytes(p.len(), i == 0);
+            b[at + n] = PROTO_IPV4;
+            at += n + 1 + p.len();
+        }
+        assert_eq!(at, b.len());
+        let d = decode(&b).unwrap();
+        assert_eq!((d.len(), d.framed()), (21, 21));
+        assert!(d.iter().eq(pkts.iter().map(|p| &p[..])));
     }
 
     #[test]
     fn err_inner() {
         let mut b = bundle(&[v4(60, 17)]);
         b[2 + 8] ^= 1;
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::BadIpv4Checksum);
+        assert_eq!(
+            crate::wire::refused(Encoding::Simplemux, &b),
+            [DecodeError::BadIpv4Checksum]
+        );
         let mut b = bundle(&[v4(60, 17)]);
         b[2] = 0x55;
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::BadVersion);
+        assert_eq!(
+            crate::wire::refused(Encoding::Simplemux, &b),
+            [DecodeError::BadVersion]
+        );
         // Separator says 60, the inner Total Length says 61.
         let mut p = v4(61, 17);
         p.pop();
         let mut b = vec![60, 4];
         b.extend_from_slice(&p);
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::BadInnerHeader);
+        assert_eq!(
+            crate::wire::refused(Encoding::Simplemux, &b),
+            [DecodeError::BadInnerHeader]
+        );
     }
 
     #[test]
     fn err_nested() {
         let mut b = vec![60, 4];
         b.extend_from_slice(&v4(60, 253));
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::Nested);
+        assert_eq!(
+            crate::wire::refused(Encoding::Simplemux, &b),
+            [DecodeError::Nested]
+        );
         let mut p = v6(48);
         p[6] = 254;
         assert!(!can_carry(&p));
         let mut b = vec![48, 41];
         b.extend_from_slice(&p);
-        assert_eq!(decode(&b).unwrap_err(), DecodeError::Nested);
+        assert_eq!(
+            crate::wire::refused(Encoding::Simplemux, &b),
+            [DecodeError::Nested]
+        );
     }
 
     #[test]

@@ -111,8 +111,11 @@ def section(comment_lines, b):
     return "\n".join("# " + c for c in comment_lines) + "\n" + hexlines(b) + "\n"
 
 
-def write(name, header, encoding, packets, parts, outer=None, decode_only=False, error=None):
-    """parts: list of (comment lines, bytes) making up the payload, in order."""
+def write(name, header, encoding, packets, parts, outer=None, decode_only=False, error=None,
+          refused=None):
+    """parts: list of (comment lines, bytes) making up the payload, in order.
+    refused: reasons of the inner packets refused on their own, in order
+    (the framing holds; `packets` are the ones delivered)."""
     payload = b"".join(p for _, p in parts)
     out = ["# " + l for l in header]
     out.append("encoding: %s" % encoding)
@@ -120,6 +123,8 @@ def write(name, header, encoding, packets, parts, outer=None, decode_only=False,
         out.append("decode-only: yes")
     if error:
         out.append("error: %s" % error)
+    if refused:
+        out.append("refused: %s" % ", ".join(refused))
     out.append("")
     for k in packets:
         out.append(packet_block(k, PKTS[k], PACKET_NOTES[k]))
@@ -252,8 +257,37 @@ write("simplemux_overlong.hex",
       [(["0x40 0x3c, Protocol 4"], b"\x40\x3c\x04"), (["P1"], P1)],
       error="overlong")
 write("kau_nested.hex",
-      ["kau payload whose inner packet is itself a meta packet (protocol 253): nested."],
-      "kau", [],
-      [(["the seed-001 meta packet from kau_meta_packet.hex, as an inner packet"], meta)],
-      error="nested")
+      ["kau payload whose first inner packet is itself a meta packet (protocol 253): that",
+       "packet is refused as nested, the framing holds, P1 after it is delivered."],
+      "kau", ["P1"],
+      [(["the seed-001 meta packet from kau_meta_packet.hex, as an inner packet"], meta),
+       (["P1"], P1)],
+      decode_only=True, refused=["nested"])
+
+# ---- partial damage: the framing holds, one inner packet fails its own checks --
+P2_BAD = bytearray(P2)
+P2_BAD[8] = 0x3f  # TTL 64 -> 63 without fixing the checksum
+write("native_partial.hex",
+      ["native bundle whose second packet has a wrong IPv4 header checksum (TTL changed",
+       "without updating it): only that packet is refused (bad_ipv4_checksum); P1 and P3",
+       "are delivered."],
+      "native", ["P1", "P3"],
+      [(["header: version 1, mode 0; flags 0"], b"\x10\x00"),
+       (["prefix 60"], native_prefix(60)), (["P1"], P1),
+       (["prefix 60"], native_prefix(60)), (["P2 with TTL 63 and its TTL-64 checksum"], bytes(P2_BAD)),
+       (["prefix 200: 0x80 0xc8"], native_prefix(200)), (["P3"], P3)],
+      decode_only=True, refused=["bad_ipv4_checksum"])
+write("simplemux_mislabelled.hex",
+      ["simplemux bundle as the published Simplemux code sends it: the IPv6 packet P6 is",
+       "labelled Protocol 4, not 41. The version nibble decides (6): all three packets are",
+       "delivered."],
+      "simplemux", ["P1", "P6", "P2"],
+      [(["first separator, P1: 0x3c; Protocol 0x04"], smx_len(60, True) + b"\x04"),
+       (["P1"], P1),
+       (["non-first, P6: 80 -> 0x50; Protocol 0x04 (sic: IPv6 labelled as IPv4)"],
+        smx_len(80, False) + b"\x04"),
+       (["P6"], P6),
+       (["non-first, P2: 0x3c; Protocol 0x04"], smx_len(60, False) + b"\x04"),
+       (["P2"], P2)],
+      decode_only=True)
 print("vectors written to", HERE)

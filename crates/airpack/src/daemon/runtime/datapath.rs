@@ -11,9 +11,9 @@
 use super::peers::source_allowed;
 use super::sockets::send_out;
 use super::{Daemon, Dest, BATCH, TOK_B4, TOK_B6, TOK_U4};
-use crate::daemon::config::Mode;
+use crate::daemon::config::{Mode, Transport};
 use crate::daemon::sys;
-use airpack_core::{Transmit, TransmitKind};
+use airpack_core::{RxContext, Transmit, TransmitKind};
 use std::io;
 use std::net::IpAddr;
 use tracing::{debug, trace};
@@ -130,7 +130,7 @@ impl Daemon {
                         self.counters.rx_errors += 1;
                         continue;
                     }
-                    self.on_bundle(r.src, r.scope, r.offset, end);
+                    self.on_bundle(r.src, r.scope, r.ecn, r.offset, end);
                 }
                 Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -151,7 +151,10 @@ impl Daemon {
     /// `src` is already canonical (the sockets report IPv4-mapped sources as
     /// IPv4); `scope` is its IPv6 scope (the receiving interface of a
     /// link-local source). A link-local peer is accepted only on its interface.
-    pub(super) fn on_bundle(&mut self, src: IpAddr, scope: u32, start: usize, end: usize) {
+    /// `ecn` is the outer ECN field (RFC 6040 decapsulation, in the engine);
+    /// with the UDP transport an inner UDP packet to the bundle port is
+    /// refused as nested (it would come back as a fresh bundle).
+    pub(super) fn on_bundle(&mut self, src: IpAddr, scope: u32, ecn: u8, start: usize, end: usize) {
         let (encoding, peer_if) = match self.peers.get(&src) {
             Some(p) if p.via(scope) => (p.encoding, p.scope()),
             _ => {
@@ -162,8 +165,15 @@ impl Daemon {
         };
         // Take the buffer out so the bundle view can borrow it while the
         // checks below use the resolver (no allocation: the Vec moves).
-        let rx = std::mem::take(&mut self.rx_buf);
-        match self.engine.receive(src, encoding, &rx[start..end]) {
+        let mut rx = std::mem::take(&mut self.rx_buf);
+        let ctx = RxContext {
+            outer_ecn: ecn,
+            udp_port: (self.sock.transport == Transport::Udp).then_some(self.sock.udp_port),
+        };
+        match self
+            .engine
+            .receive_rx(src, encoding, &mut rx[start..end], ctx)
+        {
             Err(e) => trace!(%src, "bundle rejected: {e}"),
             Ok(bundle) => {
                 let Daemon {

@@ -143,13 +143,15 @@ impl Sockets {
         v
     }
 
-    /// `scope`: the interface index of a link-local IPv6 peer (else 0).
+    /// `scope`: the interface index of a link-local IPv6 peer (else 0);
+    /// `dscp` and `ecn` go into the outer TOS / traffic class.
     pub(super) fn send_bundle(
         &self,
         peer: IpAddr,
         scope: u32,
         payload: &[u8],
         dscp: u8,
+        ecn: u8,
     ) -> io::Result<()> {
         let unsupported = || io::Error::from_raw_os_error(libc::EAFNOSUPPORT);
         match (self.transport, peer.is_ipv4()) {
@@ -157,21 +159,23 @@ impl Sockets {
                 .b4
                 .as_ref()
                 .ok_or_else(unsupported)?
-                .send_to(peer, payload, dscp),
+                .send_to_ecn(peer, 0, payload, dscp, ecn),
             (Transport::Ip, false) => self
                 .b6
                 .as_ref()
                 .ok_or_else(unsupported)?
-                .send_to_scoped(peer, scope, payload, dscp),
-            (Transport::Udp, true) => self.u4.as_ref().ok_or_else(unsupported)?.send_to(
+                .send_to_ecn(peer, scope, payload, dscp, ecn),
+            (Transport::Udp, true) => self.u4.as_ref().ok_or_else(unsupported)?.send_to_ecn(
                 SocketAddr::new(peer, self.udp_port),
                 payload,
                 dscp,
+                ecn,
             ),
-            (Transport::Udp, false) => self.u6.as_ref().ok_or_else(unsupported)?.send_to(
+            (Transport::Udp, false) => self.u6.as_ref().ok_or_else(unsupported)?.send_to_ecn(
                 linux::scoped(peer, self.udp_port, scope),
                 payload,
                 dscp,
+                ecn,
             ),
         }
     }
@@ -219,10 +223,10 @@ pub(super) fn send_out(
             } else {
                 0
             };
-            match sock.send_bundle(t.peer, scope, data, t.dscp) {
+            match sock.send_bundle(t.peer, scope, data, t.dscp, t.ecn) {
                 Err(e) if maybe_pending(&e) && sock.drain_errors(counters) > 0 => {
                     counters.send_retries += 1;
-                    sock.send_bundle(t.peer, scope, data, t.dscp)
+                    sock.send_bundle(t.peer, scope, data, t.dscp, t.ecn)
                 }
                 r => r,
             }
