@@ -22,8 +22,10 @@ use super::config::{LinkModeCfg, Mode, Plan, Source};
 use super::control::{Server, TOK_CONN_BASE, TOK_CONTROL, TOK_METRICS};
 use super::stats::DaemonCounters;
 use crate::linux::{
-    self, monotonic_micros, CpuLatency, Events, Interest, Poller, RouteMonitor, RouteResolver,
-    Signals, Steering, Timer, Tun, TunBatch,
+    self, monotonic_micros,
+    route::{AsyncResolver, DEFAULT_CACHE_ENTRIES},
+    CpuLatency, Events, Interest, Poller, RouteMonitor, RouteResolver, Signals, Steering, Timer,
+    Tun, TunBatch,
 };
 use airpack_core::{Engine, TransmitKind};
 use anyhow::Context;
@@ -37,6 +39,7 @@ use std::os::fd::AsRawFd;
 use tracing::{debug, error, info, warn};
 
 mod datapath;
+mod lookups;
 mod peers;
 mod reload;
 mod report;
@@ -51,6 +54,7 @@ const TOK_U6: u64 = 5;
 const TOK_TIMER: u64 = 6;
 const TOK_SIG: u64 = 7;
 const TOK_MON: u64 = 10;
+const TOK_LOOKUP: u64 = 11;
 
 /// Packets read from one descriptor per wakeup (fairness between TUN and sockets).
 const BATCH: usize = 64;
@@ -74,6 +78,8 @@ enum Dest {
     Unchanged,
     /// Nowhere: the normal route leads back into the TUN.
     Loop,
+    /// Into the park: the next hop is being asked (see [`lookups`]).
+    Wait,
 }
 
 /// One watched radio interface.
@@ -95,7 +101,13 @@ pub struct Daemon {
     /// The TUN's kernel counters, as of the last control request.
     tun_link: Option<linux::LinkStats>,
     steering: Option<Steering>,
+    /// Synchronous lookups off the TUN path (steered interfaces, the
+    /// receive-side source check), with the bypass mark.
     resolver: RouteResolver,
+    /// The TUN path's next hops by (source, destination); never waits.
+    lookups: AsyncResolver,
+    /// TUN packets waiting for `lookups`.
+    park: lookups::Park,
     monitor: RouteMonitor,
     sock: Sockets,
     timer: Timer,
@@ -165,6 +177,10 @@ impl Daemon {
             });
         let mut resolver =
             RouteResolver::new(d.bypass_mark).context("opening the netlink route resolver")?;
+        // Mark 0: a steered packet never carries the bypass mark, and the
+        // TUN does not tell its own mark; unmarked is the usual case.
+        let lookups = AsyncResolver::new(0, DEFAULT_CACHE_ENTRIES, lookups::LOOKUP_TIMEOUT_US)
+            .context("opening the netlink route resolver")?;
         let monitor = RouteMonitor::new().context("opening the netlink route monitor")?;
         let timer = Timer::new()?;
         let poller = Poller::new()?;
@@ -186,6 +202,7 @@ impl Daemon {
         poller.add(timer.as_raw_fd(), TOK_TIMER, Interest::READ)?;
         poller.add(signals.as_raw_fd(), TOK_SIG, Interest::READ)?;
         poller.add(monitor.as_raw_fd(), TOK_MON, Interest::READ)?;
+        poller.add(lookups.as_raw_fd(), TOK_LOOKUP, Interest::READ)?;
         control.register(&poller)?;
 
         let links = d
@@ -243,6 +260,8 @@ impl Daemon {
             tun_link: None,
             steering: Some(steering),
             resolver,
+            lookups,
+            park: lookups::Park::new(),
             monitor,
             sock,
             timer,
@@ -295,7 +314,8 @@ impl Daemon {
                             }
                         }
                     }
-                    TOK_MON => self.on_route_change(),
+                    TOK_MON => self.on_route_change(now),
+                    TOK_LOOKUP => self.on_lookups(now),
                     TOK_CONTROL | TOK_METRICS => self.control.accept(&self.poller, ev.token),
                     t if t >= TOK_CONN_BASE => {
                         let slot = (t - TOK_CONN_BASE) as usize;
@@ -307,6 +327,11 @@ impl Daemon {
                     }
                     _ => {}
                 }
+            }
+            if self.park.len() > 0 || self.lookups.pending() > 0 {
+                // Answers read meanwhile (a lookup polls right after asking)
+                // and expired requests release their packets.
+                self.on_lookups(now);
             }
             if stop {
                 return self.shutdown();
@@ -341,6 +366,9 @@ impl Daemon {
 
     fn arm_timer(&mut self, now: u64) {
         let mut deadline = self.engine.poll_timeout();
+        if let Some(l) = self.lookups.next_deadline() {
+            deadline = Some(deadline.map_or(l, |d| d.min(l)));
+        }
         if self.hold_while_busy() && self.link_busy && self.engine.queued().0 > 0 {
             let recheck = now + BUSY_RECHECK_US;
             deadline = Some(deadline.map_or(recheck, |d| d.min(recheck)));
@@ -381,6 +409,9 @@ impl Daemon {
                 n += 1;
             }
             drained += n;
+            // Parked packets go out (with their answer, or unchanged).
+            self.lookups.poll();
+            self.release(now, true);
             self.engine.flush();
             sent += self.drain_all(now);
         }

@@ -54,12 +54,35 @@ impl Daemon {
                 "written_by_daemon": l.rx_packets,
                 "rx_dropped": l.rx_dropped,
             })),
+            "routes": self.routes_json(),
             "total": total,
         });
         match head {
             Value::Object(m) => m,
             _ => unreachable!("json! object"),
         }
+    }
+
+    /// The TUN path's next-hop lookups and the packets that waited for them.
+    pub(super) fn routes_json(&self) -> Value {
+        let s = self.lookups.stats();
+        json!({
+            "cached": self.lookups.cached(),
+            "pending": self.lookups.pending(),
+            "requests": s.requests,
+            "answers": s.answers,
+            "answered_at_once": s.answered_at_once,
+            "input_fallbacks": s.input_fallbacks,
+            "stale_replies": s.stale_replies,
+            "timeouts": s.timeouts,
+            "unavailable": s.unavailable,
+            "overruns": s.overruns,
+            "malformed": s.malformed,
+            "evicted": s.evicted,
+            "flushes": s.flushes,
+            "capacity_evictions": s.capacity_evictions,
+            "park": self.park.json(),
+        })
     }
 
     /// One element of the stats document's `peers`.
