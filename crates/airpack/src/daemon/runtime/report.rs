@@ -81,6 +81,8 @@ impl Daemon {
             "evicted": s.evicted,
             "flushes": s.flushes,
             "capacity_evictions": s.capacity_evictions,
+            "max_send_us": s.max_send_us,
+            "max_route_change_us": self.park.counters.max_route_change_us,
             "park": self.park.json(),
         })
     }

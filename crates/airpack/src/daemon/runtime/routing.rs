@@ -14,6 +14,14 @@ impl Daemon {
     /// affect (only those covered by a changed route's prefixes, unless the
     /// change can affect any), re-evaluate steering and watched links.
     pub(super) fn on_route_change(&mut self, now: u64) {
+        let t0 = linux::monotonic_micros();
+        self.route_change(now);
+        let took = linux::monotonic_micros().saturating_sub(t0);
+        let c = &mut self.park.counters;
+        c.max_route_change_us = c.max_route_change_us.max(took);
+    }
+
+    fn route_change(&mut self, now: u64) {
         match self.monitor.drain() {
             Ok(ch) if ch.any() => {
                 if ch.all() {

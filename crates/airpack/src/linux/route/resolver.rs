@@ -35,7 +35,7 @@ use super::{
     build_query, messages, netlink_socket, parse_route, NextHop, Query, RoutePrefix,
     LOOPBACK_IFINDEX, NLMSG_ERROR,
 };
-use crate::linux::cvt_size;
+use crate::linux::{cvt_size, monotonic_micros};
 
 /// Requests in flight at most; a lookup beyond is [`Answer::Unavailable`].
 pub const MAX_PENDING: usize = 256;
@@ -86,6 +86,9 @@ pub struct ResolverStats {
     pub flushes: u64,
     /// Entries evicted to stay within the cache bound.
     pub capacity_evictions: u64,
+    /// Longest time one request's send(2) took (µs): the kernel answers
+    /// inside it, so this is what a lookup costs the loop.
+    pub max_send_us: u64,
 }
 
 struct Req {
@@ -199,6 +202,7 @@ impl AsyncResolver {
             iif: if input { LOOPBACK_IFINDEX } else { 0 },
         };
         build_query(&mut self.req, seq, &q);
+        let t0 = monotonic_micros();
         // SAFETY: req is a valid readable buffer of req.len() bytes.
         let r = cvt_size(unsafe {
             libc::send(
@@ -208,6 +212,8 @@ impl AsyncResolver {
                 libc::MSG_DONTWAIT,
             )
         });
+        let took = monotonic_micros().saturating_sub(t0);
+        self.stats.max_send_us = self.stats.max_send_us.max(took);
         if !matches!(r, Ok(n) if n == self.req.len()) {
             return false;
         }
