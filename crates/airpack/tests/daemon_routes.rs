@@ -579,8 +579,12 @@ fn route_flaps_do_not_delay_voice() {
     // The mechanism: a lookup (its send, in which the kernel answers) and a
     // route change's handling never hold the loop for long, and no packet
     // waited for a lookup longer than a millisecond.
-    for p in ["max_send_us", "max_route_change_us", "park/max_wait_us"] {
-        let v = routes
+    for p in [
+        "routes/max_send_us",
+        "loop/max_route_change_us",
+        "routes/park/max_wait_us",
+    ] {
+        let v = after
             .pointer(&format!("/{p}"))
             .and_then(Value::as_u64)
             .unwrap();

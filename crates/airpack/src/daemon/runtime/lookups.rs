@@ -59,8 +59,6 @@ pub(super) struct ParkCounters {
     pub max_wait_us: u64,
     /// Sum of the waits (µs).
     pub total_wait_us: u64,
-    /// Longest handling of a route monitor wakeup (µs).
-    pub max_route_change_us: u64,
 }
 
 /// The parked packets.

@@ -55,6 +55,7 @@ const TOK_TIMER: u64 = 6;
 const TOK_SIG: u64 = 7;
 const TOK_MON: u64 = 10;
 const TOK_LOOKUP: u64 = 11;
+const TOK_RENDER: u64 = 12;
 
 /// Packets read from one descriptor per wakeup (fairness between TUN and sockets).
 const BATCH: usize = 64;
@@ -82,6 +83,17 @@ enum Dest {
     Wait,
 }
 
+/// How long the loop spent on work other than packets (µs), for `stats`.
+#[derive(Clone, Copy, Debug, Default)]
+struct LoopTimes {
+    /// Longest handling of a route monitor wakeup.
+    max_route_change_us: u64,
+    /// Longest handling of one control request on the loop.
+    max_control_us: u64,
+    /// The previous control request's.
+    last_control_us: u64,
+}
+
 /// One watched radio interface.
 struct Link {
     name: String,
@@ -98,8 +110,6 @@ pub struct Daemon {
     tun_batch: TunBatch,
     /// Held while the daemon runs (`daemon.cpu_latency_us`).
     _cpu_latency: Option<CpuLatency>,
-    /// The TUN's kernel counters, as of the last control request.
-    tun_link: Option<linux::LinkStats>,
     steering: Option<Steering>,
     /// Synchronous lookups off the TUN path (steered interfaces, the
     /// receive-side source check), with the bypass mark.
@@ -108,12 +118,15 @@ pub struct Daemon {
     lookups: AsyncResolver,
     /// TUN packets waiting for `lookups`.
     park: lookups::Park,
+    times: LoopTimes,
     monitor: RouteMonitor,
     sock: Sockets,
     timer: Timer,
     signals: Signals,
     poller: Poller,
     control: Server,
+    /// Renders control answers off the loop.
+    renderer: report::Renderer,
     counters: DaemonCounters,
     /// Configured peers (the only sources bundles are accepted from), their
     /// encodings and, for link-local ones, their interface.
@@ -185,6 +198,7 @@ impl Daemon {
         let timer = Timer::new()?;
         let poller = Poller::new()?;
         let control = Server::bind(&d.control_socket, plan.prometheus)?;
+        let renderer = report::Renderer::start().context("starting the render thread")?;
 
         let mut engine = Engine::new(plan.engine.clone());
         for p in &plan.peers {
@@ -204,6 +218,7 @@ impl Daemon {
         poller.add(monitor.as_raw_fd(), TOK_MON, Interest::READ)?;
         poller.add(lookups.as_raw_fd(), TOK_LOOKUP, Interest::READ)?;
         control.register(&poller)?;
+        poller.add(renderer.as_raw_fd(), TOK_RENDER, Interest::READ)?;
 
         let links = d
             .interfaces
@@ -257,17 +272,18 @@ impl Daemon {
             tun,
             tun_batch,
             _cpu_latency: cpu_latency,
-            tun_link: None,
             steering: Some(steering),
             resolver,
             lookups,
             park: lookups::Park::new(),
+            times: LoopTimes::default(),
             monitor,
             sock,
             timer,
             signals,
             poller,
             control,
+            renderer,
             counters: DaemonCounters::default(),
             peers,
             link_busy: false,
@@ -316,13 +332,18 @@ impl Daemon {
                     }
                     TOK_MON => self.on_route_change(now),
                     TOK_LOOKUP => self.on_lookups(now),
+                    TOK_RENDER => self.on_rendered(),
                     TOK_CONTROL | TOK_METRICS => self.control.accept(&self.poller, ev.token),
                     t if t >= TOK_CONN_BASE => {
                         let slot = (t - TOK_CONN_BASE) as usize;
                         if let Some(req) = self.control.ready(&self.poller, slot, ev.writable) {
-                            let (ok, body) = self.answer(req);
+                            let t0 = monotonic_micros();
+                            let serial = self.control.serial(slot).unwrap_or(0);
+                            self.dispatch(slot, serial, req);
                             self.counters.control_requests += 1;
-                            self.control.respond(&self.poller, slot, ok, body);
+                            let took = monotonic_micros().saturating_sub(t0);
+                            self.times.last_control_us = took;
+                            self.times.max_control_us = self.times.max_control_us.max(took);
                         }
                     }
                     _ => {}

@@ -17,8 +17,7 @@ impl Daemon {
         let t0 = linux::monotonic_micros();
         self.route_change(now);
         let took = linux::monotonic_micros().saturating_sub(t0);
-        let c = &mut self.park.counters;
-        c.max_route_change_us = c.max_route_change_us.max(took);
+        self.times.max_route_change_us = self.times.max_route_change_us.max(took);
     }
 
     fn route_change(&mut self, now: u64) {
