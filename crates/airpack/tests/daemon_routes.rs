@@ -335,7 +335,7 @@ fn recv_stamped(fd: &std::os::fd::OwnedFd, frame: &mut [u8]) -> Option<(usize, i
         if n < 0 {
             return None;
         }
-        if from.sll_pkttype != libc::PACKET_OUTGOING as u8 {
+        if from.sll_pkttype != libc::PACKET_OUTGOING {
             continue;
         }
         // SAFETY: walking the control messages the kernel wrote into cbuf.
@@ -511,7 +511,7 @@ fn route_flaps_do_not_delay_voice() {
                 };
                 // SAFETY: ts is a valid timespec.
                 unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-                let now = ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64;
+                let now = ts.tv_sec * 1_000_000_000 + ts.tv_nsec;
                 buf[10..18].copy_from_slice(&now.to_be_bytes());
                 s.send(&buf).unwrap();
                 k += 1;

@@ -332,7 +332,14 @@ impl Daemon {
                     }
                     TOK_MON => self.on_route_change(now),
                     TOK_LOOKUP => self.on_lookups(now),
-                    TOK_RENDER => self.on_rendered(),
+                    TOK_RENDER => {
+                        // Handing the answer to its connection (the first
+                        // write of it) is loop time too.
+                        let t0 = monotonic_micros();
+                        self.on_rendered();
+                        let took = monotonic_micros().saturating_sub(t0);
+                        self.times.max_control_us = self.times.max_control_us.max(took);
+                    }
                     TOK_CONTROL | TOK_METRICS => self.control.accept(&self.poller, ev.token),
                     t if t >= TOK_CONN_BASE => {
                         let slot = (t - TOK_CONN_BASE) as usize;

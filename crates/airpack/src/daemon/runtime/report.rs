@@ -16,6 +16,7 @@ use crate::daemon::stats::{self, DaemonCounters};
 use crate::linux::{monotonic_micros, LinkStats, RouteResolver};
 use airpack_core::{PeerConfig, Stats};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
@@ -60,11 +61,17 @@ impl Daemon {
     /// Copies what the answer to `req` needs (no rendering).
     pub(super) fn snapshot(&self, req: Request) -> Snapshot {
         let with_config = req == Request::Peers;
+        // One map instead of a search per peer (1000 peers: 500 000 comparisons).
+        let plans: HashMap<IpAddr, _> = if with_config {
+            self.plan.peers.iter().map(|p| (p.address, p)).collect()
+        } else {
+            HashMap::new()
+        };
         let peers = self
             .sorted_peers()
             .into_iter()
             .map(|p| {
-                let plan = self.plan.peer(p);
+                let plan = plans.get(&p);
                 PeerSnap {
                     name: self.peer_name(p),
                     configured: if with_config {
@@ -74,10 +81,9 @@ impl Daemon {
                     },
                     stats: self.engine.peer_stats(p).cloned(),
                     cfg: with_config.then(|| self.engine.peer(p).cloned()).flatten(),
-                    allowed_ips: match (with_config, plan) {
-                        (true, Some(pl)) => pl.allowed_ips.iter().map(|c| c.to_string()).collect(),
-                        _ => Vec::new(),
-                    },
+                    allowed_ips: plan
+                        .map(|pl| pl.allowed_ips.iter().map(|c| c.to_string()).collect())
+                        .unwrap_or_default(),
                 }
             })
             .collect();
@@ -160,9 +166,9 @@ impl Daemon {
             self.control.respond(&self.poller, slot, ok, body);
             return;
         }
-        let snap = self.snapshot(req);
+        let snap = Box::new(self.snapshot(req));
         if let Err(snap) = self.renderer.submit(slot, serial, snap) {
-            let (ok, body) = render(snap, None);
+            let (ok, body) = render(*snap, None);
             self.control.respond(&self.poller, slot, ok, body);
         }
     }
@@ -291,7 +297,7 @@ fn render(s: Snapshot, tun: Option<LinkStats>) -> (bool, Vec<u8>) {
 struct Job {
     slot: usize,
     serial: u64,
-    snap: Snapshot,
+    snap: Box<Snapshot>,
 }
 
 /// A rendered answer.
@@ -332,7 +338,7 @@ impl Renderer {
                 unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &normal) };
                 while let Ok(job) = job_rx.recv() {
                     let tun = link.link_stats(job.snap.tun_ifindex).ok();
-                    let (ok, body) = render(job.snap, tun);
+                    let (ok, body) = render(*job.snap, tun);
                     let d = Done {
                         slot: job.slot,
                         serial: job.serial,
@@ -351,7 +357,7 @@ impl Renderer {
     }
 
     /// Queues a snapshot; gives it back if the thread cannot take it.
-    fn submit(&self, slot: usize, serial: u64, snap: Snapshot) -> Result<(), Snapshot> {
+    fn submit(&self, slot: usize, serial: u64, snap: Box<Snapshot>) -> Result<(), Box<Snapshot>> {
         match self.jobs.try_send(Job { slot, serial, snap }) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(j)) | Err(TrySendError::Disconnected(j)) => {
