@@ -1,16 +1,18 @@
 //! The event loop: one thread, one epoll, driving the sans-IO engine.
 //!
 //! Owns: the daemon's descriptors (TUN, bundle sockets, raw sender, timerfd,
-//! signalfd, route monitor, control listeners), the peer lookup (hop-by-hop:
-//! the kernel's next hop via the route resolver; end-to-end: longest-prefix
-//! match over `allowed_ips`), the receive-side checks (known peer, allowed
+//! signalfd, route monitor and resolver sockets, control listeners, the
+//! render thread's eventfd), the peer lookup (hop-by-hop: the kernel's next
+//! hop for the packet's source and destination, asked without waiting;
+//! end-to-end: longest-prefix match over `allowed_ips`), the receive-side checks (known peer, allowed
 //! inner source), the link-busy signal (SIOCOUTQ) and the lifecycle (start,
 //! SIGHUP reload, SIGTERM flush and clean exit).
 //!
 //! Split by concern: [`sockets`] (bundle sockets, raw sender), [`peers`]
 //! (configured peers, inner source check), [`datapath`] (TUN, bundles,
-//! transmit), [`routing`] (route/link changes, steered interfaces),
-//! [`reload`] (SIGHUP) and [`report`] (control answers); this file holds the
+//! transmit), [`lookups`] (packets waiting for a next hop), [`routing`]
+//! (route/link changes, steered interfaces), [`reload`] (SIGHUP) and
+//! [`report`] (control answers, rendered off the loop); this file holds the
 //! daemon's state, start, the loop and the clean stop.
 //!
 //! Must not touch: packet formats or queueing policy (that is
