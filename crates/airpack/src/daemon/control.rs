@@ -8,8 +8,9 @@
 //! Owns: listening sockets, a bounded table of client connections (nonblocking,
 //! oldest evicted when full), request parsing with size bounds.
 //!
-//! Must not touch: the engine or statistics content: the event loop renders
-//! answers ([`super::stats`]) and hands them back with [`Server::respond`].
+//! Must not touch: the engine or statistics content: the daemon renders
+//! answers (off its loop, `runtime::report`) and hands them back with
+//! [`Server::respond`], checking [`Server::serial`] first.
 
 use crate::linux::{Interest, Poller};
 use anyhow::Context;
@@ -82,6 +83,8 @@ struct Conn {
     out: Vec<u8>,
     written: usize,
     answering: bool,
+    /// The answer was handed over ([`Server::respond`]).
+    responded: bool,
     opened: u64,
 }
 
@@ -200,6 +203,7 @@ impl Server {
                 out: Vec::new(),
                 written: 0,
                 answering: false,
+                responded: false,
                 opened: self.serial,
             });
         }
@@ -211,13 +215,24 @@ impl Server {
         }
     }
 
+    /// The serial number of the connection in `slot` (unique per accepted
+    /// connection): an answer rendered elsewhere is given to `slot` only if
+    /// it still holds the connection that asked.
+    pub fn serial(&self, slot: usize) -> Option<u64> {
+        self.conns.get(slot)?.as_ref().map(|c| c.opened)
+    }
+
     /// Handles readiness of connection `slot`; returns a complete request to answer.
     pub fn ready(&mut self, poller: &Poller, slot: usize, writable: bool) -> Option<Request> {
         let conn = self.conns.get_mut(slot)?.as_mut()?;
         if conn.answering {
-            // Answer pending: writable (or hung up) means try to send the rest.
+            // Answer being rendered: nothing to do until it is handed over
+            // (interest is off meanwhile). Answer handed over: writable (or
+            // hung up) means try to send the rest.
             let _ = writable;
-            self.flush(poller, slot);
+            if conn.responded {
+                self.flush(poller, slot);
+            }
             return None;
         }
         let mut buf = [0u8; 1024];
@@ -232,6 +247,11 @@ impl Server {
                     if conn.inbuf.len() + n > MAX_REQUEST {
                         conn.inbuf.clear();
                         conn.answering = true;
+                        let _ = poller.modify(
+                            conn.stream.fd(),
+                            TOK_CONN_BASE + slot as u64,
+                            Interest::NONE,
+                        );
                         return Some(Request::Bad("request too long".into()));
                     }
                     conn.inbuf.extend_from_slice(&buf[..n]);
@@ -271,6 +291,13 @@ impl Server {
             }
         };
         conn.answering = true;
+        // Level-triggered: a client that shut its side down stays readable;
+        // stop listening until the answer is ready.
+        let _ = poller.modify(
+            conn.stream.fd(),
+            TOK_CONN_BASE + slot as u64,
+            Interest::NONE,
+        );
         Some(req)
     }
 
@@ -290,6 +317,7 @@ impl Server {
             body.splice(0..0, head.into_bytes());
         }
         // The body becomes the output buffer: a large answer is not copied.
+        conn.responded = true;
         conn.out = body;
         conn.written = 0;
         let _ = poller.modify(

@@ -30,6 +30,11 @@ impl Interest {
         readable: false,
         writable: true,
     };
+    /// Neither (errors and hang-ups are still reported).
+    pub const NONE: Interest = Interest {
+        readable: false,
+        writable: false,
+    };
     /// Both.
     pub const BOTH: Interest = Interest {
         readable: true,

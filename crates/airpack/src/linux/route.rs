@@ -1,11 +1,14 @@
 //! Netlink (NETLINK_ROUTE) route lookups and change monitoring.
 //!
-//! Owns: [`RouteResolver`], which asks the kernel (RTM_GETROUTE with the
-//! bypass mark, so the steering rule is not hit) for the next hop toward a
-//! destination and keeps a bounded cache of answers; and [`RouteMonitor`], a
-//! netlink socket subscribed to route, rule, address and link changes whose
-//! readiness means "invalidate the cache". Messages are written by hand and
-//! replies parsed strictly (every length checked; malformed replies are errors).
+//! Owns: [`RouteResolver`], synchronous lookups (RTM_GETROUTE for a
+//! destination with a given fwmark; RTM_GETLINK counters) with a bounded
+//! cache, for work off the packet path; [`AsyncResolver`] (in `resolver`),
+//! the packet path's lookups by source and destination that never wait; and
+//! [`RouteMonitor`], a netlink socket subscribed to route, rule, address,
+//! link and nexthop changes, which reports the prefixes of changed routes so
+//! caches evict only what a change can affect. Messages are written by hand
+//! and replies parsed strictly (every length checked; malformed replies are
+//! errors).
 //!
 //! Must not touch: peers or policy (the daemon decides what a next hop means).
 
@@ -17,12 +20,17 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use super::{cvt, cvt_size};
 
+mod resolver;
+pub use resolver::{Answer, AsyncResolver, ResolverStats};
+
 const NLMSG_HDRLEN: usize = 16;
 const RTMSG_LEN: usize = 12;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const NLMSG_OVERRUN: u16 = 4;
 const RTA_DST: u16 = 1;
+const RTA_SRC: u16 = 2;
+const RTA_IIF: u16 = 3;
 const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
 const RTA_MARK: u16 = 16;
@@ -35,6 +43,8 @@ const RTN_MULTICAST: u8 = 5;
 const SOL_NETLINK: libc::c_int = 270;
 /// Replies we skip (stale answers to timed-out requests) before giving up on one lookup.
 const MAX_STALE_REPLIES: usize = 16;
+/// Longest wait of a synchronous [`RouteResolver`] request for its reply (µs).
+pub const SYNC_TIMEOUT_US: u64 = 20_000;
 /// Notification datagrams one [`RouteMonitor::drain`] reads at most.
 const MAX_DRAIN: usize = 1024;
 
@@ -129,40 +139,94 @@ fn addr_from(family: u8, bytes: &[u8]) -> io::Result<IpAddr> {
     }
 }
 
-/// Builds an RTM_GETROUTE request for `dst` with fwmark `mark` into `out`.
-fn build_request(out: &mut Vec<u8>, seq: u32, dst: IpAddr, mark: u32) {
-    out.clear();
-    let family = match dst {
+/// The loopback's interface index in every network namespace (the kernel's
+/// LOOPBACK_IFINDEX).
+pub const LOOPBACK_IFINDEX: u32 = 1;
+
+fn family_of(a: IpAddr) -> u8 {
+    match a {
         IpAddr::V4(_) => libc::AF_INET as u8,
         IpAddr::V6(_) => libc::AF_INET6 as u8,
-    };
-    let octets: ([u8; 16], usize) = match dst {
+    }
+}
+
+fn push_addr_attr(out: &mut Vec<u8>, ty: u16, a: IpAddr) {
+    match a {
         IpAddr::V4(a) => {
-            let mut o = [0u8; 16];
-            o[..4].copy_from_slice(&a.octets());
-            (o, 4)
+            out.extend_from_slice(&8u16.to_ne_bytes());
+            out.extend_from_slice(&ty.to_ne_bytes());
+            out.extend_from_slice(&a.octets());
         }
-        IpAddr::V6(a) => (a.octets(), 16),
-    };
-    let alen = octets.1;
-    let total = NLMSG_HDRLEN + RTMSG_LEN + align4(4 + alen) + if mark != 0 { 8 } else { 0 };
-    out.extend_from_slice(&(total as u32).to_ne_bytes());
+        IpAddr::V6(a) => {
+            out.extend_from_slice(&20u16.to_ne_bytes());
+            out.extend_from_slice(&ty.to_ne_bytes());
+            out.extend_from_slice(&a.octets());
+        }
+    }
+}
+
+fn push_u32_attr(out: &mut Vec<u8>, ty: u16, v: u32) {
+    out.extend_from_slice(&8u16.to_ne_bytes());
+    out.extend_from_slice(&ty.to_ne_bytes());
+    out.extend_from_slice(&v.to_ne_bytes());
+}
+
+/// What one RTM_GETROUTE asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Query {
+    /// Destination.
+    pub dst: IpAddr,
+    /// Source address (RTA_SRC), of the same family as `dst`; `None`: any.
+    pub src: Option<IpAddr>,
+    /// fwmark (RTA_MARK; 0: none).
+    pub mark: u32,
+    /// Input interface (RTA_IIF; 0: none). With an input interface the
+    /// kernel does an input (forwarding) lookup, as for a received packet.
+    pub iif: u32,
+}
+
+/// Builds an RTM_GETROUTE request for `dst` with fwmark `mark` into `out`.
+fn build_request(out: &mut Vec<u8>, seq: u32, dst: IpAddr, mark: u32) {
+    build_query(
+        out,
+        seq,
+        &Query {
+            dst,
+            src: None,
+            mark,
+            iif: 0,
+        },
+    )
+}
+
+/// Builds an RTM_GETROUTE request for `q` into `out` (a source of another
+/// family than the destination is left out).
+pub(crate) fn build_query(out: &mut Vec<u8>, seq: u32, q: &Query) {
+    out.clear();
+    let family = family_of(q.dst);
+    let alen: usize = if q.dst.is_ipv4() { 4 } else { 16 };
+    let src = q.src.filter(|s| family_of(*s) == family);
+    out.extend_from_slice(&0u32.to_ne_bytes()); // length, patched below
     out.extend_from_slice(&libc::RTM_GETROUTE.to_ne_bytes());
     out.extend_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
     out.extend_from_slice(&seq.to_ne_bytes());
     out.extend_from_slice(&0u32.to_ne_bytes());
-    // struct rtmsg
-    out.extend_from_slice(&[family, (alen * 8) as u8, 0, 0, 0, 0, 0, 0]);
+    // struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags.
+    let src_len = if src.is_some() { (alen * 8) as u8 } else { 0 };
+    out.extend_from_slice(&[family, (alen * 8) as u8, src_len, 0, 0, 0, 0, 0]);
     out.extend_from_slice(&0u32.to_ne_bytes());
-    out.extend_from_slice(&((4 + alen) as u16).to_ne_bytes());
-    out.extend_from_slice(&RTA_DST.to_ne_bytes());
-    out.extend_from_slice(&octets.0[..alen]);
-    if mark != 0 {
-        out.extend_from_slice(&8u16.to_ne_bytes());
-        out.extend_from_slice(&RTA_MARK.to_ne_bytes());
-        out.extend_from_slice(&mark.to_ne_bytes());
+    push_addr_attr(out, RTA_DST, q.dst);
+    if let Some(s) = src {
+        push_addr_attr(out, RTA_SRC, s);
     }
-    debug_assert_eq!(out.len(), total);
+    if q.iif != 0 {
+        push_u32_attr(out, RTA_IIF, q.iif);
+    }
+    if q.mark != 0 {
+        push_u32_attr(out, RTA_MARK, q.mark);
+    }
+    let total = out.len() as u32;
+    out[..4].copy_from_slice(&total.to_ne_bytes());
 }
 
 /// Parses the payload of an RTM_NEWROUTE reply for `dst`.
@@ -260,10 +324,14 @@ impl RouteResolver {
     /// (when full the cache is cleared: bounded memory, no eviction cost).
     pub fn with_capacity(mark: u32, capacity: usize) -> io::Result<RouteResolver> {
         let fd = netlink_socket(false)?;
-        // Lookups are synchronous: never wait more than 200 ms for the kernel.
+        // Lookups are synchronous. The kernel answers RTM_GETROUTE (and, on
+        // current kernels, RTM_GETLINK) inside send(2) without the RTNL lock,
+        // so the reply is queued before recv is called; the timeout only
+        // bounds the wait for a reply the kernel dropped (receive buffer
+        // full). The packet path uses [`AsyncResolver`], which never waits.
         let tv = libc::timeval {
             tv_sec: 0,
-            tv_usec: 200_000,
+            tv_usec: SYNC_TIMEOUT_US as libc::suseconds_t,
         };
         // SAFETY: tv is a valid timeval of the given size.
         cvt(unsafe {
@@ -414,6 +482,15 @@ impl RouteResolver {
         self.cache.clear();
     }
 
+    /// Forgets the cached answers a change of these routes can affect;
+    /// returns how many.
+    pub fn evict(&mut self, prefixes: &[RoutePrefix]) -> usize {
+        let before = self.cache.len();
+        self.cache
+            .retain(|dst, _| !prefixes.iter().any(|p| p.covers(None, *dst)));
+        before - self.cache.len()
+    }
+
     /// Number of cached answers.
     pub fn cached(&self) -> usize {
         self.cache.len()
@@ -487,7 +564,7 @@ fn parse_link(payload: &[u8]) -> io::Result<LinkStats> {
 /// What a [`RouteMonitor::drain`] saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Changes {
-    /// Route added/removed (IPv4 or IPv6).
+    /// Route added/removed (IPv4 or IPv6); which ones: [`RouteMonitor::prefixes`].
     pub route: bool,
     /// Policy rule added/removed.
     pub rule: bool,
@@ -495,6 +572,12 @@ pub struct Changes {
     pub addr: bool,
     /// Link added/removed/changed (including up/down).
     pub link: bool,
+    /// Nexthop object added/removed/replaced (routes using it change without
+    /// a route notification).
+    pub nexthop: bool,
+    /// Route notifications whose prefixes were not recorded (more than
+    /// [`MAX_PREFIXES`] in one drain, or unparsable).
+    pub prefixes_lost: bool,
     /// The kernel dropped notifications (ENOBUFS): assume everything changed.
     pub overrun: bool,
 }
@@ -502,26 +585,138 @@ pub struct Changes {
 impl Changes {
     /// Whether anything that can change a next hop happened.
     pub fn any(&self) -> bool {
-        self.route || self.rule || self.addr || self.link || self.overrun
+        self.route || self.rule || self.addr || self.link || self.nexthop || self.overrun
+    }
+
+    /// Whether a cached next hop outside the recorded route prefixes may have
+    /// changed too: rules, addresses (the local table, and whether a source
+    /// is local), links (IPv4 removes a down link's routes without a
+    /// notification), nexthop objects, lost notifications.
+    pub fn all(&self) -> bool {
+        self.rule || self.addr || self.link || self.nexthop || self.prefixes_lost || self.overrun
     }
 }
 
-/// A netlink socket subscribed to route, rule, address and link changes (nonblocking).
+/// Route prefixes recorded per [`RouteMonitor::drain`] at most.
+pub const MAX_PREFIXES: usize = 256;
+
+/// The prefixes of one added or removed route: only lookups whose
+/// destination (and source, for a source-specific route) fall inside can
+/// change because of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoutePrefix {
+    /// Destination prefix (the unspecified address with `dst_len` 0 for a default route).
+    pub dst: IpAddr,
+    /// Its length in bits.
+    pub dst_len: u8,
+    /// Source prefix of a source-specific (IPv6 `from`) route.
+    pub src: Option<(IpAddr, u8)>,
+}
+
+/// Whether `a` lies in `net/len` (same family).
+pub fn in_prefix(a: IpAddr, net: IpAddr, len: u8) -> bool {
+    match (a, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let len = u32::from(len.min(32));
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+            u32::from(a) & mask == u32::from(n) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let len = u32::from(len.min(128));
+            let mask = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len)
+            };
+            u128::from(a) & mask == u128::from(n) & mask
+        }
+        _ => false,
+    }
+}
+
+impl RoutePrefix {
+    /// Whether a lookup of `dst` from `src` (`None`: no source) can be
+    /// changed by this route. A lookup without a source is conservatively
+    /// covered by a source-specific route.
+    pub fn covers(&self, src: Option<IpAddr>, dst: IpAddr) -> bool {
+        if !in_prefix(dst, self.dst, self.dst_len) {
+            return false;
+        }
+        match (self.src, src) {
+            (Some((net, len)), Some(s)) => in_prefix(s, net, len),
+            _ => true,
+        }
+    }
+}
+
+/// Parses the prefixes of an RTM_NEWROUTE/RTM_DELROUTE notification.
+fn parse_prefix(payload: &[u8]) -> io::Result<RoutePrefix> {
+    if payload.len() < RTMSG_LEN {
+        return Err(invalid("short rtmsg"));
+    }
+    let family = payload[0];
+    let (dst_len, src_len) = (payload[1], payload[2]);
+    let unspec = match i32::from(family) {
+        libc::AF_INET => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        libc::AF_INET6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        _ => return Err(invalid("route of unknown family")),
+    };
+    let max = if unspec.is_ipv4() { 32 } else { 128 };
+    if dst_len > max || src_len > max {
+        return Err(invalid("prefix length out of range"));
+    }
+    let (mut dst, mut src) = (None, None);
+    for attr in attributes(&payload[RTMSG_LEN..]) {
+        let (ty, v) = attr?;
+        match ty {
+            RTA_DST => dst = Some(addr_from(family, v)?),
+            RTA_SRC => src = Some(addr_from(family, v)?),
+            _ => {}
+        }
+    }
+    // A length without its address (not sent by the kernel) widens to "all":
+    // evicting too much is safe, too little is not.
+    Ok(RoutePrefix {
+        dst: dst.unwrap_or(unspec),
+        dst_len: if dst.is_some() { dst_len } else { 0 },
+        src: src.filter(|_| src_len > 0).map(|s| (s, src_len)),
+    })
+}
+
+/// A netlink socket subscribed to route, rule, address, link and nexthop
+/// changes (nonblocking).
 #[derive(Debug)]
 pub struct RouteMonitor {
     fd: OwnedFd,
     buf: Vec<u8>,
+    prefixes: Vec<RoutePrefix>,
 }
 
-/// Folds one notification datagram into `c`; a malformed datagram counts as an overrun.
-fn classify(datagram: &[u8], c: &mut Changes) {
+const RTM_NEWNEXTHOP: u16 = 104;
+const RTM_DELNEXTHOP: u16 = 105;
+const RTNLGRP_NEXTHOP: libc::c_uint = 32;
+
+/// Folds one notification datagram into `c` and the changed route prefixes
+/// into `prefixes` (bounded); a malformed datagram counts as an overrun.
+fn classify(datagram: &[u8], c: &mut Changes, prefixes: &mut Vec<RoutePrefix>) {
     for msg in messages(datagram) {
         match msg {
-            Ok((ty, ..)) => match ty {
+            Ok((ty, _, _, payload)) => match ty {
                 libc::RTM_NEWLINK | libc::RTM_DELLINK => c.link = true,
                 libc::RTM_NEWADDR | libc::RTM_DELADDR => c.addr = true,
-                libc::RTM_NEWROUTE | libc::RTM_DELROUTE => c.route = true,
+                libc::RTM_NEWROUTE | libc::RTM_DELROUTE => {
+                    c.route = true;
+                    match parse_prefix(payload) {
+                        Ok(p) if prefixes.len() < MAX_PREFIXES => {
+                            if !prefixes.contains(&p) {
+                                prefixes.push(p);
+                            }
+                        }
+                        _ => c.prefixes_lost = true,
+                    }
+                }
                 libc::RTM_NEWRULE | libc::RTM_DELRULE => c.rule = true,
+                RTM_NEWNEXTHOP | RTM_DELNEXTHOP => c.nexthop = true,
                 NLMSG_OVERRUN => c.overrun = true,
                 NLMSG_DONE | NLMSG_ERROR => {}
                 _ => {}
@@ -546,6 +741,7 @@ impl RouteMonitor {
             libc::RTNLGRP_IPV6_IFADDR,
             libc::RTNLGRP_IPV6_ROUTE,
             libc::RTNLGRP_IPV6_RULE,
+            RTNLGRP_NEXTHOP,
         ] {
             let g = group as libc::c_int;
             // SAFETY: g is a c_int living across the call.
@@ -558,11 +754,15 @@ impl RouteMonitor {
                     size_of::<libc::c_int>() as libc::socklen_t,
                 )
             };
-            // IPv6 groups fail on kernels without IPv6; the rest must work.
+            // IPv6 groups fail on kernels without IPv6, the nexthop group
+            // before Linux 5.3; the rest must work.
             if r < 0
                 && !matches!(
                     group,
-                    libc::RTNLGRP_IPV6_IFADDR | libc::RTNLGRP_IPV6_ROUTE | libc::RTNLGRP_IPV6_RULE
+                    libc::RTNLGRP_IPV6_IFADDR
+                        | libc::RTNLGRP_IPV6_ROUTE
+                        | libc::RTNLGRP_IPV6_RULE
+                        | RTNLGRP_NEXTHOP
                 )
             {
                 return Err(io::Error::last_os_error());
@@ -571,14 +771,17 @@ impl RouteMonitor {
         Ok(RouteMonitor {
             fd,
             buf: vec![0u8; 32 * 1024],
+            prefixes: Vec::with_capacity(MAX_PREFIXES),
         })
     }
 
     /// Reads pending notifications (never blocks; at most 1024 datagrams per
     /// call, so a flood cannot starve the caller: the fd stays readable) and
-    /// reports what kinds of change were seen.
+    /// reports what kinds of change were seen; the changed routes' prefixes
+    /// are in [`RouteMonitor::prefixes`] until the next drain.
     pub fn drain(&mut self) -> io::Result<Changes> {
         let mut c = Changes::default();
+        self.prefixes.clear();
         for _ in 0..MAX_DRAIN {
             // SAFETY: buf is a writable buffer of buf.len() bytes.
             let r = cvt_size(unsafe {
@@ -599,9 +802,14 @@ impl RouteMonitor {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
-            classify(&self.buf[..n], &mut c);
+            classify(&self.buf[..n], &mut c, &mut self.prefixes);
         }
         Ok(c)
+    }
+
+    /// The prefixes of the routes added or removed, as of the last drain.
+    pub fn prefixes(&self) -> &[RoutePrefix] {
+        &self.prefixes
     }
 }
 
@@ -680,6 +888,73 @@ mod tests {
     }
 
     #[test]
+    fn query_carries_source_and_input_interface() {
+        let mut out = Vec::new();
+        let q = Query {
+            dst: "fd09::5".parse().unwrap(),
+            src: Some("fd07::1".parse().unwrap()),
+            mark: 0,
+            iif: 0,
+        };
+        build_query(&mut out, 3, &q);
+        assert_eq!(out.len(), 16 + 12 + 20 + 20);
+        assert_eq!((out[17], out[18]), (128, 128), "dst_len, src_len");
+        let attrs: Vec<_> = attributes(&out[28..]).map(|a| a.unwrap()).collect();
+        assert_eq!(attrs[1].0, RTA_SRC);
+        assert_eq!(attrs[1].1, &"fd07::1".parse::<Ipv6Addr>().unwrap().octets());
+        // IPv4 input lookup; a source of the other family is left out.
+        let q = Query {
+            dst: "10.9.0.5".parse().unwrap(),
+            src: Some("fd07::1".parse().unwrap()),
+            mark: 7,
+            iif: LOOPBACK_IFINDEX,
+        };
+        build_query(&mut out, 4, &q);
+        assert_eq!(out[18], 0);
+        let attrs: Vec<_> = attributes(&out[28..]).map(|a| a.unwrap().0).collect();
+        assert_eq!(attrs, vec![RTA_DST, RTA_IIF, RTA_MARK]);
+    }
+
+    #[test]
+    fn route_notifications_give_prefixes() {
+        let dst = rta(
+            RTA_DST,
+            &[0xfd, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        );
+        let src = rta(
+            RTA_SRC,
+            &[0xfd, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        );
+        let mut m = rtmsg(libc::AF_INET6 as u8, RTN_UNICAST, &[dst.clone(), src]);
+        m[1] = 64;
+        m[2] = 64;
+        let p = parse_prefix(&m).unwrap();
+        assert_eq!((p.dst_len, p.src.map(|s| s.1)), (64, Some(64)));
+        assert!(p.covers(Some("fd07::9".parse().unwrap()), "fd09::1".parse().unwrap()));
+        assert!(!p.covers(Some("fd08::9".parse().unwrap()), "fd09::1".parse().unwrap()));
+        assert!(!p.covers(Some("fd07::9".parse().unwrap()), "fd0a::1".parse().unwrap()));
+        assert!(p.covers(None, "fd09::1".parse().unwrap()));
+        // Default route (no RTA_DST): every destination of the family.
+        let mut d = rtmsg(libc::AF_INET as u8, RTN_UNICAST, &[]);
+        d[1] = 0;
+        let p = parse_prefix(&d).unwrap();
+        assert!(p.covers(None, "192.0.2.1".parse().unwrap()));
+        assert!(!p.covers(None, "fd09::1".parse().unwrap()));
+        // Length beyond the family, wrong address size.
+        let mut bad = rtmsg(libc::AF_INET as u8, RTN_UNICAST, &[]);
+        bad[1] = 33;
+        assert!(parse_prefix(&bad).is_err());
+        let mut bad = rtmsg(libc::AF_INET as u8, RTN_UNICAST, &[dst]);
+        bad[1] = 24;
+        assert!(parse_prefix(&bad).is_err());
+        // Through classify: the prefix is recorded, not "all".
+        let mut c = Changes::default();
+        let mut ps = Vec::new();
+        classify(&nlmsg(libc::RTM_NEWROUTE, 0, &m), &mut c, &mut ps);
+        assert!(c.route && !c.all() && ps.len() == 1, "{c:?} {ps:?}");
+    }
+
+    #[test]
     fn parses_gateway_onlink_local_and_rejects_bad_lengths() {
         let dst: IpAddr = "10.9.0.1".parse().unwrap();
         let gw = rtmsg(
@@ -754,14 +1029,17 @@ mod tests {
         let v: Vec<_> = messages(&d).map(|m| m.unwrap().0).collect();
         assert_eq!(v, vec![libc::RTM_NEWROUTE, libc::RTM_NEWLINK]);
         let mut c = Changes::default();
-        classify(&d, &mut c);
+        let mut p = Vec::new();
+        classify(&d, &mut c, &mut p);
         assert!(c.route && c.link && !c.addr && !c.overrun);
+        // An all-zero rtmsg is not a known family: the prefix is lost, not guessed.
+        assert!(c.prefixes_lost && p.is_empty());
         // Length field larger than the datagram.
         let mut bad = nlmsg(libc::RTM_NEWADDR, 1, &[0; 4]);
         bad[0] = 200;
         assert!(messages(&bad).next().unwrap().is_err());
         let mut c = Changes::default();
-        classify(&bad, &mut c);
+        classify(&bad, &mut c, &mut Vec::new());
         assert!(c.overrun && !c.addr);
         // Length smaller than a header; trailing garbage shorter than a header.
         let mut small = nlmsg(libc::RTM_NEWADDR, 1, &[]);

@@ -13,17 +13,35 @@ use super::sockets::send_out;
 use super::{Daemon, Dest, BATCH, TOK_B4, TOK_B6, TOK_U4};
 use crate::daemon::config::{Mode, Transport};
 use crate::daemon::sys;
+use crate::linux::route::Answer;
+use crate::linux::NextHop;
 use airpack_core::{RxContext, Transmit, TransmitKind};
 use std::io;
 use std::net::IpAddr;
 use tracing::{debug, trace};
 
 impl Daemon {
-    /// Where a packet for `dst` goes: a configured peer's queue, out unchanged,
-    /// or nowhere (its route leads back into the TUN: sending it would loop).
-    pub(super) fn route_for(&mut self, dst: IpAddr) -> Dest {
+    /// Where a packet from `src` to `dst` goes: a configured peer's queue,
+    /// out unchanged, nowhere (its route leads back into the TUN: sending it
+    /// would loop), or into the park until the kernel's answer is read
+    /// (never waits; see [`super::lookups`]).
+    pub(super) fn route_for(&mut self, now: u64, src: IpAddr, dst: IpAddr) -> Dest {
+        match self
+            .lookups
+            .lookup(now, super::lookups::lookup_source(src), dst)
+        {
+            Answer::Ready(r) => self.resolved(dst, r),
+            Answer::Pending => Dest::Wait,
+            Answer::Unavailable => {
+                self.park.counters.unavailable_unchanged += 1;
+                Dest::Unchanged
+            }
+        }
+    }
+
+    /// Where a packet for `dst` goes, given the kernel's next hop for it.
+    pub(super) fn resolved(&mut self, dst: IpAddr, nh: Result<NextHop, i32>) -> Dest {
         let tun = self.tun.ifindex();
-        let nh = self.resolver.lookup(dst);
         if matches!(&nh, Ok(nh) if nh.oif == tun) {
             return Dest::Loop;
         }
@@ -67,7 +85,7 @@ impl Daemon {
         };
         self.counters.tun_read += 1;
         self.counters.tun_read_bytes += n as u64;
-        let Some((_, dst)) = sys::addrs(&self.tun_buf[..n]) else {
+        let Some((src, dst)) = sys::addrs(&self.tun_buf[..n]) else {
             self.counters.tun_unparsable += 1;
             return true;
         };
@@ -77,18 +95,32 @@ impl Daemon {
             self.counters.tun_ignored += 1;
             return true;
         }
-        match self.route_for(dst) {
+        match self.route_for(now, src, dst) {
+            Dest::Wait => self.park(now, src, dst, n),
+            dest => {
+                let buf = std::mem::take(&mut self.tun_buf);
+                self.deliver(now, dst, dest, &buf[..n]);
+                self.tun_buf = buf;
+            }
+        }
+        true
+    }
+
+    /// Hands a TUN packet to its destination (the engine, the wire unchanged,
+    /// or the loop counter).
+    pub(super) fn deliver(&mut self, now: u64, dst: IpAddr, dest: Dest, pkt: &[u8]) {
+        match dest {
             Dest::Peer(peer) => {
-                let v = self.engine.handle_packet(now, peer, &self.tun_buf[..n], 0);
-                trace!(%dst, %peer, ?v, len = n, "queued");
+                let v = self.engine.handle_packet(now, peer, pkt, 0);
+                trace!(%dst, %peer, ?v, len = pkt.len(), "queued");
             }
             Dest::Loop => {
                 self.counters.tun_looped += 1;
                 trace!(%dst, "route leads back into the TUN; dropped");
             }
-            Dest::Unchanged => {
+            Dest::Unchanged | Dest::Wait => {
                 self.counters.passthrough += 1;
-                match self.sock.raw.send(&self.tun_buf[..n]) {
+                match self.sock.raw.send(pkt) {
                     Ok(()) => self.counters.unchanged_sent += 1,
                     Err(e) => {
                         trace!(%dst, "passthrough send: {e}");
@@ -97,7 +129,6 @@ impl Daemon {
                 }
             }
         }
-        true
     }
 
     /// Reads the bundle socket of `token`; `error`: it (or another socket)

@@ -1,16 +1,18 @@
 //! The event loop: one thread, one epoll, driving the sans-IO engine.
 //!
 //! Owns: the daemon's descriptors (TUN, bundle sockets, raw sender, timerfd,
-//! signalfd, route monitor, control listeners), the peer lookup (hop-by-hop:
-//! the kernel's next hop via the route resolver; end-to-end: longest-prefix
-//! match over `allowed_ips`), the receive-side checks (known peer, allowed
+//! signalfd, route monitor and resolver sockets, control listeners, the
+//! render thread's eventfd), the peer lookup (hop-by-hop: the kernel's next
+//! hop for the packet's source and destination, asked without waiting;
+//! end-to-end: longest-prefix match over `allowed_ips`), the receive-side checks (known peer, allowed
 //! inner source), the link-busy signal (SIOCOUTQ) and the lifecycle (start,
 //! SIGHUP reload, SIGTERM flush and clean exit).
 //!
 //! Split by concern: [`sockets`] (bundle sockets, raw sender), [`peers`]
 //! (configured peers, inner source check), [`datapath`] (TUN, bundles,
-//! transmit), [`routing`] (route/link changes, steered interfaces),
-//! [`reload`] (SIGHUP) and [`report`] (control answers); this file holds the
+//! transmit), [`lookups`] (packets waiting for a next hop), [`routing`]
+//! (route/link changes, steered interfaces), [`reload`] (SIGHUP) and
+//! [`report`] (control answers, rendered off the loop); this file holds the
 //! daemon's state, start, the loop and the clean stop.
 //!
 //! Must not touch: packet formats or queueing policy (that is
@@ -23,8 +25,10 @@ use super::config::{LinkModeCfg, Mode, Plan, Source};
 use super::control::{Server, TOK_CONN_BASE, TOK_CONTROL, TOK_METRICS};
 use super::stats::DaemonCounters;
 use crate::linux::{
-    self, monotonic_micros, CpuLatency, Events, Interest, Poller, RouteMonitor, RouteResolver,
-    Signals, Steering, Timer, Tun, TunBatch,
+    self, monotonic_micros,
+    route::{AsyncResolver, DEFAULT_CACHE_ENTRIES},
+    CpuLatency, Events, Interest, Poller, RouteMonitor, RouteResolver, Signals, Steering, Timer,
+    Tun, TunBatch,
 };
 use airpack_core::Engine;
 use anyhow::Context;
@@ -38,6 +42,7 @@ use std::os::fd::AsRawFd;
 use tracing::{debug, error, info, warn};
 
 mod datapath;
+mod lookups;
 mod peers;
 mod reload;
 mod report;
@@ -55,6 +60,8 @@ const TOK_MON: u64 = 10;
 /// The raw senders (registered for EPOLLERR only: error-queue entries).
 const TOK_R4: u64 = 11;
 const TOK_R6: u64 = 12;
+const TOK_LOOKUP: u64 = 13;
+const TOK_RENDER: u64 = 14;
 
 /// Packets read from one descriptor per wakeup (fairness between TUN and sockets).
 const BATCH: usize = 64;
@@ -78,6 +85,19 @@ enum Dest {
     Unchanged,
     /// Nowhere: the normal route leads back into the TUN.
     Loop,
+    /// Into the park: the next hop is being asked (see [`lookups`]).
+    Wait,
+}
+
+/// How long the loop spent on work other than packets (µs), for `stats`.
+#[derive(Clone, Copy, Debug, Default)]
+struct LoopTimes {
+    /// Longest handling of a route monitor wakeup.
+    max_route_change_us: u64,
+    /// Longest handling of one control request on the loop.
+    max_control_us: u64,
+    /// The previous control request's.
+    last_control_us: u64,
 }
 
 /// One watched radio interface.
@@ -96,16 +116,23 @@ pub struct Daemon {
     tun_batch: TunBatch,
     /// Held while the daemon runs (`daemon.cpu_latency_us`).
     _cpu_latency: Option<CpuLatency>,
-    /// The TUN's kernel counters, as of the last control request.
-    tun_link: Option<linux::LinkStats>,
     steering: Option<Steering>,
+    /// Synchronous lookups off the TUN path (steered interfaces, the
+    /// receive-side source check), with the bypass mark.
     resolver: RouteResolver,
+    /// The TUN path's next hops by (source, destination); never waits.
+    lookups: AsyncResolver,
+    /// TUN packets waiting for `lookups`.
+    park: lookups::Park,
+    times: LoopTimes,
     monitor: RouteMonitor,
     sock: Sockets,
     timer: Timer,
     signals: Signals,
     poller: Poller,
     control: Server,
+    /// Renders control answers off the loop.
+    renderer: report::Renderer,
     counters: DaemonCounters,
     /// Configured peers (the only sources bundles are accepted from), their
     /// encodings and, for link-local ones, their interface.
@@ -169,10 +196,15 @@ impl Daemon {
             });
         let mut resolver =
             RouteResolver::new(d.bypass_mark).context("opening the netlink route resolver")?;
+        // Mark 0: a steered packet never carries the bypass mark, and the
+        // TUN does not tell its own mark; unmarked is the usual case.
+        let lookups = AsyncResolver::new(0, DEFAULT_CACHE_ENTRIES, lookups::LOOKUP_TIMEOUT_US)
+            .context("opening the netlink route resolver")?;
         let monitor = RouteMonitor::new().context("opening the netlink route monitor")?;
         let timer = Timer::new()?;
         let poller = Poller::new()?;
         let control = Server::bind(&d.control_socket, plan.prometheus)?;
+        let renderer = report::Renderer::start().context("starting the render thread")?;
 
         let mut engine = Engine::new(plan.engine.clone());
         for p in &plan.peers {
@@ -190,7 +222,9 @@ impl Daemon {
         poller.add(timer.as_raw_fd(), TOK_TIMER, Interest::READ)?;
         poller.add(signals.as_raw_fd(), TOK_SIG, Interest::READ)?;
         poller.add(monitor.as_raw_fd(), TOK_MON, Interest::READ)?;
+        poller.add(lookups.as_raw_fd(), TOK_LOOKUP, Interest::READ)?;
         control.register(&poller)?;
+        poller.add(renderer.as_raw_fd(), TOK_RENDER, Interest::READ)?;
 
         let links = d
             .interfaces
@@ -244,15 +278,18 @@ impl Daemon {
             tun,
             tun_batch,
             _cpu_latency: cpu_latency,
-            tun_link: None,
             steering: Some(steering),
             resolver,
+            lookups,
+            park: lookups::Park::new(),
+            times: LoopTimes::default(),
             monitor,
             sock,
             timer,
             signals,
             poller,
             control,
+            renderer,
             counters: DaemonCounters::default(),
             peers,
             link_busy: false,
@@ -300,18 +337,36 @@ impl Daemon {
                             }
                         }
                     }
-                    TOK_MON => self.on_route_change(),
+                    TOK_MON => self.on_route_change(now),
+                    TOK_LOOKUP => self.on_lookups(now),
+                    TOK_RENDER => {
+                        // Handing the answer to its connection (the first
+                        // write of it) is loop time too.
+                        let t0 = monotonic_micros();
+                        self.on_rendered();
+                        let took = monotonic_micros().saturating_sub(t0);
+                        self.times.max_control_us = self.times.max_control_us.max(took);
+                    }
                     TOK_CONTROL | TOK_METRICS => self.control.accept(&self.poller, ev.token),
                     t if t >= TOK_CONN_BASE => {
                         let slot = (t - TOK_CONN_BASE) as usize;
                         if let Some(req) = self.control.ready(&self.poller, slot, ev.writable) {
-                            let (ok, body) = self.answer(req);
+                            let t0 = monotonic_micros();
+                            let serial = self.control.serial(slot).unwrap_or(0);
+                            self.dispatch(slot, serial, req);
                             self.counters.control_requests += 1;
-                            self.control.respond(&self.poller, slot, ok, body);
+                            let took = monotonic_micros().saturating_sub(t0);
+                            self.times.last_control_us = took;
+                            self.times.max_control_us = self.times.max_control_us.max(took);
                         }
                     }
                     _ => {}
                 }
+            }
+            if self.park.len() > 0 || self.lookups.pending() > 0 {
+                // Answers read meanwhile (a lookup polls right after asking)
+                // and expired requests release their packets.
+                self.on_lookups(now);
             }
             if stop {
                 return self.shutdown();
@@ -346,6 +401,9 @@ impl Daemon {
 
     fn arm_timer(&mut self, now: u64) {
         let mut deadline = self.engine.poll_timeout();
+        if let Some(l) = self.lookups.next_deadline() {
+            deadline = Some(deadline.map_or(l, |d| d.min(l)));
+        }
         if self.hold_while_busy() && self.link_busy && self.engine.queued().0 > 0 {
             let recheck = now + BUSY_RECHECK_US;
             deadline = Some(deadline.map_or(recheck, |d| d.min(recheck)));
@@ -386,6 +444,9 @@ impl Daemon {
                 n += 1;
             }
             drained += n;
+            // Parked packets go out (with their answer, or unchanged).
+            self.lookups.poll();
+            self.release(now, true);
             self.engine.flush();
             sent += self.drain_all(now);
         }
@@ -395,7 +456,11 @@ impl Daemon {
         self.sock.drain_errors(&mut self.counters);
         self.control.remove_socket_file();
         // The kernel's TUN counters just before close (its queue drops).
-        self.tun_link = self.resolver.link_stats(self.tun.ifindex()).ok();
+        let tun_drops = self
+            .resolver
+            .link_stats(self.tun.ifindex())
+            .ok()
+            .map(|l| l.tx_dropped);
         let c = self.engine.stats().counters;
         info!(
             packets_in = c.packets_in,
@@ -407,7 +472,7 @@ impl Daemon {
             flushed = sent,
             "stopped"
         );
-        self.log_accounting(&c, tun_empty);
+        self.log_accounting(&c, tun_drops, tun_empty);
         Ok(())
     }
 
@@ -439,8 +504,13 @@ impl Daemon {
     }
 
     /// The final accounting, in the log (`airpack stats` is gone by now).
-    fn log_accounting(&self, c: &airpack_core::engine::Counters, tun_empty: bool) {
-        let a = self.accounting_of(c);
+    fn log_accounting(
+        &self,
+        c: &airpack_core::engine::Counters,
+        tun_drops: Option<u64>,
+        tun_empty: bool,
+    ) {
+        let a = self.accounting_of(c, tun_drops);
         info!(
             balanced = a.balanced(),
             send_in = a.send_in,

@@ -110,6 +110,7 @@ impl Daemon {
         }
         self.peers = peer_map(&new);
         self.resolver.invalidate();
+        self.lookups.invalidate();
         self.plan = new;
         self.counters.reloads += 1;
         info!(peers = self.plan.peers.len(), "configuration reloaded");

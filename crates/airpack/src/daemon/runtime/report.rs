@@ -2,30 +2,74 @@
 //! documents, built from the engine's and the daemon's counters, and the
 //! packet accounting ([`accounting::Accounting`]) they and the stop log carry.
 //!
+//! The loop only copies what an answer needs ([`Snapshot`]: counters and
+//! histograms by value, a few hundred bytes per peer); rendering the JSON or
+//! Prometheus text, and reading the TUN's kernel counters (RTM_GETLINK), is
+//! done on a render thread ([`Renderer`]) at normal scheduling priority, whose
+//! answers come back through an eventfd on the loop. A request thus holds
+//! the packet path for the copy only (numbers in docs/performance.md).
+//!
 //! Must not touch: the packet path (nothing here runs per packet).
 
 use super::{link_mode_name, mode_name, Daemon};
-use crate::daemon::control::Request;
-use crate::daemon::{accounting, stats};
-use crate::linux::monotonic_micros;
+use crate::daemon::accounting;
+use crate::daemon::control::{Request, MAX_CONNS};
+use crate::daemon::stats::{self, DaemonCounters};
+use crate::linux::{monotonic_micros, LinkStats, RouteResolver};
+use airpack_core::{PeerConfig, Stats};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::net::IpAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use tracing::warn;
+
+/// One peer as an answer shows it.
+pub(super) struct PeerSnap {
+    name: String,
+    configured: bool,
+    stats: Option<Stats>,
+    /// `peers` only: its engine configuration and allowed IPs.
+    cfg: Option<PeerConfig>,
+    allowed_ips: Vec<String>,
+}
+
+/// Everything an answer needs, copied on the loop.
+pub(super) struct Snapshot {
+    req: Request,
+    total: Stats,
+    counters: DaemonCounters,
+    mode: &'static str,
+    link_mode: &'static str,
+    link_busy: bool,
+    uptime_s: f64,
+    queued: (usize, usize),
+    /// Datagrams the bundle sockets' receive queues dropped (read on the loop).
+    rx_queue_drops: u64,
+    links: Vec<(String, Option<bool>)>,
+    steered: Vec<String>,
+    tun_name: String,
+    tun_ifindex: u32,
+    routes: Value,
+    loop_times: Value,
+    peers: Vec<PeerSnap>,
+}
 
 impl Daemon {
-    pub(super) fn answer(&mut self, req: Request) -> (bool, Vec<u8>) {
-        // The kernel's counters of the TUN (its queue toward the daemon can
-        // overflow before the daemon sees a packet): read per request.
-        self.tun_link = self.resolver.link_stats(self.tun.ifindex()).ok();
-        match req {
-            Request::Stats => (true, self.stats_bytes()),
-            Request::Peers => (true, self.peers_bytes()),
-            Request::Metrics => (true, self.metrics_bytes()),
-            Request::Bad(r) => (
-                false,
-                serde_json::to_vec(&json!({"error": format!("unknown request {r:?} (expected \"stats\" or \"peers\")")}))
-                    .unwrap_or_default(),
-            ),
-        }
+    /// The packet accounting now, given the engine's totals and the TUN's
+    /// kernel queue drops (`None`: unknown).
+    pub(super) fn accounting_of(
+        &self,
+        engine: &airpack_core::engine::Counters,
+        tun_queue_drops: Option<u64>,
+    ) -> accounting::Accounting {
+        accounting::Accounting::new(
+            engine,
+            self.engine.queued().0 as u64,
+            &self.counters,
+            tun_queue_drops,
+            self.sock.rx_queue_drops(),
+        )
     }
 
     pub(super) fn sorted_peers(&self) -> Vec<IpAddr> {
@@ -34,88 +78,84 @@ impl Daemon {
         v
     }
 
-    /// The packet accounting now, given the engine's totals.
-    pub(super) fn accounting_of(
-        &self,
-        engine: &airpack_core::engine::Counters,
-    ) -> accounting::Accounting {
-        accounting::Accounting::new(
-            engine,
-            self.engine.queued().0 as u64,
-            &self.counters,
-            self.tun_link.as_ref().map(|l| l.tx_dropped),
-            self.sock.rx_queue_drops(),
-        )
-    }
-
-    /// The `airpack stats --json` document without `peers`.
-    pub(super) fn stats_head(&self) -> serde_json::Map<String, Value> {
-        let engine = self.engine.stats();
-        let accounting = self.accounting_of(&engine.counters);
-        let mut total = stats::stats_json(&engine);
-        total.insert("daemon".into(), stats::daemon_json(&self.counters));
-        let (qp, qb) = self.engine.queued();
-        let head = json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "mode": mode_name(self.plan.config.daemon.mode),
-            "link_mode": link_mode_name(self.plan.config.aggregation.link_mode),
-            "link_busy": self.link_busy,
-            "uptime_s": (monotonic_micros().saturating_sub(self.started)) as f64 / 1e6,
-            "queued": {"packets": qp, "bytes": qb},
-            "links": self.links.iter().map(|l| json!({"interface": l.name, "up": l.up})).collect::<Vec<_>>(),
-            "steered_interfaces": self.steering.as_ref().map(|s| s.steered()).unwrap_or_default(),
-            "tun": self.tun_link.as_ref().map(|l| json!({
-                "name": self.tun.name(),
-                "queue_drops": l.tx_dropped,
-                "read_by_daemon": l.tx_packets,
-                "written_by_daemon": l.rx_packets,
-                "rx_dropped": l.rx_dropped,
-            })),
-            "total": total,
-            "accounting": accounting.json(),
-        });
-        match head {
-            Value::Object(mut m) => {
-                // Why nothing is being bundled, when that is so (`None`: it is).
-                let note = stats::match_note(&Value::Object(m.clone()));
-                m.insert("note".into(), note.into());
-                m
-            }
-            _ => unreachable!("json! object"),
+    /// Copies what the answer to `req` needs (no rendering).
+    pub(super) fn snapshot(&self, req: Request) -> Snapshot {
+        let with_config = req == Request::Peers;
+        // One map instead of a search per peer (1000 peers: 500 000 comparisons).
+        let plans: HashMap<IpAddr, _> = if with_config {
+            self.plan.peers.iter().map(|p| (p.address, p)).collect()
+        } else {
+            HashMap::new()
+        };
+        let peers = self
+            .sorted_peers()
+            .into_iter()
+            .map(|p| {
+                let plan = plans.get(&p);
+                PeerSnap {
+                    name: self.peer_name(p),
+                    configured: if with_config {
+                        plan.is_some()
+                    } else {
+                        self.peers.contains_key(&p)
+                    },
+                    stats: self.engine.peer_stats(p).cloned(),
+                    cfg: with_config.then(|| self.engine.peer(p).cloned()).flatten(),
+                    allowed_ips: plan
+                        .map(|pl| pl.allowed_ips.iter().map(|c| c.to_string()).collect())
+                        .unwrap_or_default(),
+                }
+            })
+            .collect();
+        Snapshot {
+            req,
+            total: self.engine.stats(),
+            counters: self.counters.clone(),
+            mode: mode_name(self.plan.config.daemon.mode),
+            link_mode: link_mode_name(self.plan.config.aggregation.link_mode),
+            link_busy: self.link_busy,
+            uptime_s: (monotonic_micros().saturating_sub(self.started)) as f64 / 1e6,
+            queued: self.engine.queued(),
+            rx_queue_drops: self.sock.rx_queue_drops(),
+            links: self.links.iter().map(|l| (l.name.clone(), l.up)).collect(),
+            steered: self
+                .steering
+                .as_ref()
+                .map(|s| s.steered())
+                .unwrap_or_default(),
+            tun_name: self.tun.name().to_string(),
+            tun_ifindex: self.tun.ifindex(),
+            routes: self.routes_json(),
+            loop_times: json!({
+                "max_route_change_us": self.times.max_route_change_us,
+                "max_control_us": self.times.max_control_us,
+                "last_control_us": self.times.last_control_us,
+            }),
+            peers,
         }
     }
 
-    /// One element of the stats document's `peers`.
-    pub(super) fn stats_peer(&self, p: IpAddr) -> Value {
-        let mut m = self
-            .engine
-            .peer_stats(p)
-            .map(stats::stats_json)
-            .unwrap_or_default();
-        m.insert("peer".into(), self.peer_name(p).into());
-        m.insert("configured".into(), self.peers.contains_key(&p).into());
-        Value::Object(m)
-    }
-
-    /// The `airpack stats --json` document, serialized peer by peer (see
-    /// [`stats::write_with_peers`]: no whole-document tree).
-    pub fn stats_bytes(&self) -> Vec<u8> {
-        let peers = self.sorted_peers();
-        let mut out = Vec::new();
-        stats::write_with_peers(&mut out, &self.stats_head(), peers.len(), |i| {
-            self.stats_peer(peers[i])
-        });
-        out
-    }
-
-    /// The `/metrics` text, peer by peer.
-    pub(super) fn metrics_bytes(&self) -> Vec<u8> {
-        let mut out = String::new();
-        stats::prometheus_head(&Value::Object(self.stats_head()), &mut out);
-        for p in self.sorted_peers() {
-            stats::prometheus_peer(&self.stats_peer(p), &mut out);
-        }
-        out.into_bytes()
+    /// The TUN path's next-hop lookups and the packets that waited for them.
+    pub(super) fn routes_json(&self) -> Value {
+        let s = self.lookups.stats();
+        json!({
+            "cached": self.lookups.cached(),
+            "pending": self.lookups.pending(),
+            "requests": s.requests,
+            "answers": s.answers,
+            "answered_at_once": s.answered_at_once,
+            "input_fallbacks": s.input_fallbacks,
+            "stale_replies": s.stale_replies,
+            "timeouts": s.timeouts,
+            "unavailable": s.unavailable,
+            "overruns": s.overruns,
+            "malformed": s.malformed,
+            "evicted": s.evicted,
+            "flushes": s.flushes,
+            "capacity_evictions": s.capacity_evictions,
+            "max_send_us": s.max_send_us,
+            "park": self.park.json(),
+        })
     }
 
     /// A peer as `airpack stats`/`peers` name it: its address, with
@@ -127,43 +167,253 @@ impl Daemon {
         }
     }
 
-    /// The `airpack peers --json` document, serialized peer by peer.
+    /// The `airpack stats --json` document, rendered on the calling thread
+    /// (tests and tools; the loop uses the [`Renderer`]).
+    pub fn stats_bytes(&self) -> Vec<u8> {
+        render(self.snapshot(Request::Stats), None).1
+    }
+
+    /// The `airpack peers --json` document, rendered on the calling thread.
     pub fn peers_bytes(&self) -> Vec<u8> {
-        let peers = self.sorted_peers();
-        let mut head = serde_json::Map::new();
-        head.insert(
-            "mode".into(),
-            mode_name(self.plan.config.daemon.mode).into(),
-        );
-        let mut out = Vec::new();
-        stats::write_with_peers(&mut out, &head, peers.len(), |i| {
-            let p = peers[i];
-            {
-                let cfg = self.engine.peer(p);
-                let plan = self.plan.peer(p);
-                let c = self
-                    .engine
-                    .peer_stats(p)
-                    .map(|s| s.counters.clone())
-                    .unwrap_or_default();
-                json!({
-                    "peer": self.peer_name(p),
-                    "configured": plan.is_some(),
-                    "accepts_bundles": cfg.map(|c| c.accepts_bundles),
-                    "encoding": cfg.map(|c| c.encoding.name()),
-                    "hold_time_us": cfg.map(|c| c.hold_time),
-                    "min_size": cfg.map(|c| c.min_size),
-                    "max_size": cfg.map(|c| c.max_size),
-                    "max_packets": cfg.map(|c| c.max_packets),
-                    "outer_overhead": cfg.map(|c| c.outer_overhead),
-                    "allowed_ips": plan.map(|p| p.allowed_ips.iter().map(|c| c.to_string()).collect::<Vec<_>>()).unwrap_or_default(),
-                    "packets_in": c.packets_in,
-                    "bundles": c.bundles,
-                    "aggregation_ratio": c.aggregation_ratio(),
-                    "bundles_received": c.bundles_received,
-                })
+        render(self.snapshot(Request::Peers), None).1
+    }
+
+    /// A control request for connection `slot` (`serial` identifies the
+    /// connection): copied here, rendered on the render thread; answered
+    /// on the loop at once only if it is malformed or the thread is gone.
+    pub(super) fn dispatch(&mut self, slot: usize, serial: u64, req: Request) {
+        if let Request::Bad(_) = req {
+            let (ok, body) = render_bad(&req);
+            self.control.respond(&self.poller, slot, ok, body);
+            return;
+        }
+        let snap = Box::new(self.snapshot(req));
+        if let Err(snap) = self.renderer.submit(slot, serial, snap) {
+            let (ok, body) = render(*snap, None);
+            self.control.respond(&self.poller, slot, ok, body);
+        }
+    }
+
+    /// The render thread finished answers: hand them to their connections
+    /// (if still open: a connection evicted meanwhile is skipped).
+    pub(super) fn on_rendered(&mut self) {
+        self.renderer.clear_wake();
+        while let Some(done) = self.renderer.finished() {
+            if self.control.serial(done.slot) == Some(done.serial) {
+                self.control
+                    .respond(&self.poller, done.slot, done.ok, done.body);
             }
-        });
-        out
+        }
+    }
+}
+
+fn render_bad(req: &Request) -> (bool, Vec<u8>) {
+    let r = match req {
+        Request::Bad(r) => r.as_str(),
+        _ => "",
+    };
+    (
+        false,
+        serde_json::to_vec(
+            &json!({"error": format!("unknown request {r:?} (expected \"stats\" or \"peers\")")}),
+        )
+        .unwrap_or_default(),
+    )
+}
+
+/// The `airpack stats --json` document without `peers`.
+fn stats_head(s: &Snapshot, tun: Option<&LinkStats>) -> serde_json::Map<String, Value> {
+    let mut total = stats::stats_json(&s.total);
+    total.insert("daemon".into(), stats::daemon_json(&s.counters));
+    let head = json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "mode": s.mode,
+        "link_mode": s.link_mode,
+        "link_busy": s.link_busy,
+        "uptime_s": s.uptime_s,
+        "queued": {"packets": s.queued.0, "bytes": s.queued.1},
+        "links": s.links.iter().map(|(name, up)| json!({"interface": name, "up": up})).collect::<Vec<_>>(),
+        "steered_interfaces": s.steered,
+        "tun": tun.map(|l| json!({
+            "name": s.tun_name,
+            "queue_drops": l.tx_dropped,
+            "read_by_daemon": l.tx_packets,
+            "written_by_daemon": l.rx_packets,
+            "rx_dropped": l.rx_dropped,
+        })),
+        "routes": s.routes,
+        "loop": s.loop_times,
+        "total": total,
+        "accounting": accounting::Accounting::new(
+            &s.total.counters,
+            s.queued.0 as u64,
+            &s.counters,
+            tun.map(|l| l.tx_dropped),
+            s.rx_queue_drops,
+        )
+        .json(),
+    });
+    match head {
+        Value::Object(mut m) => {
+            // Why nothing is being bundled, when that is so (`None`: it is).
+            let note = stats::match_note(&Value::Object(m.clone()));
+            m.insert("note".into(), note.into());
+            m
+        }
+        _ => unreachable!("json! object"),
+    }
+}
+
+/// One element of the stats document's `peers`.
+fn stats_peer(p: &PeerSnap) -> Value {
+    let mut m = p.stats.as_ref().map(stats::stats_json).unwrap_or_default();
+    m.insert("peer".into(), p.name.clone().into());
+    m.insert("configured".into(), p.configured.into());
+    Value::Object(m)
+}
+
+fn peers_peer(p: &PeerSnap) -> Value {
+    let cfg = p.cfg.as_ref();
+    let c = p
+        .stats
+        .as_ref()
+        .map(|s| s.counters.clone())
+        .unwrap_or_default();
+    json!({
+        "peer": p.name,
+        "configured": p.configured,
+        "accepts_bundles": cfg.map(|c| c.accepts_bundles),
+        "encoding": cfg.map(|c| c.encoding.name()),
+        "hold_time_us": cfg.map(|c| c.hold_time),
+        "min_size": cfg.map(|c| c.min_size),
+        "max_size": cfg.map(|c| c.max_size),
+        "max_packets": cfg.map(|c| c.max_packets),
+        "outer_overhead": cfg.map(|c| c.outer_overhead),
+        "allowed_ips": p.allowed_ips,
+        "packets_in": c.packets_in,
+        "bundles": c.bundles,
+        "aggregation_ratio": c.aggregation_ratio(),
+        "bundles_received": c.bundles_received,
+    })
+}
+
+/// Renders the answer to a snapshot (any thread), peer by peer (see
+/// [`stats::write_with_peers`]: no whole-document tree).
+fn render(s: Snapshot, tun: Option<LinkStats>) -> (bool, Vec<u8>) {
+    let mut out = Vec::new();
+    match &s.req {
+        Request::Stats => {
+            stats::write_with_peers(
+                &mut out,
+                &stats_head(&s, tun.as_ref()),
+                s.peers.len(),
+                |i| stats_peer(&s.peers[i]),
+            );
+        }
+        Request::Metrics => {
+            let mut text = String::new();
+            stats::prometheus_head(&Value::Object(stats_head(&s, tun.as_ref())), &mut text);
+            for p in &s.peers {
+                stats::prometheus_peer(&stats_peer(p), &mut text);
+            }
+            out = text.into_bytes();
+        }
+        Request::Peers => {
+            let mut head = serde_json::Map::new();
+            head.insert("mode".into(), s.mode.into());
+            stats::write_with_peers(&mut out, &head, s.peers.len(), |i| peers_peer(&s.peers[i]));
+        }
+        Request::Bad(_) => return render_bad(&s.req),
+    }
+    (true, out)
+}
+
+struct Job {
+    slot: usize,
+    serial: u64,
+    snap: Box<Snapshot>,
+}
+
+/// A rendered answer.
+pub(super) struct Done {
+    slot: usize,
+    serial: u64,
+    ok: bool,
+    body: Vec<u8>,
+}
+
+/// The render thread: snapshots in, answers out, an eventfd to wake the loop.
+pub(super) struct Renderer {
+    jobs: SyncSender<Job>,
+    done: Receiver<Done>,
+    wake: OwnedFd,
+}
+
+impl Renderer {
+    /// Starts the thread (in the caller's network namespace; it drops any
+    /// real-time priority: rendering must not compete with the loop).
+    pub(super) fn start() -> anyhow::Result<Renderer> {
+        // SAFETY: plain eventfd(2), checked before wrapping.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        // SAFETY: fd is fresh and owned here.
+        let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+        let wake_raw = wake.try_clone()?;
+        let mut link = RouteResolver::new(0)?;
+        let (jobs, job_rx) = mpsc::sync_channel::<Job>(MAX_CONNS);
+        let (done_tx, done) = mpsc::channel::<Done>();
+        std::thread::Builder::new()
+            .name("airpack-render".into())
+            .spawn(move || {
+                let normal = libc::sched_param { sched_priority: 0 };
+                // SAFETY: changes the calling thread's own policy.
+                unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &normal) };
+                while let Ok(job) = job_rx.recv() {
+                    let tun = link.link_stats(job.snap.tun_ifindex).ok();
+                    let (ok, body) = render(*job.snap, tun);
+                    let d = Done {
+                        slot: job.slot,
+                        serial: job.serial,
+                        ok,
+                        body,
+                    };
+                    if done_tx.send(d).is_err() {
+                        return;
+                    }
+                    let one = 1u64;
+                    // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+                    unsafe { libc::write(wake_raw.as_raw_fd(), (&one as *const u64).cast(), 8) };
+                }
+            })?;
+        Ok(Renderer { jobs, done, wake })
+    }
+
+    /// Queues a snapshot; gives it back if the thread cannot take it.
+    fn submit(&self, slot: usize, serial: u64, snap: Box<Snapshot>) -> Result<(), Box<Snapshot>> {
+        match self.jobs.try_send(Job { slot, serial, snap }) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(j)) | Err(TrySendError::Disconnected(j)) => {
+                warn!("render thread unavailable: answering on the loop");
+                Err(j.snap)
+            }
+        }
+    }
+
+    fn clear_wake(&self) {
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into a live u64 (nonblocking eventfd).
+        unsafe { libc::read(self.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+
+    fn finished(&self) -> Option<Done> {
+        self.done.try_recv().ok()
+    }
+}
+
+impl AsRawFd for Renderer {
+    fn as_raw_fd(&self) -> RawFd {
+        self.wake.as_raw_fd()
     }
 }

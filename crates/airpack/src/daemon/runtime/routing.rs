@@ -10,10 +10,30 @@ use std::net::IpAddr;
 use tracing::{debug, info, warn};
 
 impl Daemon {
-    pub(super) fn on_route_change(&mut self) {
+    /// Route monitor readable: forget the cached next hops the changes can
+    /// affect (only those covered by a changed route's prefixes, unless the
+    /// change can affect any), re-evaluate steering and watched links.
+    pub(super) fn on_route_change(&mut self, now: u64) {
+        let t0 = linux::monotonic_micros();
+        self.route_change(now);
+        let took = linux::monotonic_micros().saturating_sub(t0);
+        self.times.max_route_change_us = self.times.max_route_change_us.max(took);
+    }
+
+    fn route_change(&mut self, now: u64) {
         match self.monitor.drain() {
             Ok(ch) if ch.any() => {
-                self.resolver.invalidate();
+                if ch.all() {
+                    self.resolver.invalidate();
+                    self.lookups.invalidate();
+                } else {
+                    let changed = self.monitor.prefixes();
+                    self.resolver.evict(changed);
+                    self.lookups.evict(changed);
+                }
+                // Evicted requests in flight are asked again; packets
+                // waiting for them stay parked.
+                self.release(now, false);
                 self.counters.route_changes += 1;
                 self.update_steering(ch.link || ch.overrun);
                 if ch.link || ch.overrun {
@@ -40,6 +60,7 @@ impl Daemon {
             Err(e) => {
                 debug!("route monitor: {e}");
                 self.resolver.invalidate();
+                self.lookups.invalidate();
                 self.update_steering(true);
             }
         }
