@@ -155,6 +155,20 @@ fn ns3_air_matches_dcf_model_and_carries_traffic() {
         );
         let a = &report["nodes"][0];
         assert!(a["from_tap"].as_u64().unwrap() >= 1550, "{report}");
+        // nothing lost unaccounted, lag or not: every frame A's kernel sent
+        // reached B's tap or was dropped by A's MAC (queue full, retries, age)
+        let (b, u) = (&report["nodes"][1], |v: &serde_json::Value, k: &str| {
+            v[k].as_u64().unwrap()
+        });
+        assert_eq!(
+            u(a, "from_tap"),
+            u(b, "to_tap") + u(a, "drop_queue") + u(a, "drop_retry") + u(a, "drop_expired"),
+            "{report}"
+        );
+        assert!(
+            u(a, "drop_queue") > 0,
+            "1500 packets/s into a 400-packet queue must overflow: {report}"
+        );
         if lag > MAX_LAG_P99_MS {
             last = format!("lag p99 {lag} ms > {MAX_LAG_P99_MS} ms (report {report})");
             continue;
