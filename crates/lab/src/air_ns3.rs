@@ -415,3 +415,47 @@ pub fn build_nodes(
     drop(fds);
     Ok((nodes, air))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Air;
+
+    #[test]
+    fn topology_chooses_the_air_and_config_lists_nodes_and_links() {
+        let text = "name = 'p'\nnodes = ['A', 'B', 'C']\nlinks = [['A', 'B'], ['B', 'C']]\ncalls = [['A', 'C']]\n";
+        assert_eq!(Topology::from_toml(text).unwrap().air, Air::Tc);
+        let t = Topology::from_toml(&format!("{text}air = 'ns3'\n")).unwrap();
+        assert_eq!(t.air, Air::Ns3);
+        assert!(Topology::from_toml(&format!("{text}air = 'wifi'\n")).is_err());
+        assert_eq!(Air::parse("ns3").unwrap(), Air::Ns3);
+        assert!(Air::parse("x").is_err());
+        let opts = MediumOpts {
+            phy: crate::medium::preset("b11").unwrap(),
+            queue_limit: 0,
+            loss_pct: 0.0,
+        };
+        let c = config_text(
+            &t,
+            &opts,
+            &[7, 8, 9],
+            &[(0, 2, 50.0, 60, 1.0, 2.0)],
+            0.0,
+            Some(Path::new("/tmp/s.json")),
+        );
+        for l in [
+            "phy b11",
+            "queue 1",
+            "stats /tmp/s.json",
+            "node A 02:00:00:00:00:01 7",
+            "node C 02:00:00:00:00:03 9",
+            "link 0 1 50",
+            "link 1 2 50",
+            "flow 0 2 50 60 1 2",
+        ] {
+            assert!(c.lines().any(|x| x == l), "missing {l:?} in\n{c}");
+        }
+        assert!(!c.contains("link 0 2"), "non-neighbours get no link");
+        assert!(!supports(&crate::medium::preset("b11s").unwrap()));
+    }
+}
