@@ -119,6 +119,7 @@ fn ns3_air_matches_dcf_model_and_carries_traffic() {
         "simulation {sim_fps} vs model {model}"
     );
     assert!(sim["nodes"][1]["mac_rx"].as_u64().unwrap() > 3000, "{sim}");
+    let _ = std::fs::remove_dir_all(&dir);
 
     // emulation: the same air with real namespaces and taps, in real time
     let mut last = String::new();
