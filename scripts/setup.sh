@@ -12,6 +12,11 @@ have valgrind || need_pkgs+=(valgrind)
 have tshark   || need_pkgs+=(tshark)
 have babeld   || need_pkgs+=(babeld)
 have chrt     || need_pkgs+=(util-linux)
+# the lab's ns-3 air (airpack lab run --air ns3): Debian's ns-3 and a C++
+# compiler; the lab compiles crates/lab/ns3/air.cc into target/ns3/ on first use
+have g++        || need_pkgs+=(g++)
+have pkg-config || need_pkgs+=(pkg-config)
+dpkg -s libns3-dev >/dev/null 2>&1 || need_pkgs+=(libns3-dev)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -9,6 +9,7 @@
 //! Must not touch: aggregation logic (it runs the real `airpack` daemon) or
 //! voice-quality math (that is `airpack-voice`).
 
+pub mod air_ns3;
 pub mod babel;
 pub mod experiment;
 pub mod medium;
@@ -60,6 +61,11 @@ struct Common {
     /// the babeld package); default: the topology file's, else static.
     #[arg(long, value_parser = ["static", "babel"])]
     routing: Option<String>,
+    /// Air between the radios: tc (one HTB, fast) or ns3 (ns-3's 802.11
+    /// model in real time; needs libns3-dev and g++); default: the
+    /// topology file's, else tc.
+    #[arg(long, value_parser = ["tc", "ns3"])]
+    air: Option<String>,
     /// PHY preset (b1, b2, b5.5, b11, b11s, a6, a12, a24, a54); default: the topology's, else b2.
     #[arg(long)]
     phy: Option<String>,
@@ -140,6 +146,9 @@ fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) ->
     let mut topo = topo;
     if let Some(r) = &c.routing {
         topo.routing = topology::Routing::parse(r)?;
+    }
+    if let Some(a) = &c.air {
+        topo.air = topology::Air::parse(a)?;
     }
     if topo.routing == topology::Routing::Babel {
         babel::check_available()?;
@@ -249,7 +258,7 @@ fn run(r: RunArgs) -> Result<()> {
         topology: match cfg.topo.routing {
             topology::Routing::Static => cfg.topo.name.clone(),
             r => format!("{} ({} routing)", cfg.topo.name, r.name()),
-        },
+        } + if cfg.topo.air == topology::Air::Ns3 { " on the ns-3 air" } else { "" },
         phy: experiment::phy_label(&cfg.medium.phy),
         codec: cfg.codec.clone(),
         vad: cfg.vad,

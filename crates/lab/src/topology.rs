@@ -53,6 +53,32 @@ pub struct Topology {
     /// here) or `babel` (one babeld per node, see [`crate::babel`]).
     #[serde(default)]
     pub routing: Routing,
+    /// The air between the radios: `tc` (default: the HTB hub below) or
+    /// `ns3` (ns-3's 802.11 model, [`crate::air_ns3`]).
+    #[serde(default)]
+    pub air: Air,
+}
+
+/// Which air carries the radios' frames.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Air {
+    /// One HTB serialising all airtime (fast, one collision domain).
+    #[default]
+    Tc,
+    /// ns-3's Wi-Fi model in one real-time process ([`crate::air_ns3`]).
+    Ns3,
+}
+
+impl Air {
+    /// Parse `tc` or `ns3`.
+    pub fn parse(s: &str) -> Result<Air> {
+        Ok(match s.trim() {
+            "tc" => Air::Tc,
+            "ns3" | "ns-3" => Air::Ns3,
+            o => bail!("unknown air {o:?} (tc, ns3)"),
+        })
+    }
 }
 
 /// How the mesh's routes are made.
@@ -98,6 +124,7 @@ impl Topology {
                 routes: vec![],
                 phy: Some(s("b2")),
                 routing: Routing::Static,
+                air: Air::Tc,
             },
             "seed000" => Topology {
                 name: s("seed000"),
@@ -107,6 +134,7 @@ impl Topology {
                 routes: vec![],
                 phy: Some(s("b2")),
                 routing: Routing::Static,
+                air: Air::Tc,
             },
             _ => {
                 let Some(n) = name.strip_prefix("string:") else {
@@ -126,6 +154,7 @@ impl Topology {
                     routes: vec![],
                     phy: Some(s("b2")),
                     routing: Routing::Static,
+                    air: Air::Tc,
                 }
             }
         };
@@ -342,6 +371,9 @@ pub struct MeshNode {
 pub struct Mesh {
     /// The routing daemons (`routing = babel`), stopped first on drop.
     pub babel: Option<crate::babel::Babel>,
+    /// The ns-3 process when `topo.air` is `ns3` (then `hub` stays empty);
+    /// stopped before the namespaces go.
+    pub ns3: Option<crate::air_ns3::Ns3Air>,
     /// The topology it was built from.
     pub topo: Topology,
     /// Medium options.
@@ -366,6 +398,13 @@ impl Mesh {
         let k = MESH_COUNTER.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("{}{k}-", netns::own_prefix());
         let hub = Netns::create(&format!("{prefix}air"))?;
+        if topo.air == Air::Ns3 {
+            let (nodes, air) = crate::air_ns3::build_nodes(topo, opts, &prefix)?;
+            let mut mesh = Mesh { babel: None, ns3: Some(air), topo: topo.clone(), opts: opts.clone(), nodes, hub, prefix };
+            mesh.configure_nodes()?;
+            mesh.start_routing()?;
+            return Ok(mesh);
+        }
         // no IPv6 chatter in the hub
         hub.sysctl(&["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])?;
         hub.ip(&["link", "add", "air", "type", "veth", "peer", "name", "airr"])?;
@@ -415,8 +454,14 @@ impl Mesh {
             let _ = netns::run("ip", &["netns", "del", &format!("{prefix}air")]);
             return Err(e);
         }
-        let mut mesh = Mesh { babel: None, topo: topo.clone(), opts: opts.clone(), nodes, hub, prefix };
+        let mut mesh = Mesh { babel: None, ns3: None, topo: topo.clone(), opts: opts.clone(), nodes, hub, prefix };
         mesh.configure_nodes()?;
+        mesh.start_routing()?;
+        Ok(mesh)
+    }
+
+    fn start_routing(&mut self) -> Result<()> {
+        let (topo, mesh) = (self.topo.clone(), self);
         if topo.routing == Routing::Babel {
             let list: Vec<(&str, &Netns, usize)> = mesh.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), &n.ns, i)).collect();
             let b = crate::babel::Babel::start(&mesh.prefix, &list)?;
@@ -426,7 +471,7 @@ impl Mesh {
                 b.converged_in = Some(d);
             }
         }
-        Ok(mesh)
+        Ok(())
     }
 
     fn configure_nodes(&mut self) -> Result<()> {
@@ -588,6 +633,9 @@ impl Mesh {
 
     /// Frames sent on the air so far, per node (from the HTB class counters).
     pub fn frames_on_air(&self) -> Result<BTreeMap<String, u64>> {
+        if let Some(a) = &self.ns3 {
+            return a.per_node("mac_tx");
+        }
         let out = self.hub.tc(&["-s", "class", "show", "dev", "air"])?;
         let per_class = parse_tc_class_packets(&out);
         Ok(self
@@ -599,6 +647,9 @@ impl Mesh {
 
     /// Frames dropped by the per-node MAC queues so far, per node.
     pub fn queue_drops(&self) -> Result<BTreeMap<String, u64>> {
+        if let Some(a) = &self.ns3 {
+            return a.per_node("drop_queue");
+        }
         let out = self.hub.tc(&["-s", "class", "show", "dev", "air"])?;
         let per_class = parse_tc_class_drops(&out);
         Ok(self
@@ -688,6 +739,7 @@ mod tests {
             routes: vec![],
             phy: None,
             routing: Routing::Static,
+            air: Air::Tc,
         };
         let nh = t.next_hops();
         for a in &t.nodes {

@@ -1,0 +1,461 @@
+//! The ns-3 air (issue 10): every node's `radio0` is a tap device whose
+//! descriptor is handed to one real-time ns-3 process
+//! (`crates/lab/ns3/air.cc`) holding one adhoc 802.11 node per lab node.
+//!
+//! Owns: building that program with g++ against Debian's `libns3-dev`
+//! ([`binary`]), opening the taps inside the nodes' namespaces ([`open_tap`]),
+//! writing the program's config from a topology ([`config_text`]), running it
+//! ([`Ns3Air`]: start, live counters, stop with its JSON report) and the
+//! node half of a [`crate::topology::Mesh`] on this air ([`build_nodes`]).
+//!
+//! Must not touch: the tc air ([`crate::topology`] builds it and the nodes'
+//! addresses, routes and filters, which are the same for both airs), the
+//! daemons and voip tools in the namespaces.
+
+use crate::medium::Phy;
+use crate::netns::Netns;
+use crate::topology::{mac_str, MediumOpts, MeshNode, Topology, RADIO};
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The program's source, in the repository.
+pub const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/ns3/air.cc");
+
+/// Path loss (dB) of a link of the topology (neighbours hear each other
+/// loudly; non-neighbours are 400 dB apart, below any detection threshold).
+pub const LINK_LOSS_DB: f64 = 50.0;
+
+/// Real-time hard limit of the ns-3 scheduler (ms) unless
+/// `AIRPACK_NS3_HARD_LIMIT_MS` says otherwise: 5 ms aborted during start-up
+/// on this machine; 100 ms holds on a quiet machine but tripped (158 ms) once
+/// at a point's teardown at load average 9. The program aborts when it is
+/// exceeded, and [`Ns3Air::stop`] reports that as an error.
+pub const HARD_LIMIT_MS: u32 = 100;
+
+fn hard_limit_ms() -> u32 {
+    std::env::var("AIRPACK_NS3_HARD_LIMIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(HARD_LIMIT_MS)
+}
+
+/// ns-3 modules the program links.
+const MODULES: &[&str] = &[
+    "ns3-core",
+    "ns3-network",
+    "ns3-wifi",
+    "ns3-mobility",
+    "ns3-propagation",
+    "ns3-fd-net-device",
+];
+
+/// Whether ns-3 and g++ are installed (Err: a human reason, for SKIP).
+pub fn check_available() -> std::result::Result<(), String> {
+    for (t, a) in [("g++", "--version"), ("pkg-config", "--version")] {
+        let ok = Command::new(t)
+            .arg(a)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            return Err(format!(
+                "`{t}` not installed (scripts/setup.sh installs it)"
+            ));
+        }
+    }
+    let ok = Command::new("pkg-config")
+        .args(["--exists", "ns3-wifi", "ns3-fd-net-device"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        return Err("Debian's libns3-dev is not installed (scripts/setup.sh installs it)".into());
+    }
+    Ok(())
+}
+
+/// The built program: `$AIRPACK_NS3_AIR` if set, else
+/// `<workspace>/target/ns3/airpack-ns3-air`, compiled with g++ when missing
+/// or older than [`SOURCE`] (takes about 30 s).
+pub fn binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("AIRPACK_NS3_AIR") {
+        return Ok(PathBuf::from(p));
+    }
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ns3/airpack-ns3-air");
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if let (Some(b), Some(s)) = (mtime(&out), mtime(Path::new(SOURCE))) {
+        if b >= s {
+            return Ok(out);
+        }
+    }
+    if let Err(why) = check_available() {
+        bail!("cannot build the ns-3 air: {why}");
+    }
+    std::fs::create_dir_all(out.parent().expect("has a parent"))?;
+    let libs = crate::netns::run("pkg-config", &[&["--libs"], MODULES].concat())?;
+    // Debian's .pc files name libgsl.so by absolute path although only the
+    // runtime library (libgsl.so.27) is installed: drop missing paths.
+    let libs: Vec<&str> = libs
+        .split_whitespace()
+        .filter(|w| !w.starts_with('/') || Path::new(w).exists())
+        .collect();
+    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+    let mut args = vec!["-O2", "-std=c++17", SOURCE, "-o"];
+    let tmp_s = tmp.to_string_lossy().into_owned();
+    args.push(&tmp_s);
+    args.extend(libs);
+    eprintln!("lab: building the ns-3 air ({})", out.display());
+    crate::netns::run("g++", &args).context("compile crates/lab/ns3/air.cc")?;
+    std::fs::rename(&tmp, &out)?;
+    Ok(out)
+}
+
+/// Create the tap device `name` inside `ns` (IFF_TAP | IFF_NO_PI) and return
+/// its descriptor (the device lives as long as a descriptor is open).
+pub fn open_tap(ns: &Netns, name: &str) -> Result<OwnedFd> {
+    let name = name.to_string();
+    ns.run_in(move || -> Result<OwnedFd> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/net/tun")
+            .context("open /dev/net/tun")?;
+        #[repr(C)]
+        struct IfReq {
+            name: [u8; 16],
+            flags: i16,
+            _pad: [u8; 22],
+        }
+        let mut req = IfReq {
+            name: [0; 16],
+            flags: 0x0002 | 0x1000,
+            _pad: [0; 22],
+        }; // IFF_TAP | IFF_NO_PI
+        req.name[..name.len().min(15)].copy_from_slice(&name.as_bytes()[..name.len().min(15)]);
+        const TUNSETIFF: u64 = 0x4004_54ca;
+        // SAFETY: TUNSETIFF reads and writes one struct ifreq we own.
+        let r = unsafe { nix::libc::ioctl(f.as_raw_fd(), TUNSETIFF as _, &mut req) };
+        if r < 0 {
+            bail!("TUNSETIFF {name}: {}", std::io::Error::last_os_error());
+        }
+        Ok(OwnedFd::from(f))
+    })?
+}
+
+/// The PHY presets the program knows (`b11s` is not there yet).
+pub fn supports(phy: &Phy) -> bool {
+    phy.name != "b11s"
+}
+
+/// The program's config for `topo` (node `i` uses descriptor `fds[i]`, or -1
+/// for pure simulation with `flows` `(from, to, pps, ip_bytes, start_s, stop_s)`).
+pub fn config_text(
+    topo: &Topology,
+    opts: &MediumOpts,
+    fds: &[i32],
+    flows: &[(usize, usize, f64, u32, f64, f64)],
+    duration_s: f64,
+    stats: Option<&Path>,
+) -> String {
+    let mut s = format!(
+        "# generated by airpack lab for {}\nphy {}\nqueue {}\nmax_delay_ms 60000\nhard_limit_ms {}\nduration_s {duration_s}\nseed 1\n",
+        topo.name,
+        opts.phy.name,
+        opts.queue_limit.max(1),
+        hard_limit_ms()
+    );
+    if let Some(p) = stats {
+        s.push_str(&format!("stats {}\n", p.display()));
+    }
+    for (i, n) in topo.nodes.iter().enumerate() {
+        s.push_str(&format!(
+            "node {n} {} {}\n",
+            mac_str(Topology::mac_of(i)),
+            fds.get(i).copied().unwrap_or(-1)
+        ));
+    }
+    let idx = |n: &str| topo.nodes.iter().position(|x| x == n).expect("validated");
+    for [a, b] in &topo.links {
+        s.push_str(&format!("link {} {} {LINK_LOSS_DB}\n", idx(a), idx(b)));
+    }
+    for (f, t, pps, bytes, start, stop) in flows {
+        s.push_str(&format!("flow {f} {t} {pps} {bytes} {start} {stop}\n"));
+    }
+    s
+}
+
+/// A running ns-3 air process (stopped on drop).
+#[derive(Debug)]
+pub struct Ns3Air {
+    child: Option<Child>,
+    stats: PathBuf,
+    dir: PathBuf,
+}
+
+/// SCHED_RR priority of the ns-3 process: above the lab's daemons and voip
+/// senders (10), since the air is the clock every frame waits for.
+pub const RT_PRIO: &str = "20";
+
+/// Real-time priority through `chrt`, unless `AIRPACK_LAB_NO_RT` is set or
+/// `chrt` is missing.
+fn use_chrt() -> bool {
+    std::env::var_os("AIRPACK_LAB_NO_RT").is_none()
+        && Command::new("chrt")
+            .arg("-m")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+}
+
+impl Ns3Air {
+    /// Start the program on `config` (written to `dir/air.conf`), passing
+    /// `fds` to it, and wait until it runs (its stats file appears).
+    pub fn start(config: &str, fds: &[OwnedFd], dir: &Path) -> Result<Ns3Air> {
+        let bin = binary()?;
+        std::fs::create_dir_all(dir)?;
+        let conf = dir.join("air.conf");
+        std::fs::write(&conf, config)?;
+        let stats = dir.join("air.stats.json");
+        let _ = std::fs::remove_file(&stats);
+        let mut cmd = if use_chrt() {
+            let mut c = Command::new("chrt");
+            c.args(["-r", RT_PRIO]).arg(&bin);
+            c
+        } else {
+            Command::new(&bin)
+        };
+        let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        // SAFETY: only async-signal-safe fcntl calls between fork and exec.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                for &fd in &raw {
+                    if nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(dir.join("air.out.json"))?)
+            .stderr(std::fs::File::create(dir.join("air.log"))?)
+            .spawn()
+            .with_context(|| format!("spawn {}", bin.display()))?;
+        let mut air = Ns3Air {
+            child: Some(child),
+            stats,
+            dir: dir.to_path_buf(),
+        };
+        let t = Instant::now();
+        while !air.stats.exists() {
+            if let Some(c) = air.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    bail!("the ns-3 air exited ({st}) at start: {}", air.log());
+                }
+            }
+            if t.elapsed() > Duration::from_secs(20) {
+                bail!("the ns-3 air did not start within 20 s: {}", air.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(air)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("air.log"))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    }
+
+    /// The live per-node counters (rewritten by the program every 200 ms).
+    pub fn counters(&self) -> Result<Value> {
+        let s = std::fs::read_to_string(&self.stats).context("read the ns-3 air's stats")?;
+        serde_json::from_str(&s).context("parse the ns-3 air's stats")
+    }
+
+    /// Counter `key` per node name, from [`Ns3Air::counters`].
+    pub fn per_node(&self, key: &str) -> Result<std::collections::BTreeMap<String, u64>> {
+        let v = self.counters()?;
+        let mut m = std::collections::BTreeMap::new();
+        for n in v["nodes"].as_array().context("stats: nodes")? {
+            m.insert(
+                n["name"].as_str().unwrap_or("").to_string(),
+                n[key].as_u64().unwrap_or(0),
+            );
+        }
+        Ok(m)
+    }
+
+    /// Stop the program (SIGTERM) and return its report (lag, events, CPU,
+    /// counters).
+    pub fn stop(&mut self) -> Result<Value> {
+        let Some(mut child) = self.child.take() else {
+            bail!("already stopped")
+        };
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let t = Instant::now();
+        let st = loop {
+            if let Some(st) = child.try_wait()? {
+                break st;
+            }
+            if t.elapsed() > Duration::from_secs(5) {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("the ns-3 air ignored SIGTERM for 5 s: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        if !st.success() {
+            bail!("the ns-3 air failed ({st}): {}", self.log());
+        }
+        let out = std::fs::read_to_string(self.dir.join("air.out.json"))?;
+        serde_json::from_str(out.trim()).with_context(|| format!("the ns-3 air's report: {out:?}"))
+    }
+}
+
+/// One line summarising a report's real-time discipline.
+pub fn lag_line(r: &Value) -> String {
+    format!(
+        "ns-3 air: real-time lag p99 {} ms, max {} ms; {:.0} events/s; CPU {:.0} % of one core",
+        r["lag_p99_ms"],
+        r["lag_max_ms"],
+        r["events_per_s"].as_f64().unwrap_or(0.0),
+        r["cpu_pct"].as_f64().unwrap_or(0.0)
+    )
+}
+
+impl Drop for Ns3Air {
+    /// Stops the program if still running (printing its lag line, or why it
+    /// failed) and removes its scratch directory.
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            match self.stop() {
+                Ok(r) => eprintln!("lab: {}", lag_line(&r)),
+                Err(e) => eprintln!("lab: {e:#}"),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Run the program in pure simulation (no taps) for `duration_s` simulated
+/// seconds with CBR `flows`, and return its report.
+pub fn simulate(
+    topo: &Topology,
+    opts: &MediumOpts,
+    flows: &[(usize, usize, f64, u32, f64, f64)],
+    duration_s: f64,
+    dir: &Path,
+) -> Result<Value> {
+    let bin = binary()?;
+    std::fs::create_dir_all(dir)?;
+    let conf = dir.join("sim.conf");
+    std::fs::write(&conf, config_text(topo, opts, &[], flows, duration_s, None))?;
+    let out = crate::netns::run(&bin.to_string_lossy(), &[&conf.to_string_lossy()])?;
+    serde_json::from_str(out.trim()).context("the ns-3 simulation's report")
+}
+
+/// The nodes of a [`Mesh`] on the ns-3 air: one namespace per node with a
+/// tap `radio0` carrying the node's MAC, and the ns-3 process holding their
+/// descriptors. `hub` is an empty namespace (the tc air's collision domain
+/// is not used). The caller configures addresses, routes and filters.
+pub fn build_nodes(
+    topo: &Topology,
+    opts: &MediumOpts,
+    prefix: &str,
+) -> Result<(Vec<MeshNode>, Ns3Air)> {
+    if !supports(&opts.phy) {
+        bail!("the ns-3 air has no preset {} yet", opts.phy.name);
+    }
+    binary()?; // build before any namespace exists
+    let mut nodes = Vec::with_capacity(topo.nodes.len());
+    let mut fds = Vec::with_capacity(topo.nodes.len());
+    for (i, name) in topo.nodes.iter().enumerate() {
+        let ns = Netns::create(&format!("{prefix}{name}"))?;
+        let fd = open_tap(&ns, RADIO)?;
+        let mac = Topology::mac_of(i);
+        ns.ip(&["link", "set", RADIO, "address", &mac_str(mac)])?;
+        fds.push(fd);
+        nodes.push(MeshNode {
+            name: name.clone(),
+            ns,
+            addr: Topology::addr_of(i),
+            mac,
+            classid: String::new(),
+        });
+    }
+    let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let dir = std::env::temp_dir().join(format!("{}ns3", prefix));
+    let air = Ns3Air::start(
+        &config_text(
+            topo,
+            opts,
+            &raw,
+            &[],
+            0.0,
+            Some(&dir.join("air.stats.json")),
+        ),
+        &fds,
+        &dir,
+    )?;
+    // the program holds its own copies; ours close here
+    drop(fds);
+    Ok((nodes, air))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Air;
+
+    #[test]
+    fn topology_chooses_the_air_and_config_lists_nodes_and_links() {
+        let text = "name = 'p'\nnodes = ['A', 'B', 'C']\nlinks = [['A', 'B'], ['B', 'C']]\ncalls = [['A', 'C']]\n";
+        assert_eq!(Topology::from_toml(text).unwrap().air, Air::Tc);
+        let t = Topology::from_toml(&format!("{text}air = 'ns3'\n")).unwrap();
+        assert_eq!(t.air, Air::Ns3);
+        assert!(Topology::from_toml(&format!("{text}air = 'wifi'\n")).is_err());
+        assert_eq!(Air::parse("ns3").unwrap(), Air::Ns3);
+        assert!(Air::parse("x").is_err());
+        let opts = MediumOpts {
+            phy: crate::medium::preset("b11").unwrap(),
+            queue_limit: 0,
+            loss_pct: 0.0,
+        };
+        let c = config_text(
+            &t,
+            &opts,
+            &[7, 8, 9],
+            &[(0, 2, 50.0, 60, 1.0, 2.0)],
+            0.0,
+            Some(Path::new("/tmp/s.json")),
+        );
+        for l in [
+            "phy b11",
+            "queue 1",
+            "stats /tmp/s.json",
+            "node A 02:00:00:00:00:01 7",
+            "node C 02:00:00:00:00:03 9",
+            "link 0 1 50",
+            "link 1 2 50",
+            "flow 0 2 50 60 1 2",
+        ] {
+            assert!(c.lines().any(|x| x == l), "missing {l:?} in\n{c}");
+        }
+        assert!(!c.contains("link 0 2"), "non-neighbours get no link");
+        assert!(!supports(&crate::medium::preset("b11s").unwrap()));
+    }
+}
