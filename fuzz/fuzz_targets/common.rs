@@ -42,7 +42,12 @@ pub fn check(enc: Encoding, data: &[u8]) {
     }
     let again = enc.decode(&buf[..n]).expect("re-encoded bundle decodes");
     assert!(again.iter().eq(bundle.iter()), "re-encoded bundle differs");
-    // Canonical formats: the same bytes back (native modulo its may-ignore flags).
+    // Canonical formats: the same bytes back (native modulo its may-ignore
+    // flags), when every framed packet was delivered (a refused one is not
+    // re-encoded).
+    if bundle.len() != bundle.framed() {
+        return;
+    }
     match enc {
         Encoding::Kau => assert_eq!(&buf[..n], data),
         Encoding::Native => {
@@ -51,7 +56,13 @@ pub fn check(enc: Encoding, data: &[u8]) {
         }
         Encoding::Simplemux => {
             if data[0] & 0x80 == 0 {
-                assert_eq!(&buf[..n], data);
+                // The same bytes, except that a Protocol label contradicting
+                // the packet's version nibble (IPv6 labelled 4, IPv4
+                // labelled 41: delivered by the nibble) is written correctly.
+                assert_eq!(n, data.len());
+                for (a, b) in buf[..n].iter().zip(data) {
+                    assert!(a == b || matches!((a, b), (4, 41) | (41, 4)), "{a} vs {b}");
+                }
             }
         }
     }
