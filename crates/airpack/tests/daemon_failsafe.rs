@@ -15,23 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn two(tag: &str, subnet: u8) -> (Net, String, String, Ipv4Addr, Ipv4Addr) {
-    let mut net = Net::new(tag);
-    let a = net.ns("a");
-    let b = net.ns("b");
-    let ip_a = Ipv4Addr::new(10, subnet, 0, 1);
-    let ip_b = Ipv4Addr::new(10, subnet, 0, 2);
-    net.link(
-        &a,
-        "va",
-        &format!("{ip_a}/24"),
-        &b,
-        "vb",
-        &format!("{ip_b}/24"),
-    );
-    (net, a, b, ip_a, ip_b)
-}
-
 fn cfg(iface: &str, hold_us: u64, peer: Ipv4Addr) -> String {
     format!("[daemon]\ninterfaces = [\"{iface}\"]\n[aggregation]\nhold_time_us = {hold_us}\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n")
 }

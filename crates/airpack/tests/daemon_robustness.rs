@@ -18,23 +18,6 @@ fn cfg(iface: &str, hold_us: u64, peers: &[&str]) -> String {
     s
 }
 
-fn two(tag: &str, subnet: u8) -> (Net, String, String, Ipv4Addr, Ipv4Addr) {
-    let mut net = Net::new(tag);
-    let a = net.ns("a");
-    let b = net.ns("b");
-    let ip_a = Ipv4Addr::new(10, subnet, 0, 1);
-    let ip_b = Ipv4Addr::new(10, subnet, 0, 2);
-    net.link(
-        &a,
-        "va",
-        &format!("{ip_a}/24"),
-        &b,
-        "vb",
-        &format!("{ip_b}/24"),
-    );
-    (net, a, b, ip_a, ip_b)
-}
-
 fn bundle(packets: &[Vec<u8>]) -> Vec<u8> {
     let mut buf = vec![0u8; 1500];
     let mut w = BundleWriter::new(Encoding::Native, &mut buf).unwrap();

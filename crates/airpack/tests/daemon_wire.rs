@@ -20,23 +20,6 @@ use std::time::{Duration, Instant};
 
 const PORT: u16 = 20000;
 
-fn two(tag: &str, subnet: u8) -> (Net, String, String, Ipv4Addr, Ipv4Addr) {
-    let mut net = Net::new(tag);
-    let a = net.ns("a");
-    let b = net.ns("b");
-    let ip_a = Ipv4Addr::new(10, subnet, 0, 1);
-    let ip_b = Ipv4Addr::new(10, subnet, 0, 2);
-    net.link(
-        &a,
-        "va",
-        &format!("{ip_a}/24"),
-        &b,
-        "vb",
-        &format!("{ip_b}/24"),
-    );
-    (net, a, b, ip_a, ip_b)
-}
-
 fn cfg(iface: &str, extra_daemon: &str, peer: &str, peer_extra: &str) -> String {
     format!(
         "[daemon]\ninterfaces = [\"{iface}\"]\n{extra_daemon}\n[aggregation]\nhold_time_us = 20000\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n{peer_extra}\n"

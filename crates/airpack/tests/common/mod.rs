@@ -870,3 +870,22 @@ pub fn assert_delivered(log: &RxLog, flows: u16, per_flow: u32, alone: u64) -> u
     }
     reordered
 }
+
+/// Two namespaces `a` and `b` joined by a veth pair `va` - `vb` in
+/// 10.`subnet`.0.0/24 (a is .1, b is .2).
+pub fn two(tag: &str, subnet: u8) -> (Net, String, String, std::net::Ipv4Addr, std::net::Ipv4Addr) {
+    let mut net = Net::new(tag);
+    let a = net.ns("a");
+    let b = net.ns("b");
+    let ip_a = std::net::Ipv4Addr::new(10, subnet, 0, 1);
+    let ip_b = std::net::Ipv4Addr::new(10, subnet, 0, 2);
+    net.link(
+        &a,
+        "va",
+        &format!("{ip_a}/24"),
+        &b,
+        "vb",
+        &format!("{ip_b}/24"),
+    );
+    (net, a, b, ip_a, ip_b)
+}
