@@ -113,19 +113,7 @@ fn overloaded_egress_queue_every_loss_counted() {
     if !can_run("overloaded_egress_queue_every_loss_counted") {
         return;
     }
-    let mut net = Net::new("acct");
-    let a = net.ns("a");
-    let b = net.ns("b");
-    let ip_a = Ipv4Addr::new(10, 111, 0, 1);
-    let ip_b = Ipv4Addr::new(10, 111, 0, 2);
-    net.link(
-        &a,
-        "va",
-        &format!("{ip_a}/24"),
-        &b,
-        "vb",
-        &format!("{ip_b}/24"),
-    );
+    let (net, a, b, ip_a, ip_b) = two("acct", 111);
     // The radio: 2 Mbit/s, a queue of about three full bundles. A bundle
     // the queue refuses fails its send with ENOBUFS.
     net.exec(
@@ -300,19 +288,7 @@ fn icmp_errors_are_drained_and_counted() {
     if !can_run("icmp_errors_are_drained_and_counted") {
         return;
     }
-    let mut net = Net::new("icmp");
-    let a = net.ns("a");
-    let b = net.ns("b");
-    let ip_a = Ipv4Addr::new(10, 112, 0, 1);
-    let ip_b = Ipv4Addr::new(10, 112, 0, 2);
-    net.link(
-        &a,
-        "va",
-        &format!("{ip_a}/24"),
-        &b,
-        "vb",
-        &format!("{ip_b}/24"),
-    );
+    let (net, a, _b, ip_a, ip_b) = two("icmp", 112);
     let mut da = net.daemon(&a, &cfg("va", ip_b), &[]);
     let load = Load {
         src: ip_a.into(),
