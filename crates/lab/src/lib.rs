@@ -11,6 +11,7 @@
 
 pub mod air_ns3;
 pub mod babel;
+pub mod baresip;
 pub mod experiment;
 pub mod medium;
 pub mod netns;
@@ -100,6 +101,10 @@ struct Common {
     /// Seed of the voice-activity model.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Who makes the calls: airpack (the project's RTP generator) or baresip
+    /// (real SIP phones calling by IP; G.711 CBR only: --codec g711 --vad off).
+    #[arg(long, default_value = "airpack", value_parser = ["airpack", "baresip"])]
+    client: String,
     /// The airpack binary to run in the namespaces (default: this executable).
     #[arg(long, env = "AIRPACK_BIN")]
     bin: Option<PathBuf>,
@@ -187,6 +192,7 @@ fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) ->
         max_calls,
         seed: c.seed,
         work_dir,
+        client: experiment::Client::parse(&c.client)?,
     })
 }
 
