@@ -266,7 +266,10 @@ fn run(r: RunArgs) -> Result<()> {
             r => format!("{} ({} routing)", cfg.topo.name, r.name()),
         } + if cfg.topo.air == topology::Air::Ns3 { " on the ns-3 air" } else { "" },
         phy: experiment::phy_label(&cfg.medium.phy),
-        codec: cfg.codec.clone(),
+        codec: match cfg.client {
+            experiment::Client::Airpack => cfg.codec.clone(),
+            experiment::Client::Baresip => format!("{} (baresip phones)", cfg.codec),
+        },
         vad: cfg.vad,
         duration_s: cfg.duration_s,
         criterion: cfg.criterion.clone(),
