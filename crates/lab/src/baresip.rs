@@ -536,14 +536,20 @@ pub fn run_calls(mesh: &Mesh, spec: &Spec, dir: &Path) -> Result<(Vec<NodeResult
         caller.command("dial", &format!("sip:callee{}@{}:{}", c.id, c.b.addr, sip_port(c.id)))?;
         dialled.push(Instant::now());
     }
-    for ((c, (_, caller)), t) in spec.calls.iter().zip(agents.iter_mut()).zip(&dialled) {
-        let ev = caller.wait_event("CALL_ESTABLISHED", *t + Duration::from_secs(10));
-        signalling.push(CallSignalling {
-            call: c.id,
-            setup_ms: ev.map(|_| t.elapsed().as_secs_f64() * 1000.0),
-            rtcp_caller: None,
-            rtcp_callee: None,
-        });
+    // Every caller's events are read on its own thread, so each setup time
+    // ends when its own CALL_ESTABLISHED arrives.
+    let established: Vec<Option<f64>> = std::thread::scope(|scope| {
+        let waits: Vec<_> = agents
+            .iter_mut()
+            .zip(&dialled)
+            .map(|((_, caller), t)| {
+                scope.spawn(move || caller.wait_event("CALL_ESTABLISHED", *t + Duration::from_secs(10)).map(|_| t.elapsed().as_secs_f64() * 1000.0))
+            })
+            .collect();
+        waits.into_iter().map(|w| w.join().ok().flatten()).collect()
+    });
+    for (c, setup_ms) in spec.calls.iter().zip(established) {
+        signalling.push(CallSignalling { call: c.id, setup_ms, rtcp_caller: None, rtcp_callee: None });
     }
     let end = dialled.first().copied().unwrap_or_else(Instant::now) + Duration::from_secs_f64(spec.duration_s);
     while Instant::now() < end {
