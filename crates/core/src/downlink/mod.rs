@@ -13,7 +13,7 @@
 //! or the hop-by-hop bundle formats of [`crate::wire`].
 //! Byte layouts: `docs/wire-format.md`, section "Downlink multiplexing".
 
-// pub mod compact;
+pub mod compact;
 // pub mod demux;
 // pub mod mux;
 // pub mod register;
