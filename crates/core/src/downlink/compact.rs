@@ -410,6 +410,80 @@ fn check(e: &Entry<'_>) -> Result<(), WriteError> {
     }
 }
 
+/// Writes the frame header into `out[..HEADER_LEN]`.
+pub fn write_header(out: &mut [u8; HEADER_LEN], header: FrameHeader) {
+    out[0] = VERSION << 4;
+    out[1] = header.epoch;
+    out[2..4].copy_from_slice(&header.seq.to_be_bytes());
+}
+
+/// Writes one entry at the start of `out`; returns its length
+/// ([`Entry::wire_len`]). On error nothing is written.
+pub fn write_entry(out: &mut [u8], e: &Entry<'_>) -> Result<usize, WriteError> {
+    check(e)?;
+    let end = e.wire_len();
+    if end > out.len() {
+        return Err(WriteError::NoRoom);
+    }
+    let mut at = 0;
+    let mut put = |bytes: &[u8]| {
+        out[at..at + bytes.len()].copy_from_slice(bytes);
+        at += bytes.len();
+    };
+    if e.sid < 128 {
+        put(&[e.sid as u8]);
+    } else {
+        put(&(0x8000 | e.sid).to_be_bytes());
+    }
+    let ctl = (if e.full.is_some() { CTL_FULL } else { 0 })
+        | (e.gen & 7) << 4
+        | if e.rtp { CTL_RTP } else { 0 }
+        | if e.marker { CTL_MARKER } else { 0 }
+        | e.id.code();
+    put(&[ctl]);
+    let n = e.payload.len();
+    if n < 128 {
+        put(&[n as u8]);
+    } else {
+        put(&(0x8000 | n as u16).to_be_bytes());
+    }
+    if let Some(s) = &e.full {
+        let sf = match s.src {
+            IpAddr::V4(_) => {
+                (if s.df { SF_DF } else { 0 }) | if s.udp_csum_zero { SF_CSUM0 } else { 0 }
+            }
+            IpAddr::V6(_) => SF_V6,
+        };
+        put(&[sf, s.tos, s.ttl]);
+        match s.src {
+            IpAddr::V4(a) => put(&a.octets()),
+            IpAddr::V6(a) => {
+                put(&s.flow.to_be_bytes()[1..]);
+                put(&a.octets());
+            }
+        }
+        put(&s.src_port.to_be_bytes());
+        if let Some(r) = &s.rtp {
+            put(&[r.pt]);
+            put(&r.ssrc.to_be_bytes());
+            put(&r.stride.to_be_bytes());
+            put(&r.seq.to_be_bytes());
+            put(&r.ts.to_be_bytes());
+        }
+    }
+    match e.id {
+        IpId::Zero => {}
+        IpId::Lsb(b) => put(&[b]),
+        IpId::Full(v) => put(&v.to_be_bytes()),
+    }
+    if e.rtp && e.full.is_none() {
+        put(&[e.seq_lsb]);
+    }
+    put(e.payload);
+    debug_assert_eq!(at, end);
+    Ok(end)
+}
+
 /// Writes a compact frame into a caller buffer whose length is the frame limit.
 #[derive(Debug)]
 pub struct CompactWriter<'b> {
@@ -422,10 +496,8 @@ impl<'b> CompactWriter<'b> {
     /// A writer over `buf` starting a frame with `header`; `None` when
     /// `buf` cannot hold the header.
     pub fn new(buf: &'b mut [u8], header: FrameHeader) -> Option<Self> {
-        let h = buf.get_mut(..HEADER_LEN)?;
-        h[0] = VERSION << 4;
-        h[1] = header.epoch;
-        h[2..4].copy_from_slice(&header.seq.to_be_bytes());
+        let h = buf.first_chunk_mut::<HEADER_LEN>()?;
+        write_header(h, header);
         Some(CompactWriter {
             buf,
             len: HEADER_LEN,
@@ -435,71 +507,15 @@ impl<'b> CompactWriter<'b> {
 
     /// Appends an entry; on error nothing is written.
     pub fn push(&mut self, e: &Entry<'_>) -> Result<(), WriteError> {
-        check(e)?;
         if self.count == MAX_PACKETS_PER_FRAME {
             return Err(WriteError::TooManyPackets);
         }
-        let end = self.len + e.wire_len();
-        if end > self.buf.len() || end > MAX_FRAME {
-            return Err(WriteError::NoRoom);
-        }
-        let mut at = self.len;
-        let mut put = |bytes: &[u8]| {
-            self.buf[at..at + bytes.len()].copy_from_slice(bytes);
-            at += bytes.len();
-        };
-        if e.sid < 128 {
-            put(&[e.sid as u8]);
-        } else {
-            put(&(0x8000 | e.sid).to_be_bytes());
-        }
-        let ctl = (if e.full.is_some() { CTL_FULL } else { 0 })
-            | (e.gen & 7) << 4
-            | if e.rtp { CTL_RTP } else { 0 }
-            | if e.marker { CTL_MARKER } else { 0 }
-            | e.id.code();
-        put(&[ctl]);
-        let n = e.payload.len();
-        if n < 128 {
-            put(&[n as u8]);
-        } else {
-            put(&(0x8000 | n as u16).to_be_bytes());
-        }
-        if let Some(s) = &e.full {
-            let sf = match s.src {
-                IpAddr::V4(_) => {
-                    (if s.df { SF_DF } else { 0 }) | if s.udp_csum_zero { SF_CSUM0 } else { 0 }
-                }
-                IpAddr::V6(_) => SF_V6,
-            };
-            put(&[sf, s.tos, s.ttl]);
-            match s.src {
-                IpAddr::V4(a) => put(&a.octets()),
-                IpAddr::V6(a) => {
-                    put(&s.flow.to_be_bytes()[1..]);
-                    put(&a.octets());
-                }
-            }
-            put(&s.src_port.to_be_bytes());
-            if let Some(r) = &s.rtp {
-                put(&[r.pt]);
-                put(&r.ssrc.to_be_bytes());
-                put(&r.stride.to_be_bytes());
-                put(&r.seq.to_be_bytes());
-                put(&r.ts.to_be_bytes());
-            }
-        }
-        match e.id {
-            IpId::Zero => {}
-            IpId::Lsb(b) => put(&[b]),
-            IpId::Full(v) => put(&v.to_be_bytes()),
-        }
-        if e.rtp && e.full.is_none() {
-            put(&[e.seq_lsb]);
-        }
-        put(e.payload);
-        debug_assert_eq!(at, end);
-        self.len = end;
+        let limit = self.buf.len().min(MAX_FRAME);
+        let out = self
+            .buf
+            .get_mut(self.len..limit)
+            .ok_or(WriteError::NoRoom)?;
+        self.len += write_entry(out, e)?;
         self.count += 1;
         Ok(())
     }

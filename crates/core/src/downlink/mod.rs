@@ -14,8 +14,8 @@
 //! Byte layouts: `docs/wire-format.md`, section "Downlink multiplexing".
 
 pub mod compact;
-// pub mod demux;
-// pub mod mux;
+pub mod demux;
+pub mod mux;
 // pub mod register;
 pub mod seed;
 
@@ -116,4 +116,49 @@ pub(crate) fn be16(b: &[u8], at: usize) -> u16 {
 #[inline]
 pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Adds `data` to a one's-complement sum (RFC 1071) in 16-bit big-endian
+/// words; an odd trailing byte is padded with zero, so only the last piece
+/// of a checksummed area may have an odd length.
+#[inline]
+pub(crate) fn csum_add(mut acc: u64, data: &[u8]) -> u64 {
+    let mut words = data.chunks_exact(2);
+    for w in &mut words {
+        acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    if let [b] = words.remainder() {
+        acc += u64::from(*b) << 8;
+    }
+    acc
+}
+
+/// Folds a sum from [`csum_add`] to the 16-bit one's-complement sum.
+#[inline]
+pub(crate) fn csum_fold(mut acc: u64) -> u16 {
+    while acc >> 16 != 0 {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
+}
+
+/// The UDP checksum of a datagram `udp` (header with the checksum field as
+/// given, and payload) between `src` and `dst`: the value to store when the
+/// field was zero, and 0 when a stored checksum verifies. Not mapped to
+/// 0xFFFF (callers do that, RFC 768).
+pub(crate) fn udp_checksum(src: &core::net::IpAddr, dst: &core::net::IpAddr, udp: &[u8]) -> u16 {
+    use core::net::IpAddr;
+    let len = udp.len() as u64;
+    let mut acc = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            csum_add(csum_add(0, &s.octets()), &d.octets()) + 17 + len
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            csum_add(csum_add(0, &s.octets()), &d.octets()) + 17 + (len >> 16) + (len & 0xffff)
+        }
+        // Mixed families never occur (callers build both from one packet).
+        _ => 0,
+    };
+    acc = csum_add(acc, udp);
+    !csum_fold(acc)
 }

@@ -165,6 +165,27 @@ impl<'a> Iterator for SeedIter<'a> {
     }
 }
 
+/// Writes one packet (custom header + payload) at the start of `out`;
+/// returns its length. On error nothing is written. The frame's count is
+/// the caller's (see [`SeedWriter`]).
+pub fn write_packet(out: &mut [u8], p: &SeedPacket<'_>) -> Result<usize, WriteError> {
+    let n = p.payload.len();
+    if n == 0 || n > MAX_PAYLOAD {
+        return Err(WriteError::OutOfRange);
+    }
+    let end = HEADER_LEN + n;
+    let Some(out) = out.get_mut(..end) else {
+        return Err(WriteError::NoRoom);
+    };
+    out[0..4].copy_from_slice(&p.src.octets());
+    out[4..8].copy_from_slice(&p.dst.octets());
+    out[8..10].copy_from_slice(&(n as u16).to_be_bytes());
+    out[10..12].copy_from_slice(&p.src_port.to_be_bytes());
+    out[12..14].copy_from_slice(&p.dst_port.to_be_bytes());
+    out[HEADER_LEN..].copy_from_slice(p.payload);
+    Ok(end)
+}
+
 /// Writes a seed frame into a caller buffer whose length is the frame limit.
 #[derive(Debug)]
 pub struct SeedWriter<'b> {
@@ -194,25 +215,15 @@ impl<'b> SeedWriter<'b> {
 
     /// Appends one packet; on error nothing is written.
     pub fn push(&mut self, p: &SeedPacket<'_>) -> Result<(), WriteError> {
-        let n = p.payload.len();
-        if n == 0 || n > MAX_PAYLOAD {
-            return Err(WriteError::OutOfRange);
-        }
         if self.count == MAX_PACKETS_PER_FRAME {
             return Err(WriteError::TooManyPackets);
         }
-        let end = self.len + HEADER_LEN + n;
-        if end > self.buf.len() || end > MAX_FRAME {
-            return Err(WriteError::NoRoom);
-        }
-        let out = &mut self.buf[self.len..end];
-        out[0..4].copy_from_slice(&p.src.octets());
-        out[4..8].copy_from_slice(&p.dst.octets());
-        out[8..10].copy_from_slice(&(n as u16).to_be_bytes());
-        out[10..12].copy_from_slice(&p.src_port.to_be_bytes());
-        out[12..14].copy_from_slice(&p.dst_port.to_be_bytes());
-        out[HEADER_LEN..].copy_from_slice(p.payload);
-        self.len = end;
+        let limit = self.buf.len().min(MAX_FRAME);
+        let out = self
+            .buf
+            .get_mut(self.len..limit)
+            .ok_or(WriteError::NoRoom)?;
+        self.len += write_packet(out, p)?;
         self.count += 1;
         self.buf[..COUNT_LEN].copy_from_slice(&(self.count as u16).to_be_bytes());
         Ok(())
