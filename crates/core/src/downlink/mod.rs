@@ -6,7 +6,7 @@
 //! Owns: the two frame layouts ([`seed`]: the seed's 14-byte custom header;
 //! [`compact`]: airpack's own, with stream ids and RTP header compression),
 //! the AP-side state machine ([`mux`]), the station side ([`demux`]) and the
-//! registration messages and lease table ([`register`]).
+//! registration messages ([`register`]) and the AP's lease table ([`lease`]).
 //!
 //! Must not touch: sockets, clocks, multicast group membership, the kernel's
 //! forwarding (the daemon decides what is intercepted and where frames go),
@@ -15,8 +15,9 @@
 
 pub mod compact;
 pub mod demux;
+pub mod lease;
 pub mod mux;
-// pub mod register;
+pub mod register;
 pub mod seed;
 
 /// A stream's identifier inside a compact frame, assigned at registration
