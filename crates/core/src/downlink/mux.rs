@@ -68,6 +68,8 @@ pub struct MuxConfig {
     pub ttl_decrement: u8,
     /// The stream table's epoch, written in compact frame headers.
     pub epoch: u8,
+    /// Sequence number of the first frame (compact).
+    pub first_seq: u16,
 }
 
 impl Default for MuxConfig {
@@ -81,6 +83,7 @@ impl Default for MuxConfig {
             idle_release: true,
             ttl_decrement: 1,
             epoch: 0,
+            first_seq: 0,
         }
     }
 }
@@ -311,7 +314,7 @@ impl Mux {
             frames,
             head: 0,
             ready: 0,
-            next_seq: 0,
+            next_seq: cfg.first_seq,
             busy: false,
             now: 0,
             stats: MuxStats::default(),
