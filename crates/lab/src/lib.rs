@@ -11,6 +11,7 @@
 
 pub mod air_ns3;
 pub mod babel;
+pub mod downlink_bound;
 pub mod experiment;
 pub mod medium;
 pub mod netns;

@@ -259,11 +259,11 @@ impl<'a> Cur<'a> {
                 count: self.u16()?,
                 first_sid: self.u16()?,
             };
-            let last_port = u32::from(r.first_port) + u32::from(r.count) - 1;
-            let last_sid = u32::from(r.first_sid) + u32::from(r.count) - 1;
             if r.count == 0 {
                 return Err(FrameError::ZeroLength);
             }
+            let last_port = u32::from(r.first_port) + u32::from(r.count) - 1;
+            let last_sid = u32::from(r.first_sid) + u32::from(r.count) - 1;
             if last_port > 0xffff || last_sid > u32::from(MAX_STREAM_ID) {
                 return Err(FrameError::Reserved);
             }
@@ -541,6 +541,14 @@ mod tests {
         m[0] = 1;
         m[1] = 0x83;
         assert_eq!(decode(&m).map(|x| x.0), Err(FrameError::TrailingBytes));
+        // An answer with one run of 0 ports at port 0 (found by fuzzing: an
+        // underflow before the count was checked).
+        let mut a = vec![1u8, 0x81, 0, 0];
+        a.extend_from_slice(&[0; 8]); // seq
+        a.extend_from_slice(&[0; 8]); // reply-to
+        a.extend_from_slice(&[0, 0, 60, 1, 0, 0, 0, 0, 0, 0]); // epoch, lease, 1 run: port 0, count 0, sid 0
+        a.extend_from_slice(&[0; 8]); // tag
+        assert_eq!(decode(&a).map(|x| x.0), Err(FrameError::ZeroLength));
         // A range written backwards is refused by the writer.
         let back = Message {
             key_id: 0,
