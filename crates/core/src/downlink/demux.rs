@@ -241,7 +241,7 @@ impl Demux {
                 return Ok(());
             }
             self.stats.lost_frames += u64::from(gap - 1);
-            if gap - 1 >= RESET_GAP {
+            if gap > RESET_GAP {
                 self.stats.context_resets += 1;
                 self.reset_contexts();
             }
