@@ -66,8 +66,10 @@ pub struct DemuxStats {
     pub refused: [u64; FrameError::COUNT],
     /// Compact frames of another epoch (ignored).
     pub wrong_epoch: u64,
-    /// Compact frames repeating or older than the last sequence number (ignored).
+    /// Compact frames repeating the last sequence number (ignored).
     pub stale_frames: u64,
+    /// Compact frames whose number is behind the last one (taken, every context dropped).
+    pub resyncs: u64,
     /// Frames missing from the sequence (sum of gaps).
     pub lost_frames: u64,
     /// Times every context was dropped after a gap of [`RESET_GAP`] or more.
@@ -161,6 +163,15 @@ impl Demux {
         }
     }
 
+    /// Drops every decompression context and the frame sequence. The driver
+    /// calls this when no frame has arrived for [`RESET_GAP`] intervals or
+    /// more (a silence the sequence number cannot show if it spans a
+    /// multiple of 65 536 frames).
+    pub fn forget(&mut self) {
+        self.last_seq = None;
+        self.reset_contexts();
+    }
+
     fn reset_contexts(&mut self) {
         for s in self.streams.values_mut() {
             s.ctx = None;
@@ -236,14 +247,23 @@ impl Demux {
         }
         if let Some(last) = self.last_seq {
             let gap = f.header.seq.wrapping_sub(last);
-            if gap == 0 || gap > 0x8000 {
+            if gap == 0 {
                 self.stats.stale_frames += 1;
                 return Ok(());
             }
-            self.stats.lost_frames += u64::from(gap - 1);
-            if gap > RESET_GAP {
+            if gap > 0x8000 {
+                // Seemingly backwards: a reordered old frame or an AP that
+                // restarted its numbering. Either way no context can be
+                // trusted; take the frame as the new reference.
+                self.stats.resyncs += 1;
                 self.stats.context_resets += 1;
                 self.reset_contexts();
+            } else {
+                self.stats.lost_frames += u64::from(gap - 1);
+                if gap > RESET_GAP {
+                    self.stats.context_resets += 1;
+                    self.reset_contexts();
+                }
             }
         }
         self.last_seq = Some(f.header.seq);
@@ -448,4 +468,88 @@ fn build(out: &mut [u8], h: &Hdr, rtp: Option<&Rtp>, body: &[u8]) -> Option<usiz
         u[6..8].copy_from_slice(&c.to_be_bytes());
     }
     Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::downlink::compact::{CompactWriter, FrameHeader, RtpStatic};
+
+    /// A frame with one entry of stream 1: full (with static block) or compressed.
+    fn frame(seq: u16, full: bool, rtp_seq: u16) -> Vec<u8> {
+        let mut buf = vec![0u8; 200];
+        let mut w = CompactWriter::new(&mut buf, FrameHeader { epoch: 0, seq }).unwrap();
+        let st = Static {
+            df: true,
+            udp_csum_zero: true,
+            tos: 0xb8,
+            ttl: 63,
+            flow: 0,
+            src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            src_port: 5004,
+            rtp: Some(RtpStatic {
+                pt: 18,
+                ssrc: 7,
+                stride: 160,
+                seq: rtp_seq,
+                ts: 160 * u32::from(rtp_seq),
+            }),
+        };
+        w.push(&Entry {
+            sid: 1,
+            gen: 3,
+            rtp: true,
+            marker: false,
+            id: IpId::Zero,
+            full: full.then_some(st),
+            seq_lsb: rtp_seq as u8,
+            payload: &[0x55; 20],
+        })
+        .unwrap();
+        let n = w.finish();
+        buf.truncate(n);
+        buf
+    }
+
+    fn demux() -> Demux {
+        let mut d = Demux::new(DemuxConfig::default());
+        d.add_stream(1, IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5)), 6600);
+        d
+    }
+
+    #[test]
+    fn sequence_gaps_and_context_rules() {
+        let mut d = demux();
+        let mut s = vec![0u8; MAX_REBUILT];
+        let mut got = Vec::new();
+        let mut run = |d: &mut Demux, f: &[u8], got: &mut Vec<(u16, u32)>| {
+            d.handle_frame(f, &mut s, |p| {
+                got.push((
+                    u16::from_be_bytes([p[30], p[31]]),
+                    u32::from_be_bytes([p[32], p[33], p[34], p[35]]),
+                ))
+            })
+            .unwrap()
+        };
+        // A compressed entry before any full one: no context.
+        assert_eq!(run(&mut d, &frame(10, false, 1), &mut got), 0);
+        assert_eq!(d.stats().no_context, 1);
+        assert_eq!(run(&mut d, &frame(11, true, 1), &mut got), 1);
+        // Frames 12..=18 lost (7 < RESET_GAP): the context survives; seq and ts expand.
+        assert_eq!(run(&mut d, &frame(19, false, 9), &mut got), 1);
+        assert_eq!(got.last(), Some(&(9, 1440)));
+        assert_eq!(d.stats().lost_frames, 7);
+        // A repeat is ignored; a gap of 8 lost frames drops the context.
+        assert_eq!(run(&mut d, &frame(19, false, 9), &mut got), 0);
+        assert_eq!(d.stats().stale_frames, 1);
+        assert_eq!(run(&mut d, &frame(28, false, 10), &mut got), 0);
+        assert_eq!((d.stats().context_resets, d.stats().no_context), (1, 2));
+        // A frame numbered behind the last one resynchronises.
+        assert_eq!(run(&mut d, &frame(3, true, 20), &mut got), 1);
+        assert_eq!(d.stats().resyncs, 1);
+        // Another epoch is ignored.
+        d.set_epoch(1);
+        assert_eq!(run(&mut d, &frame(4, true, 21), &mut got), 0);
+        assert_eq!(d.stats().wrong_epoch, 1);
+    }
 }
