@@ -10,7 +10,10 @@ use libfuzzer_sys::fuzz_target;
 use std::net::{IpAddr, Ipv4Addr};
 
 fuzz_target!(|data: &[u8]| {
-    let mut d = Demux::new(DemuxConfig { format: Format::Seed, seed_ttl: 64 });
+    let mut d = Demux::new(DemuxConfig {
+        format: Format::Seed,
+        seed_ttl: 64,
+    });
     d.add_stream(0, IpAddr::V4(Ipv4Addr::new(0, 0, 0, 0)), 0);
     d.add_stream(1, IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5)), 6600);
     let mut scratch = vec![0u8; MAX_REBUILT];

@@ -14,6 +14,7 @@
 //! Byte layouts: `docs/wire-format.md`, section "Downlink multiplexing".
 
 pub mod compact;
+mod compressor;
 pub mod demux;
 pub mod lease;
 pub mod mux;
