@@ -12,6 +12,7 @@
 pub mod air_ns3;
 pub mod babel;
 pub mod baresip;
+pub mod downlink_bound;
 pub mod experiment;
 pub mod medium;
 pub mod netns;
