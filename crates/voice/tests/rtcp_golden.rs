@@ -22,14 +22,23 @@ fn load() -> Vec<Vector> {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "hex"))
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("rtcp_"))
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("rtcp_")
+        })
         .collect();
     files.sort();
     files
         .into_iter()
         .map(|p| {
             let text = std::fs::read_to_string(&p).unwrap();
-            let mut v = Vector { name: p.file_name().unwrap().to_string_lossy().into(), expects: vec![], bytes: vec![] };
+            let mut v = Vector {
+                name: p.file_name().unwrap().to_string_lossy().into(),
+                expects: vec![],
+                bytes: vec![],
+            };
             let mut in_packet = false;
             for raw in text.lines() {
                 let line = raw.split('#').next().unwrap().trim();
@@ -77,7 +86,11 @@ fn describe(bytes: &[u8]) -> Vec<String> {
                 for ch in chunks {
                     for (t, v) in ch.items {
                         assert_eq!(t, 1, "only CNAMEs in the vectors");
-                        out.push(format!("cname ssrc={:#010x} value={}", ch.ssrc, String::from_utf8_lossy(v)));
+                        out.push(format!(
+                            "cname ssrc={:#010x} value={}",
+                            ch.ssrc,
+                            String::from_utf8_lossy(v)
+                        ));
                     }
                 }
             }
@@ -99,7 +112,9 @@ fn describe(bytes: &[u8]) -> Vec<String> {
 fn vectors_parse_to_their_expectations() {
     let vs = load();
     assert!(vs.len() >= 4, "vectors missing");
-    assert!(vs.iter().any(|v| v.expects.iter().any(|e| e.starts_with("error="))));
+    assert!(vs
+        .iter()
+        .any(|v| v.expects.iter().any(|e| e.starts_with("error="))));
     for v in &vs {
         assert!(!v.bytes.is_empty() && !v.expects.is_empty(), "{}", v.name);
         assert_eq!(describe(&v.bytes), v.expects, "{}", v.name);
@@ -108,21 +123,28 @@ fn vectors_parse_to_their_expectations() {
 
 #[test]
 fn writer_rebuilds_the_positive_vectors_byte_for_byte() {
-    for v in load().iter().filter(|v| !v.expects[0].starts_with("error=")) {
+    for v in load()
+        .iter()
+        .filter(|v| !v.expects[0].starts_with("error="))
+    {
         let c = parse_compound(&v.bytes).unwrap();
         let mut buf = [0u8; 512];
         let mut w = Writer::new(&mut buf);
         for p in c.packets() {
             match p {
-                Packet::SenderReport { ssrc, info, blocks } => {
-                    w.sender_report(ssrc, &info, &blocks.collect::<Vec<_>>()).unwrap()
-                }
-                Packet::ReceiverReport { ssrc, blocks } => w.receiver_report(ssrc, &blocks.collect::<Vec<_>>()).unwrap(),
+                Packet::SenderReport { ssrc, info, blocks } => w
+                    .sender_report(ssrc, &info, &blocks.collect::<Vec<_>>())
+                    .unwrap(),
+                Packet::ReceiverReport { ssrc, blocks } => w
+                    .receiver_report(ssrc, &blocks.collect::<Vec<_>>())
+                    .unwrap(),
                 Packet::Sdes(mut chunks) => {
                     let ch = chunks.next().unwrap();
                     w.sdes_cname(ch.ssrc, ch.items.cname().unwrap()).unwrap()
                 }
-                Packet::Bye { sources, reason } => w.bye(&sources.collect::<Vec<_>>(), reason).unwrap(),
+                Packet::Bye { sources, reason } => {
+                    w.bye(&sources.collect::<Vec<_>>(), reason).unwrap()
+                }
                 other => panic!("{}: {other:?}", v.name),
             }
         }

@@ -21,7 +21,9 @@ mod parse;
 mod reception;
 mod write;
 
-pub use parse::{parse_compound, Compound, Packet, ReportBlocks, SdesChunk, SdesChunks, SdesItems, Sources};
+pub use parse::{
+    parse_compound, Compound, Packet, ReportBlocks, SdesChunk, SdesChunks, SdesItems, Sources,
+};
 pub use reception::{ReceptionStats, SenderReportSeen};
 pub use write::{WriteError, Writer};
 
@@ -156,7 +158,9 @@ impl ReportBlock {
         let mut b = [0u8; REPORT_BLOCK_LEN];
         b[0..4].copy_from_slice(&self.ssrc.to_be_bytes());
         b[4] = self.fraction_lost;
-        let cum = self.cumulative_lost.clamp(CUMULATIVE_LOST_MIN, CUMULATIVE_LOST_MAX);
+        let cum = self
+            .cumulative_lost
+            .clamp(CUMULATIVE_LOST_MIN, CUMULATIVE_LOST_MAX);
         b[5..8].copy_from_slice(&cum.to_be_bytes()[1..4]);
         b[8..12].copy_from_slice(&self.ext_highest_seq.to_be_bytes());
         b[12..16].copy_from_slice(&self.jitter.to_be_bytes());
@@ -239,7 +243,11 @@ pub fn deterministic_interval(
     const RECEIVER_FRACTION: f64 = 1.0 - SENDER_FRACTION;
     let tmin = if initial { tmin_s / 2.0 } else { tmin_s };
     let mut n = f64::from(members.max(1));
-    let mut bw = if rtcp_bw.is_finite() && rtcp_bw > 0.0 { rtcp_bw } else { 1.0 };
+    let mut bw = if rtcp_bw.is_finite() && rtcp_bw > 0.0 {
+        rtcp_bw
+    } else {
+        1.0
+    };
     if senders > 0 && f64::from(senders) <= f64::from(members) * SENDER_FRACTION {
         if we_sent {
             bw *= SENDER_FRACTION;
@@ -249,7 +257,11 @@ pub fn deterministic_interval(
             n -= f64::from(senders);
         }
     }
-    let size = if avg_rtcp_size.is_finite() { avg_rtcp_size.max(0.0) } else { 0.0 };
+    let size = if avg_rtcp_size.is_finite() {
+        avg_rtcp_size.max(0.0)
+    } else {
+        0.0
+    };
     (size * n / bw).max(tmin)
 }
 
@@ -258,7 +270,11 @@ pub fn deterministic_interval(
 /// e - 3/2 to compensate for timer reconsideration.
 pub fn randomized_interval(deterministic_s: f64, u: f64) -> f64 {
     const COMPENSATION: f64 = std::f64::consts::E - 1.5;
-    let u = if u.is_finite() { u.clamp(0.0, 1.0) } else { 0.5 };
+    let u = if u.is_finite() {
+        u.clamp(0.0, 1.0)
+    } else {
+        0.5
+    };
     deterministic_s * (u + 0.5) / COMPENSATION
 }
 

@@ -3,7 +3,10 @@
 //!
 //! Owns: reading bytes. Must not touch: writing ([`super::write`]), state.
 
-use super::{ReportBlock, RtcpError, SenderInfo, MAX_COUNT, PT_APP, PT_BYE, PT_RR, PT_SDES, PT_SR, REPORT_BLOCK_LEN, SDES_CNAME};
+use super::{
+    ReportBlock, RtcpError, SenderInfo, MAX_COUNT, PT_APP, PT_BYE, PT_RR, PT_SDES, PT_SR,
+    REPORT_BLOCK_LEN, SDES_CNAME,
+};
 
 /// A validated compound packet (borrowed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,14 +139,19 @@ impl<'a> Iterator for SdesItems<'a> {
 impl<'a> SdesItems<'a> {
     /// The CNAME item, if any.
     pub fn cname(self) -> Option<&'a [u8]> {
-        self.into_iter().find(|(t, _)| *t == SDES_CNAME).map(|(_, v)| v)
+        self.into_iter()
+            .find(|(t, _)| *t == SDES_CNAME)
+            .map(|(_, v)| v)
     }
 }
 
 /// Walk one chunk: returns (items, chunk length including the null
 /// terminator and padding to 32 bits), or `BadSdes`.
 fn sdes_chunk(buf: &[u8]) -> Result<(u32, SdesItems<'_>, usize, bool), RtcpError> {
-    let ssrc = buf.first_chunk::<4>().map(|b| u32::from_be_bytes(*b)).ok_or(RtcpError::BadSdes)?;
+    let ssrc = buf
+        .first_chunk::<4>()
+        .map(|b| u32::from_be_bytes(*b))
+        .ok_or(RtcpError::BadSdes)?;
     let mut off = 4;
     let mut cname = false;
     loop {
@@ -210,7 +218,12 @@ fn split(buf: &[u8], off: usize) -> Result<Raw<'_>, RtcpError> {
         }
         body = &body[..body.len() - pad];
     }
-    Ok(Raw { count, packet_type, body, next })
+    Ok(Raw {
+        count,
+        packet_type,
+        body,
+        next,
+    })
 }
 
 fn be32(b: &[u8], at: usize) -> u32 {
@@ -225,50 +238,33 @@ fn validate(raw: &Raw<'_>) -> Result<bool, RtcpError> {
     let n = usize::from(raw.count);
     let b = raw.body;
     match raw.packet_type {
-        PT_SR => {
-            // SSRC + 20 bytes sender info + blocks (+ profile extension).
-            if b.len() < 24 + n * REPORT_BLOCK_LEN {
-                return Err(RtcpError::BadReportCount);
-            }
-        }
-        PT_RR => {
-            if b.len() < 4 + n * REPORT_BLOCK_LEN {
-                return Err(RtcpError::BadReportCount);
-            }
-        }
+        // SSRC + 20 bytes sender info + blocks (+ profile extension).
+        PT_SR if b.len() < 24 + n * REPORT_BLOCK_LEN => Err(RtcpError::BadReportCount),
+        PT_RR if b.len() < 4 + n * REPORT_BLOCK_LEN => Err(RtcpError::BadReportCount),
         PT_SDES => {
             let mut off = 0;
             let mut cname = false;
             for _ in 0..n {
-                let (_, _, len, c) = sdes_chunk(&b[off..])?;
+                let (_, _, len, c) = sdes_chunk(b.get(off..).ok_or(RtcpError::BadSdes)?)?;
                 cname |= c;
                 off += len;
             }
             if off != b.len() {
                 return Err(RtcpError::BadSdes);
             }
-            return Ok(cname);
+            Ok(cname)
         }
         PT_BYE => {
             let end = n * 4;
-            if b.len() < end {
-                return Err(RtcpError::BadBye);
-            }
-            if b.len() > end {
-                let len = usize::from(b[end]);
-                if b.len() < end + 1 + len {
-                    return Err(RtcpError::BadBye);
-                }
+            match b.get(end) {
+                _ if b.len() < end => Err(RtcpError::BadBye),
+                Some(&len) if b.len() < end + 1 + usize::from(len) => Err(RtcpError::BadBye),
+                _ => Ok(false),
             }
         }
-        PT_APP => {
-            if b.len() < 8 {
-                return Err(RtcpError::BadApp);
-            }
-        }
-        _ => {}
+        PT_APP if b.len() < 8 => Err(RtcpError::BadApp),
+        _ => Ok(false),
     }
-    Ok(false)
 }
 
 /// Parse and validate a compound RTCP packet (see the module docs for the
@@ -320,7 +316,10 @@ impl<'a> Compound<'a> {
     /// The CNAME of `ssrc`, if a SDES chunk gives one.
     pub fn cname_of(&self, ssrc: u32) -> Option<&'a [u8]> {
         self.packets().find_map(|p| match p {
-            Packet::Sdes(chunks) => chunks.into_iter().find(|c| c.ssrc == ssrc).and_then(|c| c.items.cname()),
+            Packet::Sdes(chunks) => chunks
+                .into_iter()
+                .find(|c| c.ssrc == ssrc)
+                .and_then(|c| c.items.cname()),
             _ => None,
         })
     }
@@ -330,7 +329,8 @@ impl<'a> Compound<'a> {
 fn view<'a>(raw: &Raw<'a>) -> Packet<'a> {
     let b = raw.body;
     let n = usize::from(raw.count).min(MAX_COUNT);
-    let blocks = |from: usize| ReportBlocks(b.get(from..from + n * REPORT_BLOCK_LEN).unwrap_or(&[]));
+    let blocks =
+        |from: usize| ReportBlocks(b.get(from..from + n * REPORT_BLOCK_LEN).unwrap_or(&[]));
     match raw.packet_type {
         PT_SR => Packet::SenderReport {
             ssrc: be32(b, 0),
@@ -342,12 +342,20 @@ fn view<'a>(raw: &Raw<'a>) -> Packet<'a> {
             },
             blocks: blocks(24),
         },
-        PT_RR => Packet::ReceiverReport { ssrc: be32(b, 0), blocks: blocks(4) },
+        PT_RR => Packet::ReceiverReport {
+            ssrc: be32(b, 0),
+            blocks: blocks(4),
+        },
         PT_SDES => Packet::Sdes(SdesChunks { rest: b, left: n }),
         PT_BYE => {
             let end = (n * 4).min(b.len());
-            let reason = b.get(end).and_then(|&len| b.get(end + 1..end + 1 + usize::from(len)));
-            Packet::Bye { sources: Sources(&b[..end]), reason }
+            let reason = b
+                .get(end)
+                .and_then(|&len| b.get(end + 1..end + 1 + usize::from(len)));
+            Packet::Bye {
+                sources: Sources(&b[..end]),
+                reason,
+            }
         }
         PT_APP => Packet::App {
             subtype: raw.count,
@@ -355,6 +363,10 @@ fn view<'a>(raw: &Raw<'a>) -> Packet<'a> {
             name: be32(b, 4).to_be_bytes(),
             data: b.get(8..).unwrap_or(&[]),
         },
-        t => Packet::Other { packet_type: t, count: raw.count, body: b },
+        t => Packet::Other {
+            packet_type: t,
+            count: raw.count,
+            body: b,
+        },
     }
 }

@@ -6,7 +6,9 @@
 //! Owns: that state. Must not touch: clocks (arrival times in µs come from
 //! the caller), sockets. Fixed size, no allocation.
 
-use super::{ntp_mid32, us_to_compact, ReportBlock, SenderInfo, CUMULATIVE_LOST_MAX, CUMULATIVE_LOST_MIN};
+use super::{
+    ntp_mid32, us_to_compact, ReportBlock, SenderInfo, CUMULATIVE_LOST_MAX, CUMULATIVE_LOST_MIN,
+};
 
 const RTP_SEQ_MOD: u32 = 1 << 16;
 const MAX_DROPOUT: u16 = 3000;
@@ -120,7 +122,8 @@ impl ReceptionStats {
         let counted = self.update_seq(seq);
         if counted {
             // A.8: transit in timestamp units (wrapping), |D| into J.
-            let arrival = ((u128::from(arrival_us) * u128::from(self.clock_rate)) / 1_000_000) as u32;
+            let arrival =
+                ((u128::from(arrival_us) * u128::from(self.clock_rate)) / 1_000_000) as u32;
             let transit = arrival.wrapping_sub(rtp_ts);
             if let Some(last) = self.last_transit {
                 let d = f64::from(transit.wrapping_sub(last) as i32).abs();
@@ -133,7 +136,11 @@ impl ReceptionStats {
 
     /// Remember a SR from this source (for LSR/DLSR).
     pub fn on_sender_report(&mut self, info: &SenderInfo, arrival_us: u64) {
-        self.last_sr = Some(SenderReportSeen { info: *info, lsr: ntp_mid32(info.ntp), arrival_us });
+        self.last_sr = Some(SenderReportSeen {
+            info: *info,
+            lsr: ntp_mid32(info.ntp),
+            arrival_us,
+        });
     }
 
     /// The last SR seen.
@@ -153,7 +160,9 @@ impl ReceptionStats {
 
     /// Packets expected: extended max - base + 1.
     pub fn expected(&self) -> u32 {
-        self.extended_max().wrapping_sub(self.base_seq).wrapping_add(1)
+        self.extended_max()
+            .wrapping_sub(self.base_seq)
+            .wrapping_add(1)
     }
 
     /// Cumulative lost (expected - received), may be negative with duplicates.
@@ -183,7 +192,10 @@ impl ReceptionStats {
         } else {
             ((lost_interval << 8) / i64::from(expected_interval)).min(255) as u8
         };
-        let cum = self.cumulative_lost().clamp(i64::from(CUMULATIVE_LOST_MIN), i64::from(CUMULATIVE_LOST_MAX)) as i32;
+        let cum = self.cumulative_lost().clamp(
+            i64::from(CUMULATIVE_LOST_MIN),
+            i64::from(CUMULATIVE_LOST_MAX),
+        ) as i32;
         let (lsr, dlsr) = match self.last_sr {
             Some(sr) => (sr.lsr, us_to_compact(now_us.saturating_sub(sr.arrival_us))),
             None => (0, 0),

@@ -81,7 +81,12 @@ fn writer_produces_the_hand_made_bytes() {
 fn sr_compound(blocks: &[ReportBlock], cname: &[u8], bye: bool) -> Vec<u8> {
     let mut buf = [0u8; 1500];
     let mut w = Writer::new(&mut buf);
-    let info = SenderInfo { ntp: 0xe6b1_2345_8000_0000, rtp_ts: 160_000, packets: 500, octets: 10_000 };
+    let info = SenderInfo {
+        ntp: 0xe6b1_2345_8000_0000,
+        rtp_ts: 160_000,
+        packets: 500,
+        octets: 10_000,
+    };
     w.sender_report(0xdead_beef, &info, blocks).unwrap();
     w.sdes_cname(0xdead_beef, cname).unwrap();
     if bye {
@@ -92,15 +97,37 @@ fn sr_compound(blocks: &[ReportBlock], cname: &[u8], bye: bool) -> Vec<u8> {
 
 #[test]
 fn sender_report_round_trips_with_bye() {
-    let b = sr_compound(&[ReportBlock { ssrc: 7, jitter: 3, ..Default::default() }], b"node@host", true);
+    let b = sr_compound(
+        &[ReportBlock {
+            ssrc: 7,
+            jitter: 3,
+            ..Default::default()
+        }],
+        b"node@host",
+        true,
+    );
     let c = parse_compound(&b).unwrap();
     let v: Vec<Packet<'_>> = c.packets().collect();
     assert_eq!(v.len(), 3);
-    let Packet::SenderReport { ssrc, info, blocks } = v[0] else { panic!("{:?}", v[0]) };
-    assert_eq!((ssrc, info.rtp_ts, info.packets, info.octets), (0xdead_beef, 160_000, 500, 10_000));
+    let Packet::SenderReport { ssrc, info, blocks } = v[0] else {
+        panic!("{:?}", v[0])
+    };
+    assert_eq!(
+        (ssrc, info.rtp_ts, info.packets, info.octets),
+        (0xdead_beef, 160_000, 500, 10_000)
+    );
     assert_eq!(info.ntp, 0xe6b1_2345_8000_0000);
-    assert_eq!(blocks.collect::<Vec<_>>(), vec![ReportBlock { ssrc: 7, jitter: 3, ..Default::default() }]);
-    let Packet::Bye { sources, reason } = v[2] else { panic!() };
+    assert_eq!(
+        blocks.collect::<Vec<_>>(),
+        vec![ReportBlock {
+            ssrc: 7,
+            jitter: 3,
+            ..Default::default()
+        }]
+    );
+    let Packet::Bye { sources, reason } = v[2] else {
+        panic!()
+    };
     assert_eq!(sources.collect::<Vec<_>>(), vec![0xdead_beef]);
     assert_eq!(reason, Some(&b"done"[..]));
 }
@@ -167,22 +194,56 @@ fn bye_and_app_lengths_are_checked_and_unknown_types_skipped() {
     let base = hand_rr();
     let with = |tail: &[u8]| -> Vec<u8> { base.iter().chain(tail).copied().collect() };
     // BYE with SC=2 but one SSRC.
-    assert_eq!(parse_compound(&with(&[0x82, 203, 0, 1, 0, 0, 0, 1])), Err(RtcpError::BadBye));
+    assert_eq!(
+        parse_compound(&with(&[0x82, 203, 0, 1, 0, 0, 0, 1])),
+        Err(RtcpError::BadBye)
+    );
     // BYE reason length past the packet.
-    assert_eq!(parse_compound(&with(&[0x81, 203, 0, 2, 0, 0, 0, 1, 9, b'x', 0, 0])), Err(RtcpError::BadBye));
+    assert_eq!(
+        parse_compound(&with(&[0x81, 203, 0, 2, 0, 0, 0, 1, 9, b'x', 0, 0])),
+        Err(RtcpError::BadBye)
+    );
     // APP shorter than SSRC + name.
-    assert_eq!(parse_compound(&with(&[0x80, 204, 0, 1, 0, 0, 0, 1])), Err(RtcpError::BadApp));
+    assert_eq!(
+        parse_compound(&with(&[0x80, 204, 0, 1, 0, 0, 0, 1])),
+        Err(RtcpError::BadApp)
+    );
     // A valid APP and an unknown type 207 (XR) of 8 bytes body.
-    let ok = with(&[0x85, 204, 0, 2, 0, 0, 0, 9, b'T', b'E', b'S', b'T', 0x8f, 207, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8]);
+    let ok = with(&[
+        0x85, 204, 0, 2, 0, 0, 0, 9, b'T', b'E', b'S', b'T', 0x8f, 207, 0, 2, 1, 2, 3, 4, 5, 6, 7,
+        8,
+    ]);
     let c = parse_compound(&ok).unwrap();
     let v: Vec<_> = c.packets().collect();
     assert_eq!(v.len(), 4);
-    assert_eq!(v[2], Packet::App { subtype: 5, ssrc: 9, name: *b"TEST", data: &[] });
-    assert_eq!(v[3], Packet::Other { packet_type: 207, count: 15, body: &[1, 2, 3, 4, 5, 6, 7, 8] });
+    assert_eq!(
+        v[2],
+        Packet::App {
+            subtype: 5,
+            ssrc: 9,
+            name: *b"TEST",
+            data: &[]
+        }
+    );
+    assert_eq!(
+        v[3],
+        Packet::Other {
+            packet_type: 207,
+            count: 15,
+            body: &[1, 2, 3, 4, 5, 6, 7, 8]
+        }
+    );
     // Padding on the last packet is removed from its body.
     let mut padded = with(&[0xa0, 207, 0, 2, 1, 2, 3, 4, 0, 0, 0, 4]);
     let c = parse_compound(&padded).unwrap();
-    assert_eq!(c.packets().last(), Some(Packet::Other { packet_type: 207, count: 0, body: &[1, 2, 3, 4] }));
+    assert_eq!(
+        c.packets().last(),
+        Some(Packet::Other {
+            packet_type: 207,
+            count: 0,
+            body: &[1, 2, 3, 4]
+        })
+    );
     padded.truncate(padded.len() - 1);
     assert!(parse_compound(&padded).is_err());
 }
@@ -191,11 +252,17 @@ fn bye_and_app_lengths_are_checked_and_unknown_types_skipped() {
 fn writer_limits() {
     let mut small = [0u8; 27];
     let mut w = Writer::new(&mut small);
-    assert_eq!(w.sender_report(1, &SenderInfo::default(), &[]), Err(WriteError::NoRoom));
+    assert_eq!(
+        w.sender_report(1, &SenderInfo::default(), &[]),
+        Err(WriteError::NoRoom)
+    );
     assert!(w.is_empty(), "a failed write keeps nothing");
     let mut buf = [0u8; 2048];
     let mut w = Writer::new(&mut buf);
-    assert_eq!(w.receiver_report(1, &[ReportBlock::default(); 32]), Err(WriteError::TooMany));
+    assert_eq!(
+        w.receiver_report(1, &[ReportBlock::default(); 32]),
+        Err(WriteError::TooMany)
+    );
     assert_eq!(w.sdes_cname(1, &[b'x'; 256]), Err(WriteError::TooLong));
     assert_eq!(w.bye(&[1], Some(&[b'x'; 256])), Err(WriteError::TooLong));
     w.receiver_report(1, &[ReportBlock::default(); 31]).unwrap();
@@ -203,11 +270,20 @@ fn writer_limits() {
     // The cumulative count is clamped to 24 bits.
     let mut b2 = [0u8; 64];
     let mut w = Writer::new(&mut b2);
-    w.receiver_report(1, &[ReportBlock { cumulative_lost: 1 << 30, ..Default::default() }]).unwrap();
+    w.receiver_report(
+        1,
+        &[ReportBlock {
+            cumulative_lost: 1 << 30,
+            ..Default::default()
+        }],
+    )
+    .unwrap();
     w.sdes_cname(1, b"").unwrap();
     let n = w.len();
     let c = parse_compound(&b2[..n]).unwrap();
-    let Some(Packet::ReceiverReport { mut blocks, .. }) = c.packets().next() else { panic!() };
+    let Some(Packet::ReceiverReport { mut blocks, .. }) = c.packets().next() else {
+        panic!()
+    };
     assert_eq!(blocks.next().unwrap().cumulative_lost, CUMULATIVE_LOST_MAX);
 }
 
@@ -222,7 +298,10 @@ fn rtt_from_lsr_and_dlsr() {
     assert_eq!(rtt_us(a, 0, dlsr), None, "no SR seen");
     assert_eq!(rtt_us(lsr, lsr, 1), None, "negative");
     // Across the wrap of the compact clock.
-    assert_eq!(rtt_us(0x0000_1000, 0xffff_f000, 0), Some(compact_to_us(0x2000)));
+    assert_eq!(
+        rtt_us(0x0000_1000, 0xffff_f000, 0),
+        Some(compact_to_us(0x2000))
+    );
     assert_eq!(us_to_compact(1_500_000), 0x0001_8000);
     assert_eq!(compact_to_us(0x0001_8000), 1_500_000);
     assert_eq!(us_to_compact(u64::MAX), u32::MAX);
@@ -246,11 +325,18 @@ fn reception_stats_follow_appendix_a() {
             assert!(r.on_rtp(s, 160 * u32::from(s - 100), 20_000 * u64::from(s - 100)));
         }
     }
-    assert_eq!((r.received(), r.expected(), r.cumulative_lost()), (8, 10, 2));
+    assert_eq!(
+        (r.received(), r.expected(), r.cumulative_lost()),
+        (8, 10, 2)
+    );
     let b = r.report_block(42, 1_000_000).unwrap();
     assert_eq!((b.ssrc, b.cumulative_lost, b.ext_highest_seq), (42, 2, 110));
     assert_eq!(b.fraction_lost, 51, "(2 << 8) / 10");
-    assert_eq!((b.jitter, b.lsr, b.dlsr), (0, 0, 0), "punctual arrivals, no SR");
+    assert_eq!(
+        (b.jitter, b.lsr, b.dlsr),
+        (0, 0, 0),
+        "punctual arrivals, no SR"
+    );
     // Next interval: nothing lost.
     for s in 111..=120u16 {
         r.on_rtp(s, 160 * u32::from(s - 100), 20_000 * u64::from(s - 100));
@@ -261,7 +347,10 @@ fn reception_stats_follow_appendix_a() {
     r.on_rtp(120, 160 * 20, 400_000);
     assert_eq!(r.cumulative_lost(), 1);
     // After a SR, LSR is echoed and DLSR measures the time since.
-    let info = SenderInfo { ntp: 0x0000_1234_5678_0000, ..Default::default() };
+    let info = SenderInfo {
+        ntp: 0x0000_1234_5678_0000,
+        ..Default::default()
+    };
     r.on_sender_report(&info, 3_000_000);
     let b = r.report_block(42, 4_500_000).unwrap();
     assert_eq!((b.lsr, b.dlsr), (0x1234_5678, 0x0001_8000));
@@ -294,7 +383,12 @@ fn jitter_matches_the_rfc_estimator() {
             j.update(160 * k, arr);
         }
     }
-    assert!((r.jitter_units() - j.jitter_timestamp_units()).abs() < 1.0, "{} {}", r.jitter_units(), j.jitter_timestamp_units());
+    assert!(
+        (r.jitter_units() - j.jitter_timestamp_units()).abs() < 1.0,
+        "{} {}",
+        r.jitter_units(),
+        j.jitter_timestamp_units()
+    );
     assert!(r.jitter_units() > 8.0);
 }
 
@@ -303,8 +397,14 @@ fn interval_follows_appendix_a7() {
     // Two members, both sending G.729 (24 kbit/s with headers each way):
     // 5 % of 48 kbit/s = 300 octets/s; as a sender 25 % of it, n = senders.
     let t = deterministic_interval(2, 2, 300.0, true, 100.0, false, 5.0);
-    assert_eq!(t, 5.0, "2 senders of 2 members: no split; 100 * 2 / 300 s is below Tmin");
-    assert_eq!(deterministic_interval(2, 2, 300.0, true, 100.0, true, 5.0), 2.5);
+    assert_eq!(
+        t, 5.0,
+        "2 senders of 2 members: no split; 100 * 2 / 300 s is below Tmin"
+    );
+    assert_eq!(
+        deterministic_interval(2, 2, 300.0, true, 100.0, true, 5.0),
+        2.5
+    );
     // A large conference: the bandwidth share dominates.
     let t = deterministic_interval(1000, 10, 300.0, false, 100.0, false, 5.0);
     assert!((t - 100.0 * 990.0 / 225.0).abs() < 1e-9, "{t}");

@@ -3,7 +3,9 @@
 //! Owns: producing bytes. Must not touch: parsing, state. A failed call
 //! leaves what was written before it intact (nothing partial is kept).
 
-use super::{ReportBlock, SenderInfo, MAX_COUNT, PT_BYE, PT_RR, PT_SDES, PT_SR, REPORT_BLOCK_LEN, SDES_CNAME};
+use super::{
+    ReportBlock, SenderInfo, MAX_COUNT, PT_BYE, PT_RR, PT_SDES, PT_SR, REPORT_BLOCK_LEN, SDES_CNAME,
+};
 
 /// Why a packet could not be written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,7 +84,12 @@ impl<'a> Writer<'a> {
     }
 
     /// Append a SR.
-    pub fn sender_report(&mut self, ssrc: u32, info: &SenderInfo, blocks: &[ReportBlock]) -> Result<(), WriteError> {
+    pub fn sender_report(
+        &mut self,
+        ssrc: u32,
+        info: &SenderInfo,
+        blocks: &[ReportBlock],
+    ) -> Result<(), WriteError> {
         let out = self.begin(blocks.len(), PT_SR, 28 + REPORT_BLOCK_LEN * blocks.len())?;
         out[4..8].copy_from_slice(&ssrc.to_be_bytes());
         out[8..16].copy_from_slice(&info.ntp.to_be_bytes());

@@ -31,6 +31,14 @@
 //! (`seed`, call id, direction); the first state is drawn from the stationary
 //! distribution. No packets during silence; the RTP marker bit is set on the
 //! first packet of each spurt. RTP timestamps advance through silences.
+//!
+//! RTCP ([`rtcp`], on by default in `airpack voip`, off in
+//! [`RunOptions::default`]): SR/RR + SDES CNAME on the RTP port + 1 every
+//! ~5 s (`--rtcp-interval-ms`), BYE at the end; the peer's reports give the
+//! round-trip time and its view of our stream's loss and jitter, reported
+//! per stream (`rtcp`), per call (`a_to_b_rtcp`, `b_to_a_rtcp`) and in the
+//! summary (`rtt_ms`, `rtcp_loss_pct`, `rtcp_jitter_ms`). Existing fields do
+//! not change; RTP counters (`rx`) do not count RTCP datagrams.
 
 use std::collections::{BTreeMap, BinaryHeap};
 use std::cmp::Reverse;
@@ -43,11 +51,17 @@ use anyhow::{bail, Context};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use airpack_voice::codec::{Codec, Profile};
+use airpack_voice::rtcp::ReceptionStats;
 use airpack_voice::rtp::{self, ProbeTag, RtpHeader};
 use airpack_voice::stats::{self, Quality, ReceiveSummary, StreamStats};
 
 pub use airpack_voice::stats::{BurstModel, Criterion};
+
+mod rtcp;
+pub use rtcp::{PeerView, RtcpCounters, RtcpOptions, StreamRtcp, DEFAULT_RTCP_INTERVAL_MS};
 
 /// Longest call duration accepted (s).
 pub const MAX_DURATION_S: f64 = 3600.0;
@@ -76,6 +90,13 @@ pub struct VoipArgs {
     /// voice with. 0 sends unmarked packets.
     #[arg(long, default_value_t = DEFAULT_DSCP, value_parser = clap::value_parser!(u8).range(0..=63))]
     pub dscp: u8,
+    /// RTCP on the RTP port + 1: "on" (as phones do) or "off".
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub rtcp: String,
+    /// Minimum RTCP report interval (ms); RFC 3550's is 5000. Reports go out
+    /// at 0.5-1.5 times it divided by e - 3/2 (RFC 3550 appendix A.7).
+    #[arg(long, default_value_t = DEFAULT_RTCP_INTERVAL_MS, value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
+    pub rtcp_interval_ms: u64,
 }
 
 /// DSCP `airpack voip` marks its packets with unless told otherwise: EF.
@@ -89,11 +110,14 @@ pub struct RunOptions {
     /// Sockets already bound to some of this node's endpoints; an endpoint
     /// whose `addr:port` one of them is bound to uses it instead of binding.
     pub bound: Vec<UdpSocket>,
+    /// RTCP (off by default here; `airpack voip` turns it on). Bound sockets
+    /// may include the RTCP ports (RTP port + 1).
+    pub rtcp: RtcpOptions,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        Self { dscp: DEFAULT_DSCP, bound: Vec::new() }
+        Self { dscp: DEFAULT_DSCP, bound: Vec::new(), rtcp: RtcpOptions::OFF }
     }
 }
 
@@ -120,15 +144,18 @@ pub fn main(args: VoipArgs) -> anyhow::Result<()> {
     let (Some(node), Some(out)) = (args.node, args.out) else {
         bail!("--node and --out are required");
     };
-    let result = run_with(&spec, &node, RunOptions { dscp: args.dscp, bound: Vec::new() })?;
+    let rtcp = RtcpOptions { enabled: args.rtcp == "on", interval_ms: args.rtcp_interval_ms };
+    let result = run_with(&spec, &node, RunOptions { dscp: args.dscp, bound: Vec::new(), rtcp })?;
     let tmp = out.with_extension("json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(&result)?)
         .with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &out).with_context(|| format!("writing {}", out.display()))?;
     let sent: u64 = result.streams.iter().filter_map(|s| s.sent).sum();
     let recv: u64 = result.streams.iter().filter_map(|s| s.received.as_ref().map(|r| r.received)).sum();
+    let rtt: Vec<f64> = result.streams.iter().filter_map(|s| s.rtcp.as_ref()?.peer_view.rtt_mean_ms).collect();
+    let rtt = if rtt.is_empty() { String::new() } else { format!(", RTCP RTT mean {:.2} ms", rtt.iter().sum::<f64>() / rtt.len() as f64) };
     eprintln!(
-        "airpack voip: node {node}: {} streams, sent {sent}, received {recv}, rejected {}",
+        "airpack voip: node {node}: {} streams, sent {sent}, received {recv}, rejected {}{rtt}",
         result.streams.len(),
         result.rx.rejected()
     );
@@ -323,6 +350,9 @@ pub struct NodeResult {
     /// Datagrams received and rejected, by reason.
     #[serde(default)]
     pub rx: RxCounters,
+    /// RTCP receive counters (absent when RTCP is off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtcp: Option<RtcpCounters>,
 }
 
 /// One stream's report from one side.
@@ -348,6 +378,10 @@ pub struct StreamReport {
     /// Receiver side: raw receive statistics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub received: Option<ReceiveSummary>,
+    /// Sender side, with RTCP on: reports sent and received, and the peer's
+    /// view of this stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtcp: Option<StreamRtcp>,
 }
 
 /// Node-level receive counters.
@@ -407,6 +441,12 @@ pub struct CallResult {
     /// Problems found while merging (missing reports, invalid spec).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// With RTCP: what b reported about stream a -> b (and the RTT a saw).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub a_to_b_rtcp: Option<PeerView>,
+    /// With RTCP: what a reported about stream b -> a (and the RTT b saw).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub b_to_a_rtcp: Option<PeerView>,
 }
 
 /// Combine every node's result into per-call quality. Pure. A missing
@@ -472,7 +512,18 @@ pub fn merge(spec: &Spec, results: &[NodeResult]) -> Vec<CallResult> {
             let a_to_b = one(Direction::AToB, &c.a, &c.b);
             let b_to_a = one(Direction::BToA, &c.b, &c.a);
             notes.dedup();
-            CallResult { call: c.id, supported: a_to_b.supported && b_to_a.supported, a_to_b, b_to_a, notes }
+            let view = |dir: Direction, src: &Endpoint| {
+                find(&src.node, c.id, dir, true).and_then(|s| s.rtcp.as_ref()).map(|r| r.peer_view.clone())
+            };
+            CallResult {
+                call: c.id,
+                supported: a_to_b.supported && b_to_a.supported,
+                a_to_b,
+                b_to_a,
+                notes,
+                a_to_b_rtcp: view(Direction::AToB, &c.a),
+                b_to_a_rtcp: view(Direction::BToA, &c.b),
+            }
         })
         .collect()
 }
@@ -518,6 +569,19 @@ pub struct Summary {
     /// Highest jitter any direction reached during its call (ms).
     #[serde(default)]
     pub jitter_max_ms: f64,
+    /// RTCP: mean over directions of their mean round-trip time (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_ms: Option<f64>,
+    /// RTCP: largest round-trip time of any direction (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_max_ms: Option<f64>,
+    /// RTCP: mean over directions of the receiver-reported cumulative loss
+    /// of the last report, as a percentage of the packets sent (%).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtcp_loss_pct: Option<f64>,
+    /// RTCP: mean over directions of the receiver-reported jitter (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtcp_jitter_ms: Option<f64>,
 }
 
 /// Summarize merged calls. An empty set gives zero calls, all supported.
@@ -525,7 +589,20 @@ pub fn summarize(calls: &[CallResult]) -> Summary {
     let dirs: Vec<&Quality> = calls.iter().flat_map(|c| [&c.a_to_b, &c.b_to_a]).collect();
     let n = dirs.len().max(1) as f64;
     let delays: Vec<f64> = dirs.iter().filter_map(|q| q.delay_ms).collect();
+    // Directions with an RTCP view that holds at least one report.
+    let views: Vec<(&Quality, &PeerView)> = calls
+        .iter()
+        .flat_map(|c| [(&c.a_to_b, c.a_to_b_rtcp.as_ref()), (&c.b_to_a, c.b_to_a_rtcp.as_ref())])
+        .filter_map(|(q, v)| Some((q, v.filter(|v| v.reports > 0)?)))
+        .collect();
+    let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
     Summary {
+        rtt_ms: mean(views.iter().filter_map(|(_, v)| v.rtt_mean_ms).collect()),
+        rtt_max_ms: views.iter().filter_map(|(_, v)| v.rtt_max_ms).reduce(f64::max),
+        rtcp_loss_pct: mean(
+            views.iter().filter(|(q, _)| q.sent > 0).map(|(q, v)| 100.0 * v.cumulative_lost as f64 / q.sent as f64).collect(),
+        ),
+        rtcp_jitter_ms: mean(views.iter().map(|(_, v)| v.jitter_ms).collect()),
         calls: calls.len(),
         supported_calls: calls.iter().filter(|c| c.supported).count(),
         all_supported: calls.iter().all(|c| c.supported),
@@ -586,6 +663,8 @@ struct RxStream {
     dir: Direction,
     ssrc: u32,
     stats: StreamStats,
+    /// RFC 3550 A.1 reception state, for RTCP report blocks.
+    reception: ReceptionStats,
 }
 
 /// A stream this node sends.
@@ -677,6 +756,18 @@ pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<Nod
         bail!("dscp must be in 0..=63, got {}", opts.dscp);
     }
     let mut bound = opts.bound;
+    if opts.rtcp.enabled {
+        // RTCP goes to the RTP port + 1 of both ends: it must not be an RTP port.
+        let rtp_binds: std::collections::HashSet<(&str, IpAddr, u16)> =
+            spec.calls.iter().flat_map(|c| [&c.a, &c.b]).map(|e| (e.node.as_str(), e.addr, e.port)).collect();
+        for c in &spec.calls {
+            for e in [&c.a, &c.b] {
+                if rtp_binds.contains(&(e.node.as_str(), e.addr, e.port.wrapping_add(1))) {
+                    bail!("call {}: RTCP port {} on node {} is another endpoint's RTP port (use even RTP ports, or --rtcp off)", c.id, e.port.wrapping_add(1), e.node);
+                }
+            }
+        }
+    }
 
     // Local endpoints: one socket each.
     let mut sockets: Vec<UdpSocket> = Vec::new();
@@ -705,6 +796,7 @@ pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<Nod
                 ssrc: ssrc_of(spec.seed, c.id, in_dir),
                 stats: StreamStats::new(params.clock_rate, spec.playout_ms)
                     .with_timestamp_step(profile.timestamp_step()),
+                reception: ReceptionStats::new(params.clock_rate),
             });
             let mut rng = SmallRng::seed_from_u64(splitmix(
                 spec.seed ^ splitmix(u64::from(c.id) << 1 | u64::from(out_dir.index())),
@@ -739,6 +831,42 @@ pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<Nod
     if sockets.is_empty() {
         bail!("node {node:?} is not an endpoint of any call in the spec");
     }
+    // RTCP: one socket per local endpoint on the RTP port + 1.
+    let mut rtcp_calls = Vec::new();
+    if opts.rtcp.enabled {
+        if opts.rtcp.interval_ms == 0 {
+            bail!("the RTCP interval must be positive");
+        }
+        for (ti, t) in tx_streams.iter().enumerate() {
+            let c = spec.calls.iter().find(|c| c.id == t.call).expect("streams come from the spec");
+            let (me, peer) = if t.dir == Direction::AToB { (&c.a, &c.b) } else { (&c.b, &c.a) };
+            let rtcp_port = |e: &Endpoint| e.port.checked_add(1);
+            let (Some(my_port), Some(peer_port)) = (rtcp_port(me), rtcp_port(peer)) else {
+                bail!("call {}: RTP port 65535 leaves no RTCP port (use --rtcp off)", c.id);
+            };
+            let addr = SocketAddr::new(me.addr, my_port);
+            let sock = match bound.iter().position(|b| b.local_addr().ok() == Some(addr)) {
+                Some(i) => bound.swap_remove(i),
+                None => UdpSocket::bind(addr).with_context(|| format!("call {}: binding RTCP {addr}", c.id))?,
+            };
+            sock.set_nonblocking(true)?;
+            set_dscp(&sock, opts.dscp).with_context(|| format!("call {}: setting DSCP {}", c.id, opts.dscp))?;
+            let in_dir = if t.dir == Direction::AToB { Direction::BToA } else { Direction::AToB };
+            let rng = SmallRng::seed_from_u64(splitmix(spec.seed ^ splitmix(u64::from(c.id) << 2 | 2 | u64::from(t.dir.index()))));
+            rtcp_calls.push(rtcp::RtcpCall::new(
+                sock,
+                SocketAddr::new(peer.addr, peer_port),
+                t.socket,
+                ti,
+                t.ssrc,
+                ssrc_of(spec.seed, c.id, in_dir),
+                format!("airpack-voip-{}@{}", c.id, me.addr),
+                t.ts0,
+                t.offset_us,
+                rng,
+            ));
+        }
+    }
 
     // Start time: the common start if it is ahead, else now (recorded).
     let now_mono = monotonic_us();
@@ -769,18 +897,36 @@ pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<Nod
     };
 
     let mut counters = RxCounters::default();
+    let mut rtcp_counters = RtcpCounters::default();
+    // Packets sent per send stream, read by the RTCP side for its SRs.
+    let sent_counts: Vec<AtomicU64> = tx_streams.iter().map(|_| AtomicU64::new(0)).collect();
+    let payload_len = rtp::probe_payload_len(profile.payload_bytes());
+    let session = rtcp::Session {
+        interval_ms: opts.rtcp.interval_ms,
+        // Both directions: payload + RTP/UDP/IPv4 headers, per second.
+        session_bw: 2.0 * (payload_len as f64 + 40.0) * profile.packets_per_second(),
+        clock_rate: params.clock_rate,
+        payload_len,
+        t0_us: t0,
+        realtime_offset_us: (realtime_minus_monotonic_ns() / 1000) as i64,
+        bye_at_us: t0 + duration_us + spec.grace_ms * 500,
+    };
+    for c in &mut rtcp_calls {
+        c.schedule(t0, &session, true);
+    }
     std::thread::scope(|scope| -> anyhow::Result<()> {
         let sockets = &sockets;
         let rx_streams = &mut rx_streams;
         let counters = &mut counters;
-        let receiver = scope.spawn(move || receive_loop(sockets, rx_streams, counters, &profile, rx_end));
-        send_loop(sockets, &mut tx_streams, &profile, &vad, t0, duration_us);
+        let rtcp = RtcpSide { calls: &mut rtcp_calls, counters: &mut rtcp_counters, session: &session, sent: &sent_counts };
+        let receiver = scope.spawn(move || receive_loop(sockets, rx_streams, counters, rtcp, &profile, rx_end));
+        send_loop(sockets, &mut tx_streams, &sent_counts, &profile, &vad, t0, duration_us);
         receiver.join().map_err(|_| anyhow::anyhow!("receive thread panicked"))??;
         Ok(())
     })?;
 
     let mut streams = Vec::with_capacity(tx_streams.len() + rx_streams.len());
-    for t in &tx_streams {
+    for (i, t) in tx_streams.iter().enumerate() {
         streams.push(StreamReport {
             call: t.call,
             direction: t.dir,
@@ -789,6 +935,7 @@ pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<Nod
             max_send_lag_ms: Some(t.max_lag_us as f64 / 1000.0),
             sends_late_1ms: Some(t.late_sends),
             received: None,
+            rtcp: rtcp_calls.iter().find(|c| c.tx == i).map(|c| c.report.clone()),
         });
     }
     for r in &rx_streams {
@@ -800,15 +947,18 @@ pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<Nod
             max_send_lag_ms: None,
             sends_late_1ms: None,
             received: Some(r.stats.summary()),
+            rtcp: None,
         });
     }
     streams.sort_by_key(|s| (s.call, s.direction));
-    Ok(NodeResult { node: node.to_string(), start_late_ms, streams, rx: counters })
+    let rtcp = opts.rtcp.enabled.then_some(rtcp_counters);
+    Ok(NodeResult { node: node.to_string(), start_late_ms, streams, rx: counters, rtcp })
 }
 
 fn send_loop(
     sockets: &[UdpSocket],
     streams: &mut [TxStream],
+    sent_counts: &[AtomicU64],
     profile: &Profile,
     vad: &VadModel,
     t0: u64,
@@ -856,6 +1006,7 @@ fn send_loop(
             }
             None => s.send_errors += 1,
         }
+        sent_counts[i].store(s.sent, Ordering::Relaxed);
         s.seq = s.seq.wrapping_add(1);
         s.next_k += 1;
         if let Some(t) = s.next_due(interval_us, duration_us, vad) {
@@ -879,10 +1030,48 @@ fn realtime_minus_monotonic_ns() -> i128 {
     ns(rt) - (ns(m0) + ns(m1)) / 2
 }
 
+/// What the receive thread needs for RTCP: it sends the reports too (at
+/// their deadlines, between datagrams), so the reception state stays in one
+/// thread.
+struct RtcpSide<'a> {
+    calls: &'a mut [rtcp::RtcpCall],
+    counters: &'a mut RtcpCounters,
+    session: &'a rtcp::Session,
+    sent: &'a [AtomicU64],
+}
+
+impl RtcpSide<'_> {
+    /// Send every report due at `now`; the last one (with BYE) at the
+    /// session's `bye_at_us`. Returns the next deadline.
+    fn send_due(&mut self, now: u64, streams: &mut [RxStream]) -> Option<u64> {
+        let mut next = None;
+        for c in self.calls.iter_mut() {
+            if c.report.bye_sent {
+                continue;
+            }
+            let bye = now >= self.session.bye_at_us;
+            if bye || now >= c.next_due_us {
+                let sent = self.sent.get(c.tx).map_or(0, |a| a.load(Ordering::Relaxed));
+                if let Some(rx) = streams.get_mut(c.rx) {
+                    c.send(now, self.session, sent, &mut rx.reception, bye, self.counters);
+                }
+                if bye {
+                    c.report.bye_sent = true;
+                    continue;
+                }
+            }
+            let due = c.next_due_us.min(self.session.bye_at_us);
+            next = Some(next.map_or(due, |n: u64| n.min(due)));
+        }
+        next
+    }
+}
+
 fn receive_loop(
     sockets: &[UdpSocket],
     streams: &mut [RxStream],
     counters: &mut RxCounters,
+    mut rtcp: RtcpSide<'_>,
     profile: &Profile,
     end_us: u64,
 ) -> anyhow::Result<()> {
@@ -895,10 +1084,15 @@ fn receive_loop(
         let _ = setsockopt(s, sockopt::ReceiveTimestampns, &true);
         epoll.add(s.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))?;
     }
+    // RTCP sockets after the RTP ones.
+    let rtcp_base = sockets.len();
+    for (j, c) in rtcp.calls.iter().enumerate() {
+        epoll.add(c.socket.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, (rtcp_base + j) as u64))?;
+    }
     let offset_ns = realtime_minus_monotonic_ns();
     let pt = profile.params().payload_type;
     let payload_len = rtp::probe_payload_len(profile.payload_bytes());
-    let mut events = vec![EpollEvent::empty(); sockets.len().clamp(1, 256)];
+    let mut events = vec![EpollEvent::empty(); (sockets.len() + rtcp.calls.len()).clamp(1, 256)];
     let mut buf = [0u8; 2048];
     let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
     loop {
@@ -906,7 +1100,9 @@ fn receive_loop(
         if now >= end_us {
             return Ok(());
         }
-        let wait_ms = ((end_us - now).div_ceil(1000)).min(100) as u16;
+        let next_rtcp = rtcp.send_due(now, streams);
+        let until = next_rtcp.map_or(end_us, |t| t.clamp(now, end_us));
+        let wait_ms = ((until - now).div_ceil(1000)).min(100) as u16;
         let n = match epoll.wait(&mut events, wait_ms) {
             Ok(n) => n,
             Err(nix::errno::Errno::EINTR) => continue,
@@ -914,6 +1110,12 @@ fn receive_loop(
         };
         for ev in &events[..n] {
             let idx = ev.data() as usize;
+            if idx >= rtcp_base {
+                if let Some(c) = rtcp.calls.get_mut(idx - rtcp_base) {
+                    rtcp_drain(c, streams, rtcp.counters, rtcp.session, &mut buf);
+                }
+                continue;
+            }
             let (Some(sock), Some(stream)) = (sockets.get(idx), streams.get_mut(idx)) else {
                 continue;
             };
@@ -967,6 +1169,22 @@ fn receive_loop(
     }
 }
 
+/// Read every datagram waiting on one call's RTCP socket (bounded).
+fn rtcp_drain(c: &mut rtcp::RtcpCall, streams: &mut [RxStream], counters: &mut RtcpCounters, s: &rtcp::Session, buf: &mut [u8]) {
+    for _ in 0..64 {
+        match c.socket.recv(buf) {
+            Ok(n) => {
+                let now = monotonic_us();
+                if let Some(rx) = streams.get_mut(c.rx) {
+                    c.receive(&buf[..n.min(buf.len())], now, s, &mut rx.reception, counters);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+}
+
 /// Check one datagram and feed it to its stream; count rejections.
 fn accept(
     datagram: &[u8],
@@ -1009,6 +1227,7 @@ fn accept(
         return;
     }
     counters.accepted += 1;
+    stream.reception.on_rtp(pkt.header.sequence, pkt.header.timestamp, recv_us);
     stream.stats.on_packet(&stats::RxPacket {
         seq: pkt.header.sequence,
         rtp_ts: pkt.header.timestamp,
@@ -1070,10 +1289,11 @@ mod tests {
             node: "A".into(),
             start_late_ms: 0.0,
             streams: vec![
-                StreamReport { call: 0, direction: Direction::AToB, sent: Some(5), send_errors: Some(0), max_send_lag_ms: Some(0.1), sends_late_1ms: Some(0), received: None },
-                StreamReport { call: 0, direction: Direction::BToA, sent: None, send_errors: None, max_send_lag_ms: None, sends_late_1ms: None, received: Some(ReceiveSummary::default()) },
+                StreamReport { call: 0, direction: Direction::AToB, sent: Some(5), send_errors: Some(0), max_send_lag_ms: Some(0.1), sends_late_1ms: Some(0), received: None, rtcp: None },
+                StreamReport { call: 0, direction: Direction::BToA, sent: None, send_errors: None, max_send_lag_ms: None, sends_late_1ms: None, received: Some(ReceiveSummary::default()), rtcp: None },
             ],
             rx: RxCounters::default(),
+            rtcp: None,
         };
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();
         assert_eq!(v["node"], "A");
@@ -1104,8 +1324,9 @@ mod tests {
         NodeResult {
             node: node.into(),
             start_late_ms: 0.0,
-            streams: vec![StreamReport { call, direction: dir, sent, send_errors: None, max_send_lag_ms: None, sends_late_1ms: None, received }],
+            streams: vec![StreamReport { call, direction: dir, sent, send_errors: None, max_send_lag_ms: None, sends_late_1ms: None, received, rtcp: None }],
             rx: RxCounters::default(),
+            rtcp: None,
         }
     }
 
