@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod engine;
+pub mod gateway;
 pub mod wire;
 
 pub use engine::{
