@@ -13,3 +13,5 @@
 
 pub mod pacer;
 pub mod rate;
+pub mod tcp;
+pub mod tcp_flow;
