@@ -486,12 +486,16 @@ fn receive_loop(
     let mut events = vec![EpollEvent::empty(); (sockets.len() + rtcp.calls.len()).clamp(1, 256)];
     let mut buf = [0u8; 2048];
     let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
+    // Report deadlines only move when a report is sent: walk the calls only then.
+    let mut next_rtcp = if rtcp.calls.is_empty() { None } else { Some(0) };
     loop {
         let now = monotonic_us();
         if now >= end_us {
             return Ok(());
         }
-        let next_rtcp = rtcp.send_due(now, streams);
+        if next_rtcp.is_some_and(|t| now >= t) {
+            next_rtcp = rtcp.send_due(now, streams);
+        }
         let until = next_rtcp.map_or(end_us, |t| t.clamp(now, end_us));
         let wait_ms = ((until - now).div_ceil(1000)).min(100) as u16;
         let n = match epoll.wait(&mut events, wait_ms) {
