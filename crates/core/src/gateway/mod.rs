@@ -2,7 +2,8 @@
 //! rate controller driven by the network's voice MOS ([`rate`]), the
 //! per-flow and aggregate pacer ([`pacer`]), and the TCP Improvement
 //! Module's header parsing, checksum rewriting, flow table and queue-aware
-//! advertised window ([`tcp`], [`tcp_flow`]).
+//! advertised window ([`tcp`], [`tcp_flow`]), local recovery and the
+//! redundant-retransmission drop ([`tcp_recovery`]).
 //!
 //! Owns: decisions (rates, release times, window values, rewritten headers).
 //! Must not touch: sockets, clocks, qdiscs, the daemon's configuration; the
@@ -15,3 +16,4 @@ pub mod pacer;
 pub mod rate;
 pub mod tcp;
 pub mod tcp_flow;
+pub mod tcp_recovery;
