@@ -7,7 +7,7 @@
 //! A run whose real-time lag exceeded the threshold is re-run (3 tries),
 //! then skipped with its lag in the message: the point is not a measurement.
 
-use airpack_lab::air_ns3;
+use airpack_lab::air_ns3::{self, FlowKind, SimFlow};
 use airpack_lab::medium::preset;
 use airpack_lab::netns;
 use airpack_lab::topology::{Air, MediumOpts, Mesh, Topology};
@@ -111,7 +111,14 @@ fn ns3_air_matches_dcf_model_and_carries_traffic() {
 
     // pure simulation: 1500 packets/s offered for 4 s, 1 hop
     let dir = std::env::temp_dir().join(format!("airpack-lab-ns3-{}", std::process::id()));
-    let sim = air_ns3::simulate(&topo, &opts, &[(0, 1, 1500.0, 60, 0.5, 4.5)], 5.0, &dir).unwrap();
+    let sim = air_ns3::simulate(
+        &topo,
+        &opts,
+        &[SimFlow::unicast(0, 1, 1500.0, 60, 0.5, 4.5)],
+        5.0,
+        &dir,
+    )
+    .unwrap();
     let sim_fps = sim["flows"][0]["fps"].as_f64().unwrap();
     eprintln!("pure simulation: {sim_fps:.1} frames/s (DCF model {model:.1}); {sim}");
     assert!(
@@ -186,4 +193,192 @@ fn ns3_air_matches_dcf_model_and_carries_traffic() {
         return;
     }
     eprintln!("SKIP lab_ns3 saturation check: the ns-3 air lagged on every attempt: {last}");
+}
+
+/// Airtime of one group-addressed frame carrying `ip_bytes` at PHY `phy`
+/// when the sender is backlogged: DIFS, mean backoff, the data frame; no
+/// SIFS and no ACK (section 1 of docs/lab.md without the ACK exchange).
+fn group_frame_us(phy: &airpack_lab::medium::Phy, ip_bytes: u32) -> f64 {
+    phy.difs_us() + phy.mean_backoff_us() + phy.data_frame_us(ip_bytes)
+}
+
+#[test]
+fn multicast_costs_the_airtime_of_its_basic_rate() {
+    if !ready() {
+        return;
+    }
+    // pure simulation: 802.11b at 11 Mbit/s for unicast; a saturated
+    // broadcast flow of 60-byte packets at each multicast rate
+    let opts = MediumOpts {
+        phy: preset("b11").unwrap(),
+        queue_limit: 400,
+        loss_pct: 0.0,
+    };
+    let dir = std::env::temp_dir().join(format!("airpack-lab-ns3-mc-{}", std::process::id()));
+    let mut seen = Vec::<f64>::new();
+    for (rate, name) in [(1.0, "b1"), (2.0, "b2"), (11.0, "b11")] {
+        let mut topo = pair();
+        topo.wifi.multicast_mbit = Some(rate);
+        let flow = SimFlow::unicast(0, 1, 20000.0, 60, 0.5, 4.5).over(FlowKind::Bcast);
+        let r = air_ns3::simulate(&topo, &opts, &[flow], 5.0, &dir).unwrap();
+        let fps = r["flows"][0]["fps"].as_f64().unwrap();
+        let model = 1e6 / group_frame_us(&preset(name).unwrap(), 60);
+        eprintln!("multicast at {rate} Mbit/s: ns-3 {fps:.1} frames/s, model {model:.1}");
+        assert!(
+            (fps - model).abs() / model < 0.02,
+            "{rate} Mbit/s: {fps} vs {model}: {r}"
+        );
+        // no ACK, no retries: every PPDU A sent is one frame B received
+        let (a, b) = (&r["nodes"][0], &r["nodes"][1]);
+        assert_eq!(a["retries"].as_u64(), Some(0), "{r}");
+        assert_eq!(
+            b["phy_tx"].as_u64(),
+            Some(0),
+            "the receiver sends no ACK: {r}"
+        );
+        // (the last frame may still be in the air when the simulation ends)
+        let (tx, rx) = (a["phy_tx"].as_u64().unwrap(), b["mac_rx"].as_u64().unwrap());
+        assert!(tx >= rx && tx - rx <= 1, "one transmission per frame: {r}");
+        seen.push(fps);
+    }
+    assert!(seen[0] < seen[1] && seen[1] < seen[2], "{seen:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A (station) and B (station) hear only G (access point).
+fn bss() -> Topology {
+    Topology::from_toml(
+        "name = 'bss'\nnodes = ['A', 'B', 'G']\nlinks = [['A', 'G'], ['B', 'G']]\ncalls = [['A', 'B']]\nair = 'ns3'\n\
+         [wifi]\nmode = 'infrastructure'\nap = 'G'\n",
+    )
+    .unwrap()
+}
+
+#[test]
+fn infrastructure_stations_talk_through_the_access_point() {
+    if !ready() {
+        return;
+    }
+    let opts = MediumOpts {
+        phy: preset("b11").unwrap(),
+        queue_limit: 50,
+        loss_pct: 0.0,
+    };
+    let topo = bss();
+    // the stations are one IP hop apart although they do not hear each other
+    assert_eq!(topo.neighbours("A"), ["B", "G"]);
+    let mut mesh = Mesh::build(&topo, &opts).unwrap(); // returns once A and B are associated
+    let (ab, _) = blast(&mesh, "A", "B", 50, 100.0);
+    let (ba, _) = blast(&mesh, "B", "A", 50, 100.0);
+    let (ag, _) = blast(&mesh, "A", "G", 20, 100.0);
+    let report = mesh.ns3.as_mut().unwrap().stop().unwrap();
+    eprintln!("{}", air_ns3::lag_line(&report));
+    assert_eq!((ab, ba, ag), (50, 50, 20), "{report}");
+    assert_eq!(report["associated"].as_u64(), Some(2), "{report}");
+    let node = |n: usize, k: &str| report["nodes"][n][k].as_u64().unwrap();
+    // A and B are 400 dB apart: every frame between them crossed the air
+    // twice, relayed by G's MAC; G's kernel saw only the 20 frames for G
+    assert_eq!(node(1, "to_tap"), 50, "{report}");
+    assert_eq!(node(0, "to_tap"), 50, "{report}");
+    assert_eq!(node(2, "to_tap"), 20, "{report}");
+    assert_eq!(node(2, "from_tap"), 0, "{report}");
+    // G transmitted 100 relayed frames, 70 ACKs, and beacons
+    assert!(node(2, "phy_tx") >= 170, "{report}");
+}
+
+/// A hears G by radio; G and S are joined by a wired link.
+fn wired_topo(rate_mbit: f64, delay_ms: f64) -> Topology {
+    Topology::from_toml(&format!(
+        "name = 'wan'\nnodes = ['A', 'G', 'S']\nlinks = [['A', 'G']]\ncalls = [['A', 'S']]\nair = 'ns3'\n\
+         [[wired]]\na = 'G'\nb = 'S'\nrate_mbit = {rate_mbit}\ndelay_ms = {delay_ms}\n"
+    ))
+    .unwrap()
+}
+
+/// Round-trip times (ms) of `n` UDP echoes from `src` to `dst`, one at a time.
+fn echo_rtts(mesh: &Mesh, src: &str, dst: &str, n: usize) -> Vec<f64> {
+    let daddr = mesh.node(dst).unwrap().addr;
+    let echo = mesh
+        .node(dst)
+        .unwrap()
+        .ns
+        .run_in(move || UdpSocket::bind(SocketAddrV4::new(daddr, 7000)).unwrap())
+        .unwrap();
+    echo.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let server = std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        while let Ok((len, from)) = echo.recv_from(&mut buf) {
+            let _ = echo.send_to(&buf[..len], from);
+        }
+    });
+    let s = mesh
+        .node(src)
+        .unwrap()
+        .ns
+        .run_in(|| UdpSocket::bind("0.0.0.0:0").unwrap())
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let mut rtts = Vec::new();
+    let mut buf = [0u8; 256];
+    for i in 0..n as u32 {
+        let t = Instant::now();
+        s.send_to(&i.to_be_bytes(), SocketAddrV4::new(daddr, 7000))
+            .unwrap();
+        while let Ok(len) = s.recv(&mut buf) {
+            if buf[..len] == i.to_be_bytes() {
+                rtts.push(t.elapsed().as_secs_f64() * 1e3);
+                break;
+            }
+        }
+    }
+    server.join().unwrap();
+    rtts
+}
+
+#[test]
+fn wired_link_has_its_delay_and_rate() {
+    if !ready() {
+        return;
+    }
+    let opts = MediumOpts {
+        phy: preset("b11").unwrap(),
+        queue_limit: 400,
+        loss_pct: 0.0,
+    };
+    // pure simulation: 60-byte IP packets (+2 bytes PPP) at 1 Mbit/s
+    let topo = wired_topo(1.0, 30.0);
+    let dir = std::env::temp_dir().join(format!("airpack-lab-ns3-w-{}", std::process::id()));
+    let flow = SimFlow::unicast(1, 2, 5000.0, 60, 0.5, 4.5).over(FlowKind::Wired);
+    let r = air_ns3::simulate(&topo, &opts, &[flow], 5.0, &dir).unwrap();
+    let model = 1e6 / (8.0 * 62.0);
+    let fps = r["flows"][0]["fps"].as_f64().unwrap();
+    eprintln!("wired 1 Mbit/s: ns-3 {fps:.1} frames/s, model {model:.1}");
+    assert!((fps - model).abs() / model < 0.005, "{fps} vs {model}: {r}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // emulation: A -radio- G -30 ms- S; a UDP echo from A to S crosses the
+    // cable twice, so its RTT is at least 60 ms plus two 11 Mbit/s hops
+    let mut mesh = Mesh::build(&wired_topo(100.0, 30.0), &opts).unwrap();
+    let rtts = echo_rtts(&mesh, "A", "S", 10);
+    let report = mesh.ns3.as_mut().unwrap().stop().unwrap();
+    eprintln!(
+        "echo RTT A-S over the 30 ms cable: {rtts:.1?} ms; {}",
+        air_ns3::lag_line(&report)
+    );
+    assert_eq!(rtts.len(), 10, "every echo answered: {report}");
+    let min = rtts.iter().cloned().fold(f64::MAX, f64::min);
+    assert!(min >= 60.0, "RTT {min} ms < 2 x 30 ms");
+    // generous: the loaded machine may delay the real-time scheduler
+    assert!(min < 60.0 + 100.0, "RTT {min} ms");
+    let w = &report["wired"][0];
+    assert_eq!(
+        w["to_tap"][1].as_u64(),
+        Some(10),
+        "S's kernel got the 10 echoes: {report}"
+    );
+    assert_eq!(
+        w["to_tap"][0].as_u64(),
+        Some(10),
+        "G's kernel got the 10 replies: {report}"
+    );
 }
