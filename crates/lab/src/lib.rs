@@ -11,6 +11,7 @@
 
 pub mod air_ns3;
 pub mod air_ns3_conf;
+pub mod air_obs;
 pub mod air_opts;
 pub mod babel;
 pub mod experiment;

@@ -382,3 +382,93 @@ fn wired_link_has_its_delay_and_rate() {
         "G's kernel got the 10 replies: {report}"
     );
 }
+
+#[test]
+fn observability_files_show_a_neighbours_frames_as_busy_time() {
+    if !ready() {
+        return;
+    }
+    use airpack_lab::air_obs;
+    let opts = MediumOpts {
+        phy: preset("b2").unwrap(),
+        queue_limit: 400,
+        loss_pct: 0.0,
+    };
+    // A - B - C: A hears only B, C only B
+    let topo = Topology::from_toml(
+        "name = 'line'\nnodes = ['A', 'B', 'C']\nlinks = [['A', 'B'], ['B', 'C']]\ncalls = [['A', 'C']]\nair = 'ns3'\n",
+    )
+    .unwrap();
+    let mut mesh = Mesh::build(&topo, &opts).unwrap();
+    let air = mesh.ns3.as_ref().unwrap();
+    let (pa, pb) = (air.obs_path("A"), air.obs_path("B"));
+    let a0 = air_obs::read(&pa).unwrap();
+    let b0 = air_obs::read(&pb).unwrap();
+    assert_eq!((a0.node.as_str(), a0.mac), ("A", [2, 0, 0, 0, 0, 1]));
+    // B blasts C at saturation (1500/s > ~840 frames/s at 2 Mbit/s) while a
+    // thread watches B's file for its MAC queue backlog
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = {
+        let (stop, pb) = (stop.clone(), pb.clone());
+        std::thread::spawn(move || {
+            let (mut max_q, mut reads) = (0, 0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // written by rename: every read is a whole file
+                let o = air_obs::read(&pb).unwrap();
+                max_q = max_q.max(o.queue_packets);
+                reads += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (max_q, reads)
+        })
+    };
+    let (got, _) = blast(&mesh, "B", "C", 1500, 1500.0);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (max_q, reads) = watch.join().unwrap();
+    // the files are rewritten every 20 ms: wait for a snapshot after the
+    // last frame (simulated time is what the counters count)
+    std::thread::sleep(Duration::from_millis(200));
+    let a1 = air_obs::read(&pa).unwrap();
+    let b1 = air_obs::read(&pb).unwrap();
+    let report = mesh.ns3.as_mut().unwrap().stop().unwrap();
+    let c1 = &report["nodes"][2];
+    eprintln!(
+        "A: busy +{} µs, rx +{} µs, tx +{} µs; B: tx +{} µs, max queue {max_q} ({reads} reads); C got {got}; A's view of B: {:?}; {}",
+        a1.busy_us - a0.busy_us,
+        a1.rx_us - a0.rx_us,
+        a1.tx_us - a0.tx_us,
+        b1.tx_us - b0.tx_us,
+        a1.peer("B"),
+        air_ns3::lag_line(&report)
+    );
+    assert!(got > 500, "C received {got}");
+    assert!(a1.time_us > a0.time_us && a1.active_us >= a1.busy_us);
+    // A sent nothing, yet its medium was busy for every frame of B's:
+    // busy grew by B's transmit time (C's ACKs are not heard at A)
+    assert_eq!(a1.tx_us, a0.tx_us, "A transmitted");
+    let (busy, btx) = (
+        (a1.busy_us - a0.busy_us) as f64,
+        (b1.tx_us - b0.tx_us) as f64,
+    );
+    assert!(btx > 5e5, "B transmitted only {btx} µs");
+    assert!(
+        (busy - btx).abs() / btx < 0.02,
+        "A busy +{busy} µs vs B's tx +{btx} µs"
+    );
+    // station info: A heard B's data frames at 16 dBm - 50 dB
+    let pb_at_a = a1.peer("B").expect("A knows B");
+    assert!(pb_at_a.rx_frames >= u64::from(got), "{pb_at_a:?}");
+    assert!(
+        (pb_at_a.signal_dbm + 34.0).abs() < 1.0,
+        "signal {}",
+        pb_at_a.signal_dbm
+    );
+    assert!(a1.peer("C").is_none(), "A never heard C");
+    // B's queue backed up, and its counters agree with the final report
+    assert!(max_q > 10, "B's MAC queue never backed up: {max_q}");
+    let b_acked = b1.peer("C").unwrap().tx_acked;
+    assert!(
+        b_acked >= u64::from(got) && b_acked <= c1["to_tap"].as_u64().unwrap() + 1,
+        "{b1:?} {report}"
+    );
+}
