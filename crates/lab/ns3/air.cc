@@ -387,6 +387,7 @@ int main(int argc, char** argv)
     {
         WriteStats();
     }
+    FlushFiles();
     std::printf("%s\n", Report(phy, tap, sim, wall, cpu, events).c_str());
     std::fflush(stdout);
     Simulator::Destroy();

@@ -116,6 +116,7 @@ std::vector<Ptr<WifiMacQueue>> Queues(uint32_t i);
 // air_obs.cc
 void StartProbe(bool realtime, const std::string& obs_dir, uint32_t obs_ms);
 void WriteStats();
+void FlushFiles(); // write what is pending and stop the file thread
 std::string Report(const std::string& phy, bool tap, double sim, double wall, double cpu,
                    uint64_t events);
 double WallSeconds();

@@ -10,10 +10,13 @@
 
 #include "air.h"
 
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <sys/resource.h>
+#include <thread>
 #include <time.h>
 
 namespace air
@@ -69,6 +72,50 @@ void WriteAtomically(const std::string& path, const std::string& text)
     std::rename(tmp.c_str(), path.c_str());
 }
 
+// Files are written by a thread of their own: a write or rename that
+// blocks (a loaded disk; ext4 flushes data on rename-over) must not stall
+// the real-time scheduler. The simulation thread only formats the text and
+// leaves the newest version of each file here.
+std::mutex g_io_mu;
+std::condition_variable g_io_cv;
+std::map<std::string, std::string> g_io_pending;
+bool g_io_quit = false;
+double g_io_max_s = 0; // longest batch of writes (diagnostics, in the report)
+std::thread g_io;
+
+void IoLoop()
+{
+    std::unique_lock<std::mutex> lk(g_io_mu);
+    while (true)
+    {
+        g_io_cv.wait(lk, [] { return g_io_quit || !g_io_pending.empty(); });
+        if (g_io_pending.empty() && g_io_quit)
+        {
+            return;
+        }
+        std::map<std::string, std::string> batch;
+        batch.swap(g_io_pending);
+        lk.unlock();
+        double t0 = WallSeconds();
+        for (auto& [path, text] : batch)
+        {
+            WriteAtomically(path, text);
+        }
+        double dt = WallSeconds() - t0;
+        lk.lock();
+        g_io_max_s = std::max(g_io_max_s, dt);
+    }
+}
+
+void Publish(const std::string& path, std::string text)
+{
+    {
+        std::lock_guard<std::mutex> lk(g_io_mu);
+        g_io_pending[path] = std::move(text);
+    }
+    g_io_cv.notify_one();
+}
+
 // One node's observability file (docs/lab.md, section 2b).
 void WriteObs(uint32_t i)
 {
@@ -95,7 +142,7 @@ void WriteObs(uint32_t i)
           << " rx_frames " << p.rx_frames << " tx_acked " << p.tx_acked << " tx_retries "
           << p.tx_retries << " tx_failed " << p.tx_failed << "\n";
     }
-    WriteAtomically(g_obs_dir + "/" + g_nodes[i].name + ".air", o.str());
+    Publish(g_obs_dir + "/" + g_nodes[i].name + ".air", o.str());
 }
 
 bool Ready()
@@ -180,7 +227,7 @@ void WriteStats()
         o << (i ? "," : "") << CountersJson(i);
     }
     o << "],\"wired\":[" << WiredJson() << "]}\n";
-    WriteAtomically(g_stats, o.str());
+    Publish(g_stats, o.str());
     g_started = true;
 }
 
@@ -199,6 +246,20 @@ void StartProbe(bool realtime, const std::string& obs_dir, uint32_t obs_ms)
         }
     }
     Simulator::Schedule(Seconds(0), &Probe, rt, uint64_t(0));
+    g_io = std::thread(IoLoop);
+}
+
+void FlushFiles()
+{
+    {
+        std::lock_guard<std::mutex> lk(g_io_mu);
+        g_io_quit = true;
+    }
+    g_io_cv.notify_one();
+    if (g_io.joinable())
+    {
+        g_io.join();
+    }
 }
 
 std::string Report(const std::string& phy, bool tap, double sim, double wall, double cpu,
@@ -211,7 +272,8 @@ std::string Report(const std::string& phy, bool tap, double sim, double wall, do
       << ",\"events_per_s\":" << (wall > 0 ? events / wall : 0)
       << ",\"lag_samples\":" << g_lag_n << ",\"lag_max_ms\":" << g_lag_max_us / 1000
       << ",\"lag_p99_ms\":" << LagQuantileUs(0.99) / 1000
-      << ",\"lag_p50_ms\":" << LagQuantileUs(0.5) / 1000 << ",\"associated\":" << g_associated
+      << ",\"lag_p50_ms\":" << LagQuantileUs(0.5) / 1000 << ",\"io_max_ms\":" << g_io_max_s * 1000
+      << ",\"associated\":" << g_associated
       << ",\"nodes\":[";
     for (uint32_t i = 0; i < g_nodes.size(); i++)
     {

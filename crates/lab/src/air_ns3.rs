@@ -337,6 +337,18 @@ pub fn simulate(
     serde_json::from_str(out.trim()).context("the ns-3 simulation's report")
 }
 
+/// Where the air's run directories go: `/dev/shm` (tmpfs) when present, so
+/// the files rewritten every few ms never wait for a loaded disk, else the
+/// temporary directory.
+pub fn run_base() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 /// Interval (ms) at which the program rewrites the nodes' observability
 /// files, unless `AIRPACK_NS3_OBS_MS` says otherwise.
 pub const OBS_MS: u32 = 20;
@@ -393,7 +405,7 @@ pub fn build_nodes(
         }
         raw.wired.push(ends);
     }
-    let dir = std::env::temp_dir().join(format!("{prefix}ns3"));
+    let dir = run_base().join(format!("{prefix}ns3"));
     let obs_ms = std::env::var("AIRPACK_NS3_OBS_MS")
         .ok()
         .and_then(|v| v.parse().ok())
