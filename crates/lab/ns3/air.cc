@@ -27,7 +27,12 @@
 //   mode adhoc             or `infrastructure` (then `ap I` names the access point)
 //   ap I                   the access point (infrastructure mode)
 //   mcast_mbit R           rate of group-addressed frames (0: the PHY's lowest)
-//   node NAME MAC FD       FD = tap descriptor (inherited), -1 = no tap (sim mode)
+//   ht_mcs K               802.11n HT (5 GHz, 20 MHz) at MCS K for data; `phy` (OFDM)
+//                          then names the legacy rate of control frames
+//   ampdu 1 / amsdu 0      HT: the MAC's A-MPDU (65535 B) / A-MSDU (7935 B) on or off
+//   rate_control constant  or `minstrel` (Minstrel, Minstrel-HT with ht_mcs)
+//   node NAME MAC FD [Q]   FD = tap descriptor (inherited), -1 = no tap (sim mode);
+//                          Q = the node's MAC queue limit (default: `queue`)
 //   link I J LOSS_DB       nodes I and J (0-based) hear each other
 //   wired I J RATE_BPS DELAY_US MAC_I MAC_J FD_I FD_J   a point-to-point cable
 //   flow I J PPS BYTES START_S STOP_S [unicast|bcast|wired]   sim mode: CBR of
@@ -100,8 +105,9 @@ struct Link
 
 struct AirConfig
 {
-    std::string phy = "b2", mode = "adhoc", obs_dir;
-    uint32_t queue = 50, seed = 1, ap = 0, obs_ms = 20;
+    std::string phy = "b2", mode = "adhoc", obs_dir, rate_control = "constant";
+    uint32_t queue = 50, seed = 1, ap = 0, obs_ms = 20, ampdu = 1, amsdu = 0;
+    int ht_mcs = -1;
     double max_delay_ms = 60000, hard_limit_ms = 100, duration_s = 0, mcast_mbit = 0;
     std::vector<Link> links;
 };
@@ -146,10 +152,23 @@ AirConfig Parse(const char* path)
             ok = bool(s >> c.ap);
         else if (k == "mcast_mbit")
             ok = bool(s >> c.mcast_mbit);
+        else if (k == "ht_mcs")
+            ok = bool(s >> c.ht_mcs) && c.ht_mcs >= 0 && c.ht_mcs <= 7;
+        else if (k == "ampdu")
+            ok = bool(s >> c.ampdu);
+        else if (k == "amsdu")
+            ok = bool(s >> c.amsdu);
+        else if (k == "rate_control")
+            ok = bool(s >> c.rate_control) &&
+                 (c.rate_control == "constant" || c.rate_control == "minstrel");
         else if (k == "node")
         {
             NodeCfg n;
             ok = bool(s >> n.name >> n.mac >> n.fd);
+            if (!(s >> n.queue))
+            {
+                n.queue = 0;
+            }
             g_nodes.push_back(n);
         }
         else if (k == "link")
@@ -238,8 +257,9 @@ int main(int argc, char** argv)
     // PHY preset -> standard and mode (constant rate, data and control)
     const std::string& phy = cfg.phy;
     WifiStandard std;
-    std::string mode, mcast;
+    std::string mode, control, mcast;
     bool ofdm = phy.size() > 1 && (phy[0] == 'a' || phy[0] == 'g');
+    const bool ht = cfg.ht_mcs >= 0;
     if (phy == "b1" || phy == "b2" || phy == "b5.5" || phy == "b11")
     {
         std = WIFI_STANDARD_80211b;
@@ -247,12 +267,21 @@ int main(int argc, char** argv)
     }
     else if (ofdm)
     {
-        std = WIFI_STANDARD_80211a;
+        std = ht ? WIFI_STANDARD_80211n : WIFI_STANDARD_80211a;
         mode = "OfdmRate" + phy.substr(1) + "Mbps";
     }
     else
     {
         Fail("unknown or unsupported phy preset " + phy);
+    }
+    if (ht && !ofdm)
+    {
+        Fail("ht_mcs needs an OFDM phy preset");
+    }
+    control = mode;
+    if (ht)
+    {
+        mode = "HtMcs" + std::to_string(cfg.ht_mcs);
     }
     if (cfg.mcast_mbit > 0)
     {
@@ -300,15 +329,15 @@ int main(int argc, char** argv)
 
     YansWifiPhyHelper phyHelper;
     phyHelper.SetChannel(channel);
+    if (ht)
+    {
+        phyHelper.Set("ChannelSettings", StringValue("{36, 20, BAND_5GHZ, 0}"));
+    }
     WifiHelper wifi;
     wifi.SetStandard(std);
-    if (mcast.empty())
+    if (cfg.rate_control == "minstrel")
     {
-        wifi.SetRemoteStationManager("ns3::ConstantRateWifiManager",
-                                     "DataMode",
-                                     StringValue(mode),
-                                     "ControlMode",
-                                     StringValue(mode));
+        wifi.SetRemoteStationManager(ht ? "ns3::MinstrelHtWifiManager" : "ns3::MinstrelWifiManager");
     }
     else
     {
@@ -316,9 +345,11 @@ int main(int argc, char** argv)
                                      "DataMode",
                                      StringValue(mode),
                                      "ControlMode",
-                                     StringValue(mode),
-                                     "NonUnicastMode",
-                                     StringValue(mcast));
+                                     StringValue(control));
+    }
+    if (!mcast.empty())
+    {
+        Config::SetDefault("ns3::WifiRemoteStationManager::NonUnicastMode", StringValue(mcast));
     }
     // infrastructure: the AP and every node with a radio link that is not
     // the AP (a station); nodes without radio links stay adhoc (deaf)
@@ -327,6 +358,16 @@ int main(int argc, char** argv)
     NetDeviceContainer devs;
     for (uint32_t i = 0; i < n; i++)
     {
+        uint32_t q = g_nodes[i].queue ? g_nodes[i].queue : cfg.queue;
+        Config::SetDefault("ns3::WifiMacQueue::MaxSize",
+                           QueueSizeValue(QueueSize(std::to_string(q) + "p")));
+        if (ht)
+        {
+            Config::SetDefault("ns3::WifiMac::BE_MaxAmpduSize",
+                               UintegerValue(cfg.ampdu ? 65535 : 0));
+            Config::SetDefault("ns3::WifiMac::BE_MaxAmsduSize",
+                               UintegerValue(cfg.amsdu ? 7935 : 0));
+        }
         WifiMacHelper mac;
         if (infra && i == cfg.ap)
         {

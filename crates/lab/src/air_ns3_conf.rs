@@ -10,7 +10,7 @@
 //! Must not touch: processes, namespaces or files ([`crate::air_ns3`] runs
 //! the program).
 
-use crate::air_opts::BssMode;
+use crate::air_opts::{BssMode, RateControl};
 use crate::medium::Phy;
 use crate::topology::{mac_str, MediumOpts, Topology};
 use anyhow::{bail, Result};
@@ -45,8 +45,14 @@ pub fn check(topo: &Topology, opts: &MediumOpts) -> Result<()> {
     if !supports(&opts.phy) {
         bail!("the ns-3 air has no preset {} yet", opts.phy.name);
     }
+    let ofdm = opts.phy.kind == crate::medium::PhyKind::Ofdm;
+    if topo.wifi.ht_mcs.is_some() && !ofdm {
+        bail!(
+            "ht_mcs needs an OFDM phy preset (a6..a54: the legacy rate of control frames), not {}",
+            opts.phy.name
+        );
+    }
     if let Some(r) = topo.wifi.multicast_mbit {
-        let ofdm = opts.phy.kind == crate::medium::PhyKind::Ofdm;
         if !crate::air_opts::multicast_rates(ofdm).contains(&r) {
             bail!(
                 "multicast_mbit {r}: the {} family has {:?} Mbit/s",
@@ -164,15 +170,37 @@ pub fn config_text(
     if let Some(r) = topo.wifi.multicast_mbit {
         s.push_str(&format!("mcast_mbit {r}\n"));
     }
+    if let Some(m) = topo.wifi.ht_mcs {
+        let on = |b: Option<bool>, default: bool| u8::from(b.unwrap_or(default));
+        s.push_str(&format!(
+            "ht_mcs {m}\nampdu {}\namsdu {}\n",
+            on(topo.wifi.ampdu, true),
+            on(topo.wifi.amsdu, false)
+        ));
+    }
+    if topo.wifi.rate_control == RateControl::Minstrel {
+        s.push_str("rate_control minstrel\n");
+    }
     for (i, n) in topo.nodes.iter().enumerate() {
         s.push_str(&format!(
-            "node {n} {} {}\n",
+            "node {n} {} {}",
             mac_str(Topology::mac_of(i)),
             fds.radio.get(i).copied().unwrap_or(-1)
         ));
+        if let Some(q) = topo.wifi.queues.get(n) {
+            s.push_str(&format!(" {q}"));
+        }
+        s.push('\n');
     }
     for [a, b] in &topo.links {
-        s.push_str(&format!("link {} {} {LINK_LOSS_DB}\n", idx(a), idx(b)));
+        let loss = topo
+            .wifi
+            .link_loss_db
+            .iter()
+            .rev()
+            .find(|(x, y, _)| (x == a && y == b) || (x == b && y == a))
+            .map_or(LINK_LOSS_DB, |l| l.2);
+        s.push_str(&format!("link {} {} {loss}\n", idx(a), idx(b)));
     }
     for (k, w) in topo.wired.iter().enumerate() {
         let [fa, fb] = fds.wired.get(k).copied().unwrap_or([-1, -1]);
@@ -260,7 +288,8 @@ mod tests {
     fn config_carries_infrastructure_multicast_rate_and_wired_links() {
         let t = Topology::from_toml(
             "name = 'g'\nnodes = ['A', 'G', 'S']\nlinks = [['A', 'G']]\ncalls = [['A', 'S']]\nair = 'ns3'\n\
-             [wifi]\nmode = 'infrastructure'\nap = 'G'\nmulticast_mbit = 5.5\n\
+             [wifi]\nmode = 'infrastructure'\nap = 'G'\nmulticast_mbit = 5.5\nqueues = { A = 7 }\n\
+             link_loss_db = [['G', 'A', 80]]\n\
              [[wired]]\na = 'G'\nb = 'S'\nrate_mbit = 100\ndelay_ms = 30\n",
         )
         .unwrap();
@@ -282,11 +311,30 @@ mod tests {
             "mcast_mbit 5.5",
             "wired 1 2 100000000 30000 02:00:01:00:00:01 02:00:01:00:00:02 6 7",
             "flow 1 2 10 60 1 2 wired",
+            "node A 02:00:00:00:00:01 3 7",
+            "node G 02:00:00:00:00:02 4",
+            "link 0 1 80",
         ] {
             assert!(c.lines().any(|x| x == l), "missing {l:?} in\n{c}");
         }
         // 5.5 Mbit/s is no OFDM rate
         opts.phy = crate::medium::preset("a6").unwrap();
         assert!(check(&t, &opts).is_err());
+        // HT: needs an OFDM preset; A-MPDU on and A-MSDU off unless said
+        let mut ht = t.clone();
+        ht.wifi.multicast_mbit = None;
+        ht.wifi.ht_mcs = Some(0);
+        ht.wifi.rate_control = RateControl::Minstrel;
+        check(&ht, &opts).unwrap();
+        let c = config_text(&ht, &opts, &fds, &[], 0.0, &Outputs::default());
+        for l in ["ht_mcs 0", "ampdu 1", "amsdu 0", "rate_control minstrel"] {
+            assert!(c.lines().any(|x| x == l), "missing {l:?} in\n{c}");
+        }
+        ht.wifi.amsdu = Some(true);
+        ht.wifi.ampdu = Some(false);
+        let c = config_text(&ht, &opts, &fds, &[], 0.0, &Outputs::default());
+        assert!(c.contains("ampdu 0\namsdu 1\n"), "{c}");
+        opts.phy = crate::medium::preset("b2").unwrap();
+        assert!(check(&ht, &opts).is_err());
     }
 }

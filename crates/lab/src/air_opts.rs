@@ -44,6 +44,39 @@ pub struct WifiOpts {
     /// PHY family (1 for 802.11b, 6 for OFDM), as ns-3 and most drivers do.
     #[serde(default)]
     pub multicast_mbit: Option<f64>,
+    /// 802.11n HT (5 GHz, 20 MHz, long guard interval, one stream, QoS MAC)
+    /// at MCS 0..=7 for unicast data; the `phy` preset (OFDM) then gives
+    /// only the legacy rate of control frames.
+    #[serde(default)]
+    pub ht_mcs: Option<u8>,
+    /// HT: A-MPDU aggregation by the MAC (default on, 65535 bytes).
+    #[serde(default)]
+    pub ampdu: Option<bool>,
+    /// HT: A-MSDU aggregation by the MAC (default off; on: 7935 bytes).
+    #[serde(default)]
+    pub amsdu: Option<bool>,
+    /// Rate control: `constant` (default: the preset's rate) or
+    /// `minstrel` (ns-3's Minstrel, Minstrel-HT with `ht_mcs`).
+    #[serde(default)]
+    pub rate_control: RateControl,
+    /// Per-node MAC queue limits (packets), overriding `--queue-limit`.
+    #[serde(default)]
+    pub queues: std::collections::BTreeMap<String, u32>,
+    /// Path loss of individual links `[A, B, dB]` (default
+    /// [`crate::air_ns3::LINK_LOSS_DB`]); each pair must be a link.
+    #[serde(default)]
+    pub link_loss_db: Vec<(String, String, f64)>,
+}
+
+/// How the Wi-Fi MAC picks data rates.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RateControl {
+    /// One fixed rate (ns-3's ConstantRateWifiManager).
+    #[default]
+    Constant,
+    /// ns-3's Minstrel (Minstrel-HT for HT): sampling rate adaptation.
+    Minstrel,
 }
 
 /// One `[[wired]]` link: a point-to-point cable inside ns-3 between
@@ -100,6 +133,30 @@ impl Topology {
         if let Some(r) = self.wifi.multicast_mbit {
             if !(r > 0.0 && r.is_finite()) {
                 bail!("multicast_mbit must be a PHY rate in Mbit/s");
+            }
+        }
+        let w = &self.wifi;
+        if w.ht_mcs.is_some_and(|m| m > 7) {
+            bail!("ht_mcs is 0..7 (one spatial stream)");
+        }
+        if w.ht_mcs.is_none() && (w.ampdu.is_some() || w.amsdu.is_some()) {
+            bail!("ampdu and amsdu are HT features: set ht_mcs");
+        }
+        for (n, q) in &w.queues {
+            if !known(n) || *q == 0 {
+                bail!("queues: {n:?} = {q} (a node and at least 1 packet)");
+            }
+        }
+        for (a, b, db) in &w.link_loss_db {
+            if !self
+                .links
+                .iter()
+                .any(|[x, y]| (x == a && y == b) || (x == b && y == a))
+            {
+                bail!("link_loss_db: {a}-{b} is not a link");
+            }
+            if !(0.0..=400.0).contains(db) {
+                bail!("link_loss_db: {a}-{b}: {db} dB is not in 0..400");
             }
         }
         match (self.wifi.mode, &self.wifi.ap) {
@@ -271,8 +328,30 @@ mod tests {
     }
 
     #[test]
+    fn ht_rate_control_queues_and_link_losses_parse() {
+        let t = Topology::from_toml(&format!(
+            "{BASE}[wifi]\nht_mcs = 3\namsdu = true\nrate_control = 'minstrel'\nqueues = {{ G = 100 }}\n\
+             link_loss_db = [['G', 'A', 90.5]]\n[[wired]]\na = 'G'\nb = 'S'\nrate_mbit = 10\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            (t.wifi.ht_mcs, t.wifi.ampdu, t.wifi.amsdu),
+            (Some(3), None, Some(true))
+        );
+        assert_eq!(t.wifi.rate_control, RateControl::Minstrel);
+        assert_eq!(t.wifi.queues["G"], 100);
+        assert_eq!(
+            t.wifi.link_loss_db,
+            [("G".to_string(), "A".to_string(), 90.5)]
+        );
+    }
+
+    #[test]
     fn example_topology_file_parses() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../topologies/bss-gateway.toml");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../topologies/bss-gateway.toml"
+        );
         let t = Topology::from_toml(&std::fs::read_to_string(path).unwrap()).unwrap();
         assert_eq!(t.neighbours("C"), ["A", "B", "G"]);
         assert_eq!(t.path(&t.next_hops(), "C", "S").unwrap(), ["C", "G", "S"]);
@@ -289,6 +368,13 @@ mod tests {
             format!("{BASE}[wifi]\nmode = 'infrastructure'\nap = 'A'\n{w}"), // B does not hear A
             format!("{BASE}[wifi]\nmode = 'mesh'\n{w}"),
             format!("{BASE}[wifi]\nmulticast_mbit = 0\n{w}"),
+            format!("{BASE}[wifi]\nht_mcs = 8\n{w}"),
+            format!("{BASE}[wifi]\nampdu = false\n{w}"), // not HT
+            format!("{BASE}[wifi]\nrate_control = 'arf'\n{w}"),
+            format!("{BASE}[wifi]\nqueues = {{ X = 5 }}\n{w}"),
+            format!("{BASE}[wifi]\nqueues = {{ A = 0 }}\n{w}"),
+            format!("{BASE}[wifi]\nlink_loss_db = [['A', 'B', 70.0]]\n{w}"), // no link
+            format!("{BASE}[wifi]\nlink_loss_db = [['A', 'G', -1.0]]\n{w}"),
             format!("{BASE}{w}{w}"), // twice
             format!("{BASE}[[wired]]\na = 'G'\nb = 'S'\nrate_mbit = 0\n"), // no rate
             format!("{BASE}[[wired]]\na = 'A'\nb = 'G'\nrate_mbit = 1\n{w}"), // radio + wire

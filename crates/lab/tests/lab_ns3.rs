@@ -472,3 +472,84 @@ fn observability_files_show_a_neighbours_frames_as_busy_time() {
         "{b1:?} {report}"
     );
 }
+
+/// One saturated 1-hop flow of `bytes`-byte IP packets in pure simulation
+/// (A -> B, 0.5 s to 4.5 s): (frames/s received, report).
+fn saturate(topo: &Topology, phy: &str, pps: f64, bytes: u32) -> (f64, serde_json::Value) {
+    let opts = MediumOpts {
+        phy: preset(phy).unwrap(),
+        queue_limit: 400,
+        loss_pct: 0.0,
+    };
+    let dir = std::env::temp_dir().join(format!("airpack-lab-ns3-s-{}", std::process::id()));
+    let flow = SimFlow::unicast(0, 1, pps, bytes, 0.5, 4.5);
+    let r = air_ns3::simulate(topo, &opts, &[flow], 5.0, &dir).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    (r["flows"][0]["fps"].as_f64().unwrap(), r)
+}
+
+#[test]
+fn ht_aggregation_minstrel_queues_and_per_link_loss() {
+    if !ready() {
+        return;
+    }
+    use airpack_lab::air_opts::RateControl;
+    // 802.11n HT MCS 0 (6.5 Mbit/s, 20 MHz, long GI), 60-byte packets. Model
+    // of one exchange without aggregation: AIFS(BE) 16 + 3·9, mean backoff
+    // 15/2·9, HT-mixed PPDU 36 µs + 4 µs symbols of 26 bits carrying 16 +
+    // 8·(60 + 38) + 6 bits (QoS header 26 + LLC 8 + FCS 4), SIFS 16, ACK at
+    // 6 Mbit/s 44 µs
+    let mut ht = pair();
+    ht.wifi.ht_mcs = Some(0);
+    let ppdu = 36.0 + 4.0 * ((16.0 + 8.0 * 98.0 + 6.0) / 26.0f64).ceil();
+    let model = 1e6 / (43.0 + 67.5 + ppdu + 16.0 + 44.0);
+    let mut plain = ht.clone();
+    plain.wifi.ampdu = Some(false);
+    let (none, r) = saturate(&plain, "a6", 30000.0, 60);
+    eprintln!("HT MCS 0 no aggregation: {none:.1} frames/s, model {model:.1}");
+    assert!(
+        (none - model).abs() / model < 0.02,
+        "{none} vs {model}: {r}"
+    );
+    let (ampdu, r_ampdu) = saturate(&ht, "a6", 30000.0, 60);
+    let mut amsdu_t = plain.clone();
+    amsdu_t.wifi.amsdu = Some(true);
+    let (amsdu, r_amsdu) = saturate(&amsdu_t, "a6", 30000.0, 60);
+    eprintln!("HT MCS 0 A-MPDU: {ampdu:.1} frames/s; A-MSDU: {amsdu:.1} frames/s");
+    // the MAC's own aggregation carries several packets per PPDU
+    assert!(ampdu > 2.0 * none, "{r_ampdu}");
+    assert!(amsdu > 2.0 * none, "{r_amsdu}");
+    let ppdus = |r: &serde_json::Value| r["nodes"][0]["phy_tx"].as_f64().unwrap();
+    assert!(ppdus(&r_amsdu) < ppdus(&r) / 4.0, "A-MSDU: fewer PPDUs");
+
+    // per-link loss: 802.11a 54 Mbit/s, 200-byte packets at 2000/s over a
+    // link of 94 dB (-78 dBm received, SNR about 16 dB): the constant rate
+    // loses most frames after its retries, Minstrel steps down and carries
+    // them; at the default 50 dB both carry all
+    let mut weak = pair();
+    weak.wifi.link_loss_db = vec![("A".into(), "B".into(), 94.0)];
+    let (fixed, r_fixed) = saturate(&weak, "a54", 2000.0, 200);
+    let mut adapt = weak.clone();
+    adapt.wifi.rate_control = RateControl::Minstrel;
+    let (minstrel, r_min) = saturate(&adapt, "a54", 2000.0, 200);
+    let (strong, _) = saturate(&pair(), "a54", 2000.0, 200);
+    eprintln!(
+        "a54 at 94 dB: constant {fixed:.1}, Minstrel {minstrel:.1} frames/s; at 50 dB {strong:.1}"
+    );
+    assert!(
+        fixed < 1000.0 && r_fixed["nodes"][0]["drop_retry"].as_u64().unwrap() > 0,
+        "{r_fixed}"
+    );
+    assert!(minstrel > 1900.0, "{r_min}");
+    assert!(strong > 1990.0);
+
+    // per-node queue limit: A's queue of 5 instead of 400 holds 395 fewer
+    // packets when the simulation ends, all counted as refused
+    let (_, r400) = saturate(&pair(), "b2", 1500.0, 60);
+    let mut small = pair();
+    small.wifi.queues.insert("A".into(), 5);
+    let (_, r5) = saturate(&small, "b2", 1500.0, 60);
+    let drops = |r: &serde_json::Value| r["nodes"][0]["drop_queue"].as_i64().unwrap();
+    let extra = drops(&r5) - drops(&r400);
+    assert!((390..=400).contains(&extra), "{extra}: {r5} {r400}");
+}
