@@ -256,6 +256,36 @@ impl Ns3Air {
         Ok(m)
     }
 
+    /// The program's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Err if the program has exited (it should run until [`Ns3Air::stop`]):
+    /// its exit status and the tail of its stderr. The taps vanish with it,
+    /// so this is the cause when a daemon or sender reports `No such device`.
+    pub fn check_running(&mut self) -> Result<()> {
+        if let Some(c) = self.child.as_mut() {
+            if let Ok(Some(st)) = c.try_wait() {
+                self.child = None;
+                let log = self.log();
+                let tail: Vec<&str> = log
+                    .lines()
+                    .rev()
+                    .take(10)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                bail!(
+                    "the ns-3 air died during the point ({st}):\n{}",
+                    tail.join("\n")
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Stop the program (SIGTERM) and return its report (lag, events, CPU,
     /// counters).
     pub fn stop(&mut self) -> Result<Value> {
@@ -283,6 +313,49 @@ impl Ns3Air {
         serde_json::from_str(out.trim()).with_context(|| format!("the ns-3 air's report: {out:?}"))
     }
 }
+
+/// The real-time discipline of the air during one point (stored in the
+/// point's JSON; see [`crate::experiment::Point::air`]).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AirStats {
+    /// Median lag of the real-time scheduler behind the wall clock (ms).
+    pub lag_p50_ms: f64,
+    /// 99th percentile of that lag (ms): above [`MAX_LAG_P99_MS`] the point
+    /// is re-measured.
+    pub lag_p99_ms: f64,
+    /// Largest lag (ms).
+    pub lag_max_ms: f64,
+    /// Simulator events per wall-clock second.
+    pub events_per_s: f64,
+    /// CPU of the ns-3 process, % of one core.
+    pub cpu_pct: f64,
+}
+
+/// A point whose air lagged more than this (p99, ms) is not a measurement of
+/// the air: it is re-measured (as points with lagging senders are).
+pub const MAX_LAG_P99_MS: f64 = 1.0;
+
+impl AirStats {
+    /// From the program's report ([`Ns3Air::stop`]).
+    pub fn from_report(r: &Value) -> AirStats {
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        AirStats {
+            lag_p50_ms: f("lag_p50_ms"),
+            lag_p99_ms: f("lag_p99_ms"),
+            lag_max_ms: f("lag_max_ms"),
+            events_per_s: f("events_per_s"),
+            cpu_pct: f("cpu_pct"),
+        }
+    }
+    /// Whether the air kept up (p99 lag within [`MAX_LAG_P99_MS`]).
+    pub fn kept_up(&self) -> bool {
+        self.lag_p99_ms <= MAX_LAG_P99_MS
+    }
+}
+
+/// Marker in the error of an air that aborted on its real-time hard limit
+/// (the machine stalled it): such a point is re-measured, not failed.
+pub const HARD_LIMIT_ABORT: &str = "Hard real-time limit exceeded";
 
 /// One line summarising a report's real-time discipline.
 pub fn lag_line(r: &Value) -> String {
