@@ -16,7 +16,8 @@
 // only reads and writes the descriptors and files it was given.
 //
 // Input: one config file (argv[1]), one directive per line:
-//   phy b2                 preset: b1 b2 b5.5 b11 (DSSS long preamble), a6..a54 (OFDM)
+//   phy b2                 preset: b1 b2 b5.5 b11 (DSSS long preamble), b11s (short),
+//                          a6..a54 (OFDM)
 //   queue 50               per-node MAC queue limit (packets); also each cable's queue
 //   max_delay_ms 60000     MAC queue lifetime (ns-3's default 500 ms drops old packets)
 //   hard_limit_ms 100      real-time hard limit (start-up needs tens of ms)
@@ -260,10 +261,12 @@ int main(int argc, char** argv)
     std::string mode, control, mcast;
     bool ofdm = phy.size() > 1 && (phy[0] == 'a' || phy[0] == 'g');
     const bool ht = cfg.ht_mcs >= 0;
-    if (phy == "b1" || phy == "b2" || phy == "b5.5" || phy == "b11")
+    const bool short_preamble = phy == "b11s";
+    if (phy == "b1" || phy == "b2" || phy == "b5.5" || phy == "b11" || short_preamble)
     {
         std = WIFI_STANDARD_80211b;
-        mode = "DsssRate" + RateName(std::stod(phy.substr(1))) + "Mbps";
+        mode = "DsssRate" + RateName(std::stod(phy.substr(1, phy.size() - 1 - short_preamble))) +
+               "Mbps";
     }
     else if (ofdm)
     {
@@ -398,6 +401,12 @@ int main(int argc, char** argv)
         g_wifi.push_back(w);
         g_lab_mac.push_back(Mac48Address(g_nodes[i].mac.c_str()));
         g_air_mac.push_back(Mac48Address::ConvertFrom(w->GetAddress()));
+        if (short_preamble)
+        {
+            // 802.11b short PLCP preamble (96 µs) for every frame but the
+            // 1 Mbit/s ones (which always use the long preamble)
+            w->GetRemoteStationManager()->SetShortPreambleEnabled(true);
+        }
     }
     for (uint32_t i = 0; i < n; i++)
     {
