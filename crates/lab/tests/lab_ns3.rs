@@ -624,3 +624,54 @@ fn a_dead_air_is_reported_with_its_exit_status() {
         "{err}"
     );
 }
+
+/// Not a check: how much the real-time air carries on this machine before
+/// it lags. A line of N nodes at 802.11a 54 Mbit/s; nodes 0, 2, 4, ... each
+/// blast 60-byte packets at 4000/s to the next node for 2 s, all at once.
+/// Prints delivered frames/s, the air's lag and CPU per N. Run with
+/// `cargo test -p airpack-lab --test lab_ns3 -- --ignored --nocapture keeps_up`.
+#[test]
+#[ignore]
+fn keeps_up_measurement() {
+    if !ready() {
+        return;
+    }
+    let opts = MediumOpts {
+        phy: preset("a54").unwrap(),
+        queue_limit: 400,
+        loss_pct: 0.0,
+    };
+    for n in [2usize, 4, 6, 8, 10] {
+        let names: Vec<String> = (0..n).map(|i| format!("N{i}")).collect();
+        let links: Vec<String> = (0..n - 1)
+            .map(|i| format!("['N{i}', 'N{}']", i + 1))
+            .collect();
+        let topo =
+            Topology::from_toml(&format!(
+            "name = 'line{n}'\nnodes = [{}]\nlinks = [{}]\ncalls = [['N0', 'N1']]\nair = 'ns3'\n",
+            names.iter().map(|x| format!("'{x}'")).collect::<Vec<_>>().join(", "),
+            links.join(", ")
+        ))
+            .unwrap();
+        let mut mesh = Mesh::build(&topo, &opts).unwrap();
+        let t = Instant::now();
+        let got: u32 = std::thread::scope(|s| {
+            let m = &mesh;
+            let hs: Vec<_> = (0..n / 2)
+                .map(|k| {
+                    let (a, b) = (format!("N{}", 2 * k), format!("N{}", 2 * k + 1));
+                    s.spawn(move || blast(m, &a, &b, 8000, 4000.0).0)
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        let wall = t.elapsed().as_secs_f64() - 0.8; // the receivers' idle timeout
+        let r = mesh.ns3.as_mut().unwrap().stop().unwrap();
+        eprintln!(
+            "{n} nodes, {} senders: {:.0} frames/s delivered; {}",
+            n / 2,
+            got as f64 / wall,
+            air_ns3::lag_line(&r)
+        );
+    }
+}
