@@ -388,6 +388,35 @@ fn wired_link_has_its_delay_and_rate() {
         Some(10),
         "G's kernel got the 10 replies: {report}"
     );
+
+    // emulation of the rate: 1500 packets at 3000/s into a 1 Mbit/s cable
+    // (2016 frames/s); the wall-clock rate counts only when the air kept up
+    let mut last = String::new();
+    for attempt in 1..=3 {
+        let mut mesh = Mesh::build(&wired_topo(1.0, 5.0), &opts).unwrap();
+        let (got, fps) = blast(&mesh, "G", "S", 1500, 3000.0);
+        let report = mesh.ns3.as_mut().unwrap().stop().unwrap();
+        let w = &report["wired"][0];
+        let u = |v: &serde_json::Value| v.as_u64().unwrap();
+        eprintln!(
+            "attempt {attempt}: 1 Mbit/s cable: {fps:.1} frames/s (model {model:.1}), {got}/1500; {}",
+            air_ns3::lag_line(&report)
+        );
+        // every frame G's kernel sent reached S's kernel or the cable's queue dropped it
+        assert_eq!(
+            u(&w["from_tap"][0]),
+            u(&w["to_tap"][1]) + u(&w["drop_queue"][0]) + u(&w["drop_not_ip"]),
+            "{report}"
+        );
+        assert_eq!(u(&w["to_tap"][1]), u64::from(got), "{report}");
+        if report["lag_p99_ms"].as_f64().unwrap() > MAX_LAG_P99_MS {
+            last = air_ns3::lag_line(&report);
+            continue;
+        }
+        assert!((fps - model).abs() / model < 0.03, "{fps} vs {model}");
+        return;
+    }
+    eprintln!("SKIP wired rate check: the ns-3 air lagged on every attempt: {last}");
 }
 
 #[test]
