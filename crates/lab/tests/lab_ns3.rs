@@ -517,7 +517,10 @@ fn saturate(topo: &Topology, phy: &str, pps: f64, bytes: u32) -> (f64, serde_jso
         queue_limit: 400,
         loss_pct: 0.0,
     };
-    let dir = std::env::temp_dir().join(format!("airpack-lab-ns3-s-{}", std::process::id()));
+    // one directory per call: tests run in parallel threads of one process
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let k = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("airpack-lab-ns3-s-{}-{k}", std::process::id()));
     let flow = SimFlow::unicast(0, 1, pps, bytes, 0.5, 4.5);
     let r = air_ns3::simulate(topo, &opts, &[flow], 5.0, &dir).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
