@@ -10,6 +10,9 @@
 //! voice-quality math (that is `airpack-voice`).
 
 pub mod air_ns3;
+pub mod air_ns3_conf;
+pub mod air_obs;
+pub mod air_opts;
 pub mod babel;
 pub mod baresip;
 pub mod downlink_bound;

@@ -302,6 +302,7 @@ mod tests {
             wall_s: 1.0,
             max_send_lag_ms: 0.0,
             signalling: None,
+            air: None,
         }
     }
 
