@@ -405,3 +405,37 @@ fn dashboard_is_json_and_every_family_is_documented() {
         ["airpack_a_total", "airpack_c_bucket"]
     );
 }
+
+/// Size and render time of `/metrics` with 1000 peers (numbers for
+/// docs/operator-guide.md; prints, asserts only the layout). Run with
+/// `cargo test --release -p airpack --test daemon_metrics -- --ignored --nocapture`.
+#[test]
+#[ignore = "measurement; run with --ignored --nocapture"]
+fn render_1000_peers() {
+    use airpack::daemon::stats::{daemon_json, stats_json, DaemonCounters};
+    let mut total = stats_json(&airpack_core::Stats::default());
+    total.insert("daemon".into(), daemon_json(&DaemonCounters::default()));
+    let head = serde_json::json!({"version": "0.1.0", "mode": "hop-by-hop", "total": total});
+    let peers: Vec<Value> = (0..1000)
+        .map(|i| {
+            let mut m = stats_json(&airpack_core::Stats::default());
+            m.insert(
+                "peer".into(),
+                format!("10.96.{}.{}", i / 250, i % 250).into(),
+            );
+            m.insert("configured".into(), true.into());
+            Value::Object(m)
+        })
+        .collect();
+    let t = std::time::Instant::now();
+    let text = airpack::daemon::metrics::render(&head, peers);
+    let dt = t.elapsed();
+    let families = text.lines().filter(|l| l.starts_with("# TYPE")).count();
+    println!(
+        "/metrics with 1000 peers: {} bytes, {} lines, {families} families, rendered in {dt:?}",
+        text.len(),
+        text.lines().count()
+    );
+    let last = "airpack_peer_hold_time_us_bucket{peer=\"10.96.3.249\",le=\"+Inf\"} 0\n";
+    assert!(text.contains(last), "the last peer's histogram");
+}
