@@ -6,11 +6,18 @@
 //! and lengths appear as decoded `ip.*` / `ipv6.*` fields). The pcaps are
 //! checked to be exactly what the script makes from the vectors today.
 //!
+//! Then the same on bundles of real daemons (root, two namespaces): the
+//! bundles captured on their link (a packet socket, written as a pcap), one
+//! encoding and transport at a time, decode to exactly the bundles and inner
+//! packets the sending daemon counted.
+//!
 //! Needs tshark (scripts/setup.sh installs it); prints SKIP without it.
-//! No root, no network.
 
+mod common;
+use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -292,4 +299,246 @@ fn pcaps_are_made_from_the_vectors() {
     }
     let _ = std::fs::remove_dir_all(&out);
     assert!(n >= 10);
+}
+
+/// Runs tshark with the dissector on `pcap` (encoding forced): per frame
+/// the fields `fields`, each split at commas.
+fn decode(pcap: &Path, encoding: &str, fields: &[&str]) -> Vec<Vec<Vec<String>>> {
+    let lua = repo().join("dist/wireshark/airpack.lua");
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-n")
+        .arg("-X")
+        .arg(format!("lua_script:{}", lua.display()))
+        .args(["-o", &format!("airpack.encoding:{encoding}")])
+        .arg("-r")
+        .arg(pcap)
+        .args(["-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().expect("tshark runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            l.split('\t')
+                .map(|c| {
+                    c.split(',')
+                        .filter(|x| !x.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn dissector_decodes_real_daemons_bundles() {
+    if !have("tshark") {
+        println!("SKIP dissector_decodes_real_daemons_bundles: tshark not installed");
+        return;
+    }
+    if !can_run("dissector_decodes_real_daemons_bundles") {
+        return;
+    }
+    for (enc, transport) in [("native", "ip"), ("kau", "ip"), ("simplemux", "udp")] {
+        let (net, a, b, ip_a, ip_b) = two(&format!("opsws{enc}"), 122);
+        let cfg = |iface: &str, peer: std::net::Ipv4Addr| {
+            format!(
+                "[daemon]\ninterfaces = [\"{iface}\"]\ntransport = \"{transport}\"\n\
+                 [aggregation]\nencoding = \"{enc}\"\nhold_time_us = 5000\n\
+                 [[class]]\nclass = \"bundle\"\nprotocol = \"udp\"\nports = \"16000-32000\"\n\
+                 [[peer]]\naddress = \"{peer}\"\n"
+            )
+        };
+        let mut da = net.daemon(&a, &cfg("va", ip_b), &[]);
+        let mut db = net.daemon(&b, &cfg("vb", ip_a), &[]);
+        // Capture on B's side of the link: every bundle from A, as it arrived.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cap = capture(&b, "vb", ip_a, transport == "udp", stop.clone());
+        let load = Load {
+            src: ip_a.into(),
+            dst: ip_b.into(),
+            src_port: 17000,
+            dst_port: 20000,
+            flows: 10,
+            per_flow: 50,
+            payload_len: 32,
+            pps: 5_000,
+        };
+        let rx = receive_load(
+            &b,
+            load.clone(),
+            load.total(),
+            Duration::from_secs(3),
+            Duration::from_secs(60),
+        );
+        assert_eq!(send_load(&a, load.clone()).join().unwrap(), load.total());
+        rx.join()
+            .unwrap()
+            .assert_complete(load.flows, load.per_flow);
+        // Everything arrived, so every bundle crossed vb (and was queued on
+        // the capture socket before B's daemon saw it).
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let frames = cap.join().unwrap();
+        let pcap = net.dir.join(format!("{enc}.pcap"));
+        write_pcap(&pcap, &frames);
+        let d = da.stats()["total"]["daemon"].clone();
+        let bundles = d["bundles_sent"].as_u64().unwrap();
+        let packets = d["bundled_packets_sent"].as_u64().unwrap();
+        assert!(bundles > 0, "{d}");
+
+        let rows = decode(
+            &pcap,
+            enc,
+            &[
+                "airpack.encoding",
+                "airpack.count",
+                "airpack.error",
+                "udp.dstport",
+                "ip.src",
+            ],
+        );
+        assert_eq!(
+            rows.len() as u64,
+            bundles,
+            "{enc}: one captured frame per bundle sent"
+        );
+        let mut inner = 0u64;
+        for r in &rows {
+            assert_eq!(r[0], [enc], "{enc}: {r:?}");
+            assert!(r[2].is_empty(), "{enc}: refused: {r:?}");
+            let count: u64 = r[1][0].parse().unwrap();
+            // Each inner packet decoded down to its UDP header (the UDP
+            // transport adds the outer one, port 4150).
+            let ports: Vec<&String> = r[3].iter().filter(|p| *p != "4150").collect();
+            assert_eq!(ports.len() as u64, count, "{enc}: {r:?}");
+            assert!(
+                ports
+                    .iter()
+                    .all(|p| (20000..20010).contains(&p.parse::<u16>().unwrap())),
+                "{r:?}"
+            );
+            assert!(r[4].iter().skip(1).all(|s| *s == ip_a.to_string()), "{r:?}");
+            inner += count;
+        }
+        assert_eq!(
+            inner, packets,
+            "{enc}: inner packets decoded = bundled packets sent"
+        );
+        println!("{enc} over {transport}: {bundles} bundles, {inner} inner packets decoded");
+        assert_eq!(da.stop(), 0);
+        assert_eq!(db.stop(), 0);
+    }
+}
+
+/// In `ns`: the IPv4 packets from `from` arriving on `dev` that are bundles
+/// (protocol 253, or UDP to port 4150 with `udp`), read from a packet socket
+/// until `stop` is set and its queue is empty.
+fn capture(
+    ns: &str,
+    dev: &str,
+    from: std::net::Ipv4Addr,
+    udp: bool,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<Vec<u8>>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let dev = std::ffi::CString::new(dev).unwrap();
+    let h = in_ns(ns, move || {
+        let proto = (libc::ETH_P_IP as u16).to_be();
+        // SAFETY: plain socket(2), checked.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM, proto as i32) };
+        assert!(fd >= 0, "AF_PACKET socket");
+        // SAFETY: a NUL-terminated name.
+        let ifindex = unsafe { libc::if_nametoindex(dev.as_ptr()) };
+        assert!(ifindex > 0);
+        // SAFETY: an all-zero sockaddr_ll is valid; the fields are set below.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = proto;
+        sll.sll_ifindex = ifindex as i32;
+        // SAFETY: binds fd to a sockaddr_ll of the right size.
+        let r = unsafe {
+            libc::bind(
+                fd,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        assert_eq!(r, 0, "bind AF_PACKET");
+        let tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 50_000,
+        };
+        // SAFETY: a timeval option.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as u32,
+            )
+        };
+        tx.send(()).unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let stopping = stop.load(std::sync::atomic::Ordering::SeqCst);
+            let flags = if stopping { libc::MSG_DONTWAIT } else { 0 };
+            // SAFETY: writable buffer of its length.
+            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+            if n < 0 {
+                if stopping || std::time::Instant::now() > deadline {
+                    break; // queue empty after stop
+                }
+                continue;
+            }
+            let p = &buf[..n as usize];
+            let bundle = p.len() >= 20
+                && p[0] >> 4 == 4
+                && p[12..16] == from.octets()
+                && if udp {
+                    let ihl = (p[0] & 15) as usize * 4;
+                    p[9] == 17 && p.len() >= ihl + 8 && p[ihl + 2..ihl + 4] == 4150u16.to_be_bytes()
+                } else {
+                    p[9] == 253
+                };
+            if bundle {
+                got.push(p.to_vec());
+            }
+        }
+        // SAFETY: fd opened above.
+        unsafe { libc::close(fd) };
+        got
+    });
+    rx.recv().unwrap();
+    h
+}
+
+/// Writes `frames` (IP packets) as a pcap file, link type raw IP.
+fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+    let mut out = Vec::new();
+    out.extend(0xA1B2C3D4u32.to_le_bytes());
+    out.extend(2u16.to_le_bytes());
+    out.extend(4u16.to_le_bytes());
+    out.extend(0i32.to_le_bytes());
+    out.extend(0u32.to_le_bytes());
+    out.extend(65535u32.to_le_bytes());
+    out.extend(101u32.to_le_bytes());
+    for (i, f) in frames.iter().enumerate() {
+        out.extend((i as u32).to_le_bytes());
+        out.extend(0u32.to_le_bytes());
+        out.extend((f.len() as u32).to_le_bytes());
+        out.extend((f.len() as u32).to_le_bytes());
+        out.extend(f);
+    }
+    std::fs::write(path, out).unwrap();
 }
