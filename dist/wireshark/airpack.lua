@@ -214,6 +214,15 @@ local function inner_check(t, label)
     return nil, v
 end
 
+-- Whether an inner packet is itself a bundle (IP protocol 253/254).
+local function is_bundle(t, v)
+    local n, at = t:len(), nil
+    if v == 4 and n >= 20 then at = 9 elseif v == 6 and n >= 40 then at = 6 end
+    if at == nil then return false end
+    local pr = t(at, 1):uint()
+    return pr == 253 or pr == 254
+end
+
 -- Formats registered by other files (see airpack_register_format).
 local extra = {}
 
@@ -277,8 +286,9 @@ function p.dissector(tvb, pinfo, tree)
                 t:add(f.inner_error, bad)
                 t:add_proto_expert_info(ex_inner, bad)
             end
-            -- A nested bundle is not decoded again (no recursion on hostile input).
-            if bad == "nested" then
+            -- A nested bundle is not decoded again, whatever else is wrong with
+            -- it (no recursion on hostile input).
+            if is_bundle(inner, v) then
                 -- shown as bytes only
             elseif v == 4 then
                 ip_dissector:call(inner, pinfo, t)

@@ -542,3 +542,68 @@ fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
     }
     std::fs::write(path, out).unwrap();
 }
+
+/// An IPv4 protocol-253 frame around `payload` (checksum left 0: Wireshark
+/// dissects the payload anyway).
+fn frame_253(payload: &[u8]) -> Vec<u8> {
+    let total = (20 + payload.len()) as u16;
+    let mut f = vec![0x45, 0xb8];
+    f.extend(total.to_be_bytes());
+    f.extend([0, 1, 0, 0, 64, 253, 0, 0, 10, 0, 0, 1, 10, 0, 0, 9]);
+    f.extend(payload);
+    f
+}
+
+#[test]
+fn hostile_payloads_never_raise_lua_errors() {
+    if !have("tshark") {
+        println!("SKIP hostile_payloads_never_raise_lua_errors: tshark not installed");
+        return;
+    }
+    // Every truncation of every golden payload, and each of its first 64
+    // bytes flipped: framing errors everywhere a parser can stop.
+    let mut frames = Vec::new();
+    for v in vectors() {
+        for n in 0..=v.payload.len() {
+            frames.push(frame_253(&v.payload[..n]));
+        }
+        for i in 0..v.payload.len().min(64) {
+            let mut p = v.payload.clone();
+            p[i] ^= 0xff;
+            frames.push(frame_253(&p));
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("airpack-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("hostile.pcap");
+    write_pcap(&pcap, &frames);
+    let lua = repo().join("dist/wireshark/airpack.lua");
+    for enc in ["auto", "native", "kau", "simplemux"] {
+        let out = Command::new("tshark")
+            .arg("-n")
+            .arg("-X")
+            .arg(format!("lua_script:{}", lua.display()))
+            .args(["-o", &format!("airpack.encoding:{enc}")])
+            .arg("-r")
+            .arg(&pcap)
+            .arg("-V")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !text.contains("Lua Error") && !err.contains("Lua"),
+            "{enc}: {err}"
+        );
+        let bundles = text.matches("airpack bundle (").count();
+        // Wireshark hands no empty payload to a subdissector.
+        let nonempty = frames.iter().filter(|f| f.len() > 20).count();
+        assert_eq!(bundles, nonempty, "{enc}: every frame dissected");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "hostile: {} frames x 4 encodings, no Lua error",
+        frames.len()
+    );
+}
