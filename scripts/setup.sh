@@ -20,6 +20,10 @@ have g++        || need_pkgs+=(g++)
 have pkg-config || need_pkgs+=(pkg-config)
 dpkg -s libns3-dev >/dev/null 2>&1 || need_pkgs+=(libns3-dev)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
+# the /metrics test parses the daemon's output with Prometheus' Python client
+# (crates/airpack/tests/daemon_metrics.rs; Debian's package, for /usr/bin/python3)
+py_has() { for py in /usr/bin/python3 python3; do "$py" -c "import $1" >/dev/null 2>&1 && return 0; done; return 1; }
+py_has prometheus_client || need_pkgs+=(python3-prometheus-client)
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

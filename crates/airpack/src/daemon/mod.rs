@@ -13,6 +13,7 @@
 pub mod accounting;
 pub mod config;
 pub mod control;
+pub mod metrics;
 pub mod runtime;
 pub mod stats;
 mod sys;

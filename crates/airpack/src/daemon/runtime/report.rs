@@ -311,12 +311,9 @@ fn render(s: Snapshot, tun: Option<LinkStats>) -> (bool, Vec<u8>) {
             );
         }
         Request::Metrics => {
-            let mut text = String::new();
-            stats::prometheus_head(&Value::Object(stats_head(&s, tun.as_ref())), &mut text);
-            for p in &s.peers {
-                stats::prometheus_peer(&stats_peer(p), &mut text);
-            }
-            out = text.into_bytes();
+            let head = Value::Object(stats_head(&s, tun.as_ref()));
+            out =
+                crate::daemon::metrics::render(&head, s.peers.iter().map(stats_peer)).into_bytes();
         }
         Request::Peers => {
             let mut head = serde_json::Map::new();
