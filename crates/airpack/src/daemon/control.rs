@@ -120,6 +120,13 @@ impl Server {
         }
         let control = UnixListener::bind(path)
             .with_context(|| format!("binding control socket {}", path.display()))?;
+        // Only root talks to the daemon (like WireGuard's sockets): the
+        // answers name peers and addresses. bind() honoured the umask; narrow it.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .with_context(|| format!("restricting control socket {}", path.display()))?;
+        }
         control.set_nonblocking(true)?;
         let metrics = match metrics {
             Some(a) => {
