@@ -187,7 +187,7 @@ fn completions_cover_every_subcommand() {
 }
 
 #[test]
-fn control_socket_is_root_only() {
+fn control_socket_is_root_or_group_only() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tmpdir("ctl");
     let path = dir.join("t.sock");
@@ -200,6 +200,25 @@ fn control_socket_is_root_only() {
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "control socket mode {mode:o}");
     server.remove_socket_file();
+
+    // A setgid directory owned by a group: the socket is 0660 for that group.
+    use std::os::unix::fs::MetadataExt;
+    let gid = 4150;
+    let shared = dir.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    // SAFETY: chown on a path we own, with a valid C string.
+    let c = std::ffi::CString::new(shared.as_os_str().as_encoded_bytes()).unwrap();
+    if unsafe { libc::chown(c.as_ptr(), 0, gid) } != 0 {
+        println!("SKIP group-shared control socket: chown needs root");
+    } else {
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o2750)).unwrap();
+        let path = shared.join("g.sock");
+        let server = airpack::daemon::control::Server::bind(&path, None).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+        assert_eq!(meta.gid(), gid);
+        server.remove_socket_file();
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
