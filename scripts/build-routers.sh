@@ -47,11 +47,11 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-python3 -c 'import ziglang' 2>/dev/null && command -v cargo-zigbuild >/dev/null || {
+if ! python3 -c 'import ziglang' 2>/dev/null || ! command -v cargo-zigbuild >/dev/null; then
   echo "build-routers: installing ziglang and cargo-zigbuild (PyPI)"
   python3 -m pip install -q ziglang==0.17.1 cargo-zigbuild==0.24.0
   hash -r
-}
+fi
 
 # Debian's compiler (not a rustup proxy), and its standard library source
 # where -Zbuild-std looks for it: $(rustc --print sysroot)/lib/rustlib/src/rust.
