@@ -320,3 +320,65 @@ fn openwrt_default_config_is_valid() {
     }
     assert!(mk.contains("Build/Compile/Cargo,crates/airpack,--no-default-features"));
 }
+
+/// The init script's start and stop paths under a stand-in for OpenWrt's
+/// rc.common/procd helpers: an enabled section becomes one procd instance
+/// with its config and its own control socket, a disabled one none, and the
+/// stop hook runs `airpack cleanup` on the runtime directory.
+#[test]
+fn openwrt_init_script_starts_instances_and_cleans_up() {
+    let dir = tmpdir("init");
+    let init = repo().join("dist/openwrt/files/airpack.init");
+    let fake = dir.join("airpack");
+    std::fs::write(
+        &fake,
+        format!("#!/bin/sh\necho \"$@\" >> '{}/prog.log'\n", dir.display()),
+    )
+    .unwrap();
+    let cfg = dir.join("mesh.toml");
+    std::fs::write(&cfg, "").unwrap();
+    let harness = format!(
+        r#"
+config_load() {{ [ "$1" = airpack ]; }}
+config_foreach() {{ "$1" mesh; "$1" off; }}
+config_get_bool() {{ if [ "$2" = mesh ]; then eval "$1=1"; else eval "$1=0"; fi; }}
+config_get() {{ eval "$1='{cfg}'"; }}
+procd_open_instance() {{ echo "open $1"; }}
+procd_set_param() {{ echo "param $*"; }}
+procd_close_instance() {{ echo close; }}
+pidof() {{ return 1; }}
+. '{init}'
+PROG='{fake}'
+RUNDIR='{dir}/run'
+start_service
+service_stopped
+"#,
+        cfg = cfg.display(),
+        init = init.display(),
+        fake = fake.display(),
+        dir = dir.display()
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new("sh").arg("-c").arg(&harness).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = dir.display();
+    let expected = format!(
+        "open mesh\nparam command {d}/airpack run --config {c} --control-socket {d}/run/mesh.sock\n",
+        c = cfg.display()
+    );
+    assert!(text.starts_with(&expected), "{text}");
+    assert_eq!(
+        text.matches("open ").count(),
+        1,
+        "disabled section started: {text}"
+    );
+    let prog = std::fs::read_to_string(dir.join("prog.log")).unwrap();
+    assert_eq!(prog, format!("cleanup --runtime-dir {d}/run\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
