@@ -24,6 +24,8 @@ pub struct Cli {
     pub cmd: Cmd,
 }
 
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// Run the aggregation daemon.
