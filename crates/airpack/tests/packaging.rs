@@ -95,12 +95,16 @@ fn subcommands() -> Vec<String> {
         .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
         .filter(|n| n != "help")
         .collect();
-    // The documented ones at least (this is the default build: lab included).
-    for must in ["run", "stats", "peers", "cleanup", "lab", "voip"] {
+    // The documented ones at least; `lab` and `voip` exactly with the feature.
+    for must in ["run", "stats", "peers", "cleanup"] {
         assert!(
             names.iter().any(|n| n == must),
             "--help lacks {must}: {names:?}"
         );
+    }
+    for lab in ["lab", "voip"] {
+        let present = names.iter().any(|n| n == lab);
+        assert_eq!(present, cfg!(feature = "lab"), "{lab} in {names:?}");
     }
     assert!(!names.iter().any(|n| n == "generate"), "generate is hidden");
     names
