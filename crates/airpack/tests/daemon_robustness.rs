@@ -396,6 +396,14 @@ fn sighup_reloads_without_losing_queued_packets() {
     );
     let peers = da.peers();
     assert_eq!(peers["peers"][0]["hold_time_us"], 300_000);
+    // The log says what the reload changed (issue 13, point 6).
+    let text = da.log_text();
+    let line = text
+        .lines()
+        .find(|l| l.contains("configuration reloaded"))
+        .unwrap_or_else(|| panic!("no reload line: {text}"));
+    assert!(line.contains("aggregation.hold_time_us 400000 -> 300000"), "{line}");
+    assert!(line.contains("class rules "), "{line}");
     let log = rx.join().unwrap();
     log.assert_complete(l.flows, 1);
 

@@ -120,6 +120,23 @@ impl Server {
         }
         let control = UnixListener::bind(path)
             .with_context(|| format!("binding control socket {}", path.display()))?;
+        // Only root talks to the daemon (like WireGuard's sockets): the
+        // answers name peers and addresses. bind() honoured the umask; narrow
+        // it to 0600, or 0660 when the directory is setgid to a group other
+        // than root (`install -d -m 2750 -g GROUP /run/airpack`): the socket
+        // then already belongs to that group, whose members may ask too.
+        {
+            use std::os::unix::fs::{MetadataExt, PermissionsExt};
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            let group =
+                std::fs::metadata(dir).is_ok_and(|m| m.mode() & 0o2000 != 0 && m.gid() != 0);
+            let mode = if group { 0o660 } else { 0o600 };
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+                .with_context(|| format!("restricting control socket {}", path.display()))?;
+        }
         control.set_nonblocking(true)?;
         let metrics = match metrics {
             Some(a) => {

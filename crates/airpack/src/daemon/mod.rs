@@ -3,6 +3,7 @@
 //! socket and the statistics export.
 //!
 //! - [`config`]: TOML schema, flags, validation, conversion (pure).
+//! - [`config_diff`]: what a reload changed, for its log line (pure).
 //! - [`runtime`]: the single-threaded epoll loop (TUN, sockets, timers, signals).
 //! - [`control`]: control socket / metrics server and the `stats` / `peers` clients.
 //! - [`stats`]: daemon counters and JSON / Prometheus / table rendering.
@@ -12,6 +13,7 @@
 
 pub mod accounting;
 pub mod config;
+pub mod config_diff;
 pub mod control;
 pub mod metrics;
 pub mod runtime;

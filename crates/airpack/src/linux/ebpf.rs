@@ -332,7 +332,9 @@ fn bpf(cmd: libc::c_long, attr: &mut [u64]) -> io::Result<i64> {
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
-        Ok(r)
+        // c_long: i64 here, i32 on 32-bit targets (armv7, mips).
+        #[allow(clippy::useless_conversion)]
+        Ok(i64::from(r))
     }
 }
 

@@ -331,7 +331,7 @@ impl RouteResolver {
         // full). The packet path uses [`AsyncResolver`], which never waits.
         let tv = libc::timeval {
             tv_sec: 0,
-            tv_usec: SYNC_TIMEOUT_US as libc::suseconds_t,
+            tv_usec: SYNC_TIMEOUT_US as _,
         };
         // SAFETY: tv is a valid timeval of the given size.
         cvt(unsafe {

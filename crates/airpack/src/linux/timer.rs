@@ -34,9 +34,10 @@ pub fn set_timer_slack(ns: u64) -> io::Result<()> {
 
 /// Runs the calling thread under SCHED_FIFO at `priority` (1-99).
 pub fn set_realtime(priority: u8) -> io::Result<()> {
-    let p = libc::sched_param {
-        sched_priority: libc::c_int::from(priority),
-    };
+    // SAFETY: sched_param is plain integers (musl's has more fields than
+    // glibc's); all zeroes is a valid value.
+    let mut p: libc::sched_param = unsafe { std::mem::zeroed() };
+    p.sched_priority = libc::c_int::from(priority);
     // SAFETY: sched_setscheduler on the calling thread with a valid param.
     cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) })?;
     Ok(())
@@ -104,7 +105,7 @@ impl Timer {
             }
         } else {
             libc::timespec {
-                tv_sec: (micros / 1_000_000) as libc::time_t,
+                tv_sec: (micros / 1_000_000) as _,
                 tv_nsec: ((micros % 1_000_000) * 1_000) as libc::c_long,
             }
         };

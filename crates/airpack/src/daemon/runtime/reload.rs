@@ -52,6 +52,7 @@ impl Daemon {
             }
         }
         new.prometheus = self.plan.prometheus;
+        let changed = crate::daemon::config_diff::changes(&self.plan.config, &new.config);
         let mut new_spec = new.steer_spec();
         self.steer_auto = new_spec.interfaces.is_empty();
         if self.steer_auto {
@@ -113,6 +114,11 @@ impl Daemon {
         self.lookups.invalidate();
         self.plan = new;
         self.counters.reloads += 1;
-        info!(peers = self.plan.peers.len(), "configuration reloaded");
+        let changed = if changed.is_empty() {
+            "nothing changed".to_owned()
+        } else {
+            changed.join("; ")
+        };
+        info!(peers = self.plan.peers.len(), "configuration reloaded: {changed}");
     }
 }

@@ -364,7 +364,9 @@ impl Renderer {
         std::thread::Builder::new()
             .name("airpack-render".into())
             .spawn(move || {
-                let normal = libc::sched_param { sched_priority: 0 };
+                // SAFETY: sched_param is plain integers; all zeroes is
+                // priority 0 (and portable to musl's wider struct).
+                let normal: libc::sched_param = unsafe { std::mem::zeroed() };
                 // SAFETY: changes the calling thread's own policy.
                 unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &normal) };
                 while let Ok(job) = job_rx.recv() {
