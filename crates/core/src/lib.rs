@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod engine;
+pub mod neighbor;
 pub mod wire;
 
 pub use engine::{
