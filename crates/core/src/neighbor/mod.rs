@@ -10,3 +10,4 @@
 //! passes a random value for the jitter), the engine itself.
 
 pub mod hello;
+pub mod quality;
