@@ -11,3 +11,4 @@
 
 pub mod hello;
 pub mod quality;
+pub mod table;
