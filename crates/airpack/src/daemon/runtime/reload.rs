@@ -44,6 +44,7 @@ impl Daemon {
             keep!(daemon.sched_priority);
             keep!(daemon.cpu_latency_us);
             keep!(aggregation.protocol);
+            keep!(discovery);
             if !kept.is_empty() {
                 warn!(
                     "reload: {} only take effect after a restart; keeping the running values",
@@ -112,6 +113,8 @@ impl Daemon {
         self.resolver.invalidate();
         self.lookups.invalidate();
         self.plan = new;
+        // The new peer map knows only static peers: put discovered ones back.
+        self.reapply_discovered();
         self.counters.reloads += 1;
         info!(peers = self.plan.peers.len(), "configuration reloaded");
     }

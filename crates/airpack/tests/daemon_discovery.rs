@@ -1,0 +1,214 @@
+//! Neighbour discovery (issue 11): four nodes on one Ethernet segment (a
+//! bridge), three running airpack with `[discovery]` and no `[[peer]]`, one
+//! plain node.
+//!
+//! - A discovers B and C (bidirectional hellos), never the plain node D;
+//! - A's voice to B travels in bundles; A's voice to D leaves unbundled and
+//!   arrives complete (a node without airpack is never a blackhole);
+//! - C's daemon stops: A takes C down (back to plain forwarding) and A's
+//!   voice to C then arrives complete, unbundled;
+//! - with a key on A and B, a daemon with another key (E) is never taken up
+//!   and its hellos are counted as `bad_tag`.
+//!
+//! The strict timing rules (up only after a bidirectional exchange, down
+//! within 3 intervals) are property-tested with simulated time in the core
+//! (`crates/core/tests/neighbor_table.rs`); here only bounded waits.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::time::Duration;
+
+const SUBNET: &str = "10.193.0";
+
+/// A bridge in its own namespace and one node per name, each with
+/// interface `eth0` = 10.193.0.<i+1>/24 on the bridge.
+fn segment(tag: &str, names: &[&str]) -> (Net, Vec<String>) {
+    let mut net = Net::new(tag);
+    let sw = net.ns("sw");
+    net.ip(&sw, &["link", "add", "br0", "type", "bridge"]);
+    net.ip(&sw, &["link", "set", "br0", "up"]);
+    let mut nodes = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let ns = net.ns(n);
+        let port = format!("p{n}");
+        sh(&[
+            "ip", "link", "add", "eth0", "netns", &ns, "type", "veth", "peer", "name", &port,
+            "netns", &sw,
+        ]);
+        net.ip(&sw, &["link", "set", &port, "master", "br0"]);
+        net.ip(&sw, &["link", "set", &port, "up"]);
+        net.ip(
+            &ns,
+            &[
+                "addr",
+                "add",
+                &format!("{SUBNET}.{}/24", i + 1),
+                "dev",
+                "eth0",
+            ],
+        );
+        net.ip(&ns, &["link", "set", "eth0", "up"]);
+        nodes.push(ns);
+    }
+    (net, nodes)
+}
+
+fn config(key: Option<&str>) -> String {
+    let mut s = String::from(
+        "[daemon]\nmode = \"hop-by-hop\"\ninterfaces = [\"eth0\"]\n\
+         [aggregation]\nhold_time_us = 5000\n\
+         [discovery]\nenabled = true\ninterval_ms = 200\n",
+    );
+    if let Some(k) = key {
+        s.push_str(&format!("key = \"{k}\"\n"));
+    }
+    s.push_str(VOICE_CLASS);
+    s
+}
+
+/// The neighbours of `d`'s only interface, from `airpack peers --json`.
+fn neighbors(d: &Daemon) -> Vec<Value> {
+    let p = d.peers();
+    p["discovery"]["links"][0]["neighbors"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn is_up(d: &Daemon, addr: &str) -> bool {
+    neighbors(d)
+        .iter()
+        .any(|n| n["address"] == addr && n["up"] == true)
+}
+
+fn engine_peer(d: &Daemon, addr: &str) -> Option<Value> {
+    d.stats()["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["peer"] == addr)
+        .cloned()
+}
+
+fn voice(src: &str, dst: &str, port: u16) -> Load {
+    Load {
+        src: src.parse().unwrap(),
+        dst: dst.parse().unwrap(),
+        src_port: port,
+        dst_port: port + 1000,
+        flows: 8,
+        per_flow: 100,
+        payload_len: 32,
+        pps: 2_000,
+    }
+}
+
+/// Sends `l` from `from_ns` to `to_ns` and returns what arrived.
+fn exchange(from_ns: &str, to_ns: &str, l: Load) -> RxLog {
+    let rx = receive_load(
+        to_ns,
+        l.clone(),
+        l.total(),
+        Duration::from_secs(3),
+        Duration::from_secs(60),
+    );
+    assert_eq!(send_load(from_ns, l.clone()).join().unwrap(), l.total());
+    rx.join().unwrap()
+}
+
+#[test]
+fn discovery_three_daemons_and_a_plain_node() {
+    if !can_run("discovery_three_daemons_and_a_plain_node") {
+        return;
+    }
+    let (net, n) = segment("hello-disc", &["a", "b", "c", "d"]);
+    let (a, b, c, d) = (&n[0], &n[1], &n[2], &n[3]);
+    let ip = |i: u8| format!("{SUBNET}.{i}");
+    let mut da = net.daemon(a, &config(None), &[]);
+    let mut db = net.daemon(b, &config(None), &[]);
+    let mut dc = net.daemon(c, &config(None), &[]);
+
+    wait_until("A sees B and C up", Duration::from_secs(20), || {
+        is_up(&da, &ip(2)) && is_up(&da, &ip(3))
+    });
+    wait_until("B and C see A up", Duration::from_secs(20), || {
+        is_up(&db, &ip(1)) && is_up(&dc, &ip(1))
+    });
+    // The plain node sends no hellos: never a neighbour, never a peer.
+    assert!(neighbors(&da).iter().all(|x| x["address"] != ip(4)));
+    let pa = da.peers();
+    let links = &pa["discovery"]["links"][0];
+    assert!(links["hellos_sent"].as_u64().unwrap() > 0, "{pa}");
+    assert_eq!(links["hello_drops"]["bad_tag"], 0);
+
+    // A -> B: bundled, complete.
+    let l = voice(&ip(1), &ip(2), 16_000);
+    let log = exchange(a, b, l.clone());
+    let to_b = engine_peer(&da, &ip(2)).expect("B is an engine peer on A");
+    assert!(
+        to_b["bundles"].as_u64().unwrap() > 0,
+        "A bundled nothing toward B: {to_b}"
+    );
+    let from_a = engine_peer(&db, &ip(1)).expect("A is an engine peer on B");
+    let (_, alone) = assert_bundling_identity(&to_b, &from_a, l.total());
+    assert_delivered(&log, l.flows, l.per_flow, alone);
+
+    // A -> D (no airpack): unbundled, complete.
+    let before = da.stat("/total/daemon/passthrough");
+    let l = voice(&ip(1), &ip(4), 17_000);
+    exchange(a, d, l.clone()).assert_complete(l.flows, l.per_flow);
+    assert!(da.stat("/total/daemon/passthrough") - before >= l.total() as f64);
+    assert!(engine_peer(&da, &ip(4)).map_or(true, |p| p["bundles"] == 0));
+
+    // C stops: A takes it down and its traffic goes out plain.
+    assert_eq!(dc.stop(), 0, "log:\n{}", dc.log_text());
+    wait_until("A takes C down", Duration::from_secs(20), || {
+        !is_up(&da, &ip(3))
+    });
+    let bundles_to_c = engine_peer(&da, &ip(3)).map_or(0, |p| p["bundles"].as_u64().unwrap());
+    let l = voice(&ip(1), &ip(3), 18_000);
+    exchange(a, c, l.clone()).assert_complete(l.flows, l.per_flow);
+    let after = engine_peer(&da, &ip(3)).map_or(0, |p| p["bundles"].as_u64().unwrap());
+    assert_eq!(after, bundles_to_c, "bundles went to C after it stopped");
+    assert!(
+        da.log_text().contains("neighbour down"),
+        "{}",
+        da.log_text()
+    );
+
+    for x in [&mut da, &mut db] {
+        assert_eq!(x.stop(), 0, "log:\n{}", x.log_text());
+    }
+}
+
+#[test]
+fn discovery_with_a_key_refuses_strangers() {
+    if !can_run("discovery_with_a_key_refuses_strangers") {
+        return;
+    }
+    let (net, n) = segment("hello-key", &["a", "b", "e"]);
+    let ip = |i: u8| format!("{SUBNET}.{i}");
+    let key = "000102030405060708090a0b0c0d0e0f";
+    let other = "f0e0d0c0b0a090807060504030201000";
+    let mut da = net.daemon(&n[0], &config(Some(key)), &[]);
+    let mut db = net.daemon(&n[1], &config(Some(key)), &[]);
+    let mut de = net.daemon(&n[2], &config(Some(other)), &[]);
+    wait_until(
+        "A and B up with the shared key",
+        Duration::from_secs(20),
+        || is_up(&da, &ip(2)) && is_up(&db, &ip(1)),
+    );
+    wait_until("A refused E's hellos", Duration::from_secs(20), || {
+        da.peers()["discovery"]["links"][0]["hello_drops"]["bad_tag"]
+            .as_u64()
+            .unwrap()
+            >= 3
+    });
+    assert!(neighbors(&da).iter().all(|x| x["address"] != ip(3)));
+    assert!(neighbors(&de).iter().all(|x| x["up"] == false));
+    assert!(engine_peer(&da, &ip(3)).is_none());
+    for x in [&mut da, &mut db, &mut de] {
+        assert_eq!(x.stop(), 0, "log:\n{}", x.log_text());
+    }
+}
