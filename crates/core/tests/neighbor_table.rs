@@ -319,6 +319,8 @@ fn stops_listing_us_and_own_hellos_and_jitter() {
     t.handle_hello(10, b, &hello(2, 1, &[], None)).unwrap();
     assert_eq!(t.poll_event(), Some(Event::Down { addr: b, id: 2 }));
     assert_eq!(t.len(), 1, "still heard, one-way now");
+    assert_eq!(t.heard(b), Some(Encodings(1)));
+    assert_eq!(t.heard("10.0.0.9".parse().unwrap()), None);
     let mut buf = [0u8; 1500];
     let n = t.poll_hello(20, 0, &mut buf).unwrap();
     let h = Hello::parse(&buf[..n]).unwrap();

@@ -100,6 +100,13 @@ impl Encodings {
             .into_iter()
             .find(|&e| self.contains(e))
     }
+
+    /// The encoding two nodes use between them: the preferred one both
+    /// accept. Symmetric, so each side knows what the other sends without
+    /// asking.
+    pub fn common(self, other: Encodings) -> Option<Encoding> {
+        Encodings(self.0 & other.0).preferred()
+    }
 }
 
 /// Signal and noise of a neighbour's frames as the sender's radio reports
@@ -525,6 +532,22 @@ mod tests {
         }
         let plain = write(&[entry4()], None);
         assert!(!Hello::parse(&plain).unwrap().verify(3, &key));
+    }
+
+    #[test]
+    fn common_encoding_is_symmetric() {
+        let all = Encodings::of(&Encoding::ALL);
+        let kau = Encodings::of(&[Encoding::Kau]);
+        let sm = Encodings::of(&[Encoding::Simplemux, Encoding::Kau]);
+        assert_eq!(all.common(all), Some(Encoding::Native));
+        assert_eq!(all.common(sm), Some(Encoding::Simplemux));
+        assert_eq!(sm.common(all), Some(Encoding::Simplemux));
+        assert_eq!(kau.common(sm), Some(Encoding::Kau));
+        assert_eq!(
+            Encodings(0x08).common(all),
+            None,
+            "unknown bits never match"
+        );
     }
 
     #[test]

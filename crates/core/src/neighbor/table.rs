@@ -517,6 +517,16 @@ impl Table {
         None
     }
 
+    /// The encodings of a neighbour we hear (up or not), if we hear it: a
+    /// receiver accepts bundles from any node whose hellos it takes (with a
+    /// key: authenticated ones), since the sender may count the link up one
+    /// hello before the receiver does.
+    pub fn heard(&self, addr: IpAddr) -> Option<Encodings> {
+        self.find(addr)
+            .and_then(|i| self.slots[i].as_ref())
+            .map(|n| n.encodings)
+    }
+
     /// The neighbours held, for the operator.
     pub fn neighbors(&self) -> impl Iterator<Item = NeighborView> + '_ {
         self.slots

@@ -62,6 +62,11 @@ pub(super) struct Discovery {
     next: Micros,
 }
 
+/// The encodings this daemon accepts (all it can decode).
+fn ours() -> Encodings {
+    Encodings::of(&Encoding::ALL)
+}
+
 /// 8 random bytes from the kernel (ids must differ between nodes).
 fn random_u64() -> u64 {
     let mut b = [0u8; 8];
@@ -162,7 +167,7 @@ impl Discovery {
             tc.hold_intervals = c.hold_intervals;
             tc.capacity = c.max_neighbors;
             tc.auth = key.clone();
-            tc.encodings = Encodings::of(&Encoding::ALL);
+            tc.encodings = ours();
             tc.model = AirModel::dot11b_long(c.rate_mbps);
             tc.min_bundle = c.min_size.min(usize::from(u16::MAX)) as u16;
             tc.max_bundle = plan.config.aggregation.max_size.min(usize::from(u16::MAX)) as u16;
@@ -192,6 +197,15 @@ impl Discovery {
             buf: vec![0; HELLO_BUF],
             next: 0,
         }))
+    }
+
+    /// The encoding bundles from `src` use, if `src` is a neighbour whose
+    /// hellos we take (up or not yet: see `Table::heard`).
+    pub(super) fn heard(&self, src: IpAddr) -> Option<Encoding> {
+        self.links
+            .iter()
+            .find_map(|l| l.table.heard(src))
+            .and_then(|e| ours().common(e))
     }
 
     /// (descriptor, token) of each hello socket, for the poller.
@@ -366,15 +380,12 @@ impl Daemon {
         d.recompute();
     }
 
-    /// The engine configuration for a discovered neighbour.
+    /// The engine configuration for a discovered neighbour. The encoding is
+    /// the preferred one both accept (the receiver picks the same one:
+    /// `Encodings::common` is symmetric), not `aggregation.encoding`.
     fn discovered_config(&self, p: &PeerInfo) -> airpack_core::PeerConfig {
         let mut cfg = self.plan.engine.peer_defaults.clone();
-        let wanted: Encoding = self.plan.config.aggregation.encoding.into();
-        let enc = if p.encodings.contains(wanted) {
-            Some(wanted)
-        } else {
-            p.encodings.preferred()
-        };
+        let enc = ours().common(p.encodings);
         let transport: Transport = self.plan.config.daemon.transport;
         cfg.outer_overhead = Plan::outer_overhead(transport, p.addr);
         cfg.max_size = cfg.max_size.min(usize::from(p.max_bundle));
