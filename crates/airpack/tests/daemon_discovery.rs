@@ -331,3 +331,84 @@ fn discovery_lossy_link_asks_for_smaller_bundles() {
         assert_eq!(x.stop(), 0, "log:\n{}", x.log_text());
     }
 }
+
+/// IPv6 only (link-local addresses on the link, service addresses on lo
+/// routed via `fe80::`, as in daemon_link_local.rs), no `[[peer]]`: the IPv6
+/// hellos make each node a link-local peer of the other, and voice between
+/// the service addresses travels in bundles both ways, complete.
+#[test]
+fn discovery_ipv6_link_local_next_hops() {
+    if !can_run("discovery_ipv6_link_local_next_hops") {
+        return;
+    }
+    let mut net = Net::new("hello-v6");
+    let a = net.ns("a");
+    let b = net.ns("b");
+    for ns in [&a, &b] {
+        net.sysctl(ns, "net.ipv6.conf.all.accept_dad", "0");
+        net.sysctl(ns, "net.ipv6.conf.default.accept_dad", "0");
+        net.sysctl(ns, "net.ipv6.conf.all.forwarding", "1");
+    }
+    sh(&[
+        "ip", "link", "add", "eth0", "netns", &a, "type", "veth", "peer", "name", "eth0", "netns",
+        &b,
+    ]);
+    for (ns, ll, own, other, gw) in [
+        (
+            &a,
+            "fe80::a/64",
+            "fd00:93a::1/128",
+            "fd00:93b::1/128",
+            "fe80::b",
+        ),
+        (
+            &b,
+            "fe80::b/64",
+            "fd00:93b::1/128",
+            "fd00:93a::1/128",
+            "fe80::a",
+        ),
+    ] {
+        net.ip(ns, &["link", "set", "dev", "eth0", "addrgenmode", "none"]);
+        net.ip(ns, &["-6", "addr", "add", ll, "dev", "eth0", "nodad"]);
+        net.ip(ns, &["link", "set", "eth0", "up"]);
+        net.ip(ns, &["-6", "addr", "add", own, "dev", "lo"]);
+        net.ip(ns, &["-6", "route", "add", other, "via", gw, "dev", "eth0"]);
+    }
+    let mut da = net.daemon(&a, &config(None), &[]);
+    let mut db = net.daemon(&b, &config(None), &[]);
+    let v6_up = |d: &Daemon, addr: &str| {
+        let p = d.peers();
+        p["discovery"]["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["family"] == "ipv6")
+            .flat_map(|l| l["neighbors"].as_array().cloned().unwrap_or_default())
+            .any(|n| n["address"] == addr && n["up"] == true)
+    };
+    wait_until("A and B up over IPv6", Duration::from_secs(20), || {
+        v6_up(&da, "fe80::b") && v6_up(&db, "fe80::a")
+    });
+    for (from, to, src, dst, port, d) in [
+        (&a, &b, "fd00:93a::1", "fd00:93b::1", 16_000, &da),
+        (&b, &a, "fd00:93b::1", "fd00:93a::1", 17_000, &db),
+    ] {
+        let l = voice(src, dst, port);
+        exchange(from, to, l.clone()).assert_complete(l.flows, l.per_flow);
+        let peer = if d.ns == da.ns {
+            "fe80::b%eth0"
+        } else {
+            "fe80::a%eth0"
+        };
+        let p = engine_peer(d, peer).unwrap_or_else(|| panic!("{peer} not a peer: {}", d.stats()));
+        assert!(p["bundles"].as_u64().unwrap() > 0, "{p}");
+    }
+    for x in [&da, &db] {
+        assert_eq!(x.stat("/total/daemon/rx_rejected/unknown_peer"), 0.0);
+        assert_eq!(x.stat("/total/daemon/rx_rejected/spoofed_source"), 0.0);
+    }
+    for x in [&mut da, &mut db] {
+        assert_eq!(x.stop(), 0, "log:\n{}", x.log_text());
+    }
+}

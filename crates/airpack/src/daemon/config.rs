@@ -15,7 +15,7 @@ use airpack_core::{Encoding, EngineConfig, PeerConfig};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
@@ -292,6 +292,10 @@ pub struct DiscoverySection {
     pub port: u16,
     /// IPv4 link-local multicast group hellos are sent to.
     pub group_v4: Ipv4Addr,
+    /// Also send and listen for hellos over IPv6 (from the link-local address).
+    pub ipv6: bool,
+    /// IPv6 link-local multicast group (ff02::/16) of IPv6 hellos.
+    pub group_v6: Ipv6Addr,
     /// Hello interval, ms (each hello is sent up to a quarter earlier at random).
     pub interval_ms: u32,
     /// A neighbour that sends no hello for this many of its intervals is gone.
@@ -317,6 +321,8 @@ impl Default for DiscoverySection {
             enabled: false,
             port: 4151,
             group_v4: Ipv4Addr::new(224, 0, 0, 151),
+            ipv6: true,
+            group_v6: Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x151),
             interval_ms: 1000,
             hold_intervals: 3,
             max_neighbors: 64,
@@ -1436,6 +1442,15 @@ fn check_discovery(at: &Located<'_>, config: &Config) -> anyhow::Result<()> {
         return Err(e(
             "port",
             format!("{} must be non-zero and not daemon.udp_port", d.port),
+        ));
+    }
+    if d.group_v6.segments()[0] & 0xff0f != 0xff02 {
+        return Err(e(
+            "group_v6",
+            format!(
+                "{} is not a link-local multicast group (ff02::/16)",
+                d.group_v6
+            ),
         ));
     }
     if !d.group_v4.is_multicast() {

@@ -191,11 +191,7 @@ impl Daemon {
             Some(_) => None,
             // A discovered neighbour that counts us up one hello before we
             // count it (its hellos are taken; see `Table::heard`).
-            None => self
-                .discovery
-                .as_ref()
-                .and_then(|d| d.heard(src))
-                .map(|e| (e, 0)),
+            None => self.discovery.as_ref().and_then(|d| d.heard(src, scope)),
         };
         let Some((encoding, peer_if)) = known else {
             self.counters.rx_unknown_peer += 1;

@@ -1,18 +1,21 @@
 //! Neighbour discovery on the steered interfaces (issue 11 point 2, first
-//! step): one UDP socket per interface of `daemon.interfaces`, sending hellos
-//! to a link-local IPv4 multicast group and reading the neighbours', each
+//! step): UDP sockets on each interface of `daemon.interfaces`, one per
+//! family (IPv4 and, unless `discovery.ipv6 = false`, IPv6), sending hellos
+//! to a link-local multicast group and reading the neighbours', each
 //! driving an `airpack_core::neighbor::table::Table`; its events set up and
 //! remove engine peers, so hop-by-hop mode needs no `[[peer]]` list. Static
 //! peers override: discovery never changes or removes them.
 //!
 //! Must not touch: the packet path (hellos are a few per second), the
 //! hello format or the neighbour rules (that is `airpack_core::neighbor`).
-//! Not done yet: IPv6 hellos (ff02::/16), radio signal/noise from nl80211,
-//! retrying an interface that did not exist at start.
+//! IPv6 neighbours are known by their link-local address and interface
+//! (`fe80::x%if`), as link-local `[[peer]]`s are. Not done yet: radio
+//! signal/noise from nl80211, retrying an interface that did not exist (or
+//! had no address) at start.
 
 use super::peers::PeerEntry;
 use super::Daemon;
-use crate::daemon::config::{Plan, Transport};
+use crate::daemon::config::{is_link_local_v6, Plan, Transport};
 use crate::linux;
 use airpack_core::auth::Key;
 use airpack_core::neighbor::hello::Encodings;
@@ -24,22 +27,25 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use tracing::{debug, info, warn};
 
 /// Poll tokens of the hello sockets: `TOK_HELLO_BASE + link index`.
 pub(super) const TOK_HELLO_BASE: u64 = 20;
-/// Most interfaces with hellos (tokens up to `TOK_CONN_BASE`).
+/// Most hello sockets (interfaces × families; tokens up to `TOK_CONN_BASE`).
 const MAX_LINKS: usize = 64;
 /// Hellos read per socket per wakeup.
 const RX_BATCH: usize = 32;
 /// A hello fits one 1500-byte frame with IPv4 and UDP headers.
 const HELLO_BUF: usize = 1472;
 
-/// One interface's hello socket and neighbour table.
+/// One interface's hello socket of one family and its neighbour table.
 struct HelloLink {
     ifname: String,
+    ifindex: u32,
+    /// Where hellos go: the group, with the interface as scope for IPv6.
+    dest: SocketAddr,
     sock: UdpSocket,
     table: Table,
     send_errors: u64,
@@ -49,9 +55,8 @@ struct HelloLink {
 /// The daemon's discovery state.
 pub(super) struct Discovery {
     links: Vec<HelloLink>,
-    group: SocketAddrV4,
-    /// Up neighbours over all links, by address.
-    up: HashMap<IpAddr, PeerInfo>,
+    /// Up neighbours over all links, by address, with their link.
+    up: HashMap<IpAddr, (PeerInfo, usize)>,
     /// Up neighbours that are also static peers (left alone).
     overridden: u64,
     id: u64,
@@ -116,10 +121,95 @@ fn mreqn(fd: RawFd, opt: libc::c_int, group: Ipv4Addr, ifindex: u32) -> io::Resu
     }
 }
 
+/// An integer socket option nix does not name.
+fn set_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
+    // SAFETY: a valid socket and an int option value the kernel copies.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// IPV6_ADD_MEMBERSHIP on interface `ifindex`.
+fn join_v6(fd: RawFd, group: Ipv6Addr, ifindex: u32) -> io::Result<()> {
+    let m = libc::ipv6_mreq {
+        ipv6mr_multiaddr: libc::in6_addr {
+            s6_addr: group.octets(),
+        },
+        ipv6mr_interface: ifindex,
+    };
+    // SAFETY: a valid socket and a properly sized ipv6_mreq the kernel copies.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_ADD_MEMBERSHIP,
+            (&m as *const libc::ipv6_mreq).cast(),
+            std::mem::size_of::<libc::ipv6_mreq>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A nonblocking IPv6 UDP socket on `ifname` only, bound to `port`, member
+/// of `group`, sending with hop limit 1, no loopback and the bypass mark.
+fn open_socket_v6(
+    ifindex: u32,
+    ifname: &str,
+    port: u16,
+    group: Ipv6Addr,
+    mark: u32,
+) -> io::Result<UdpSocket> {
+    let fd = ns::socket(
+        ns::AddressFamily::Inet6,
+        ns::SockType::Datagram,
+        ns::SockFlag::SOCK_NONBLOCK | ns::SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    ns::setsockopt(&fd, sockopt::Ipv6V6Only, &true)?;
+    ns::setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    ns::setsockopt(&fd, sockopt::BindToDevice, &OsString::from(ifname))?;
+    ns::setsockopt(&fd, sockopt::Mark, &mark)?;
+    ns::setsockopt(&fd, sockopt::Ipv6MulticastHops, &1)?;
+    let raw = fd.as_raw_fd();
+    set_int(raw, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_LOOP, 0)?;
+    set_int(
+        raw,
+        libc::IPPROTO_IPV6,
+        libc::IPV6_MULTICAST_IF,
+        ifindex as libc::c_int,
+    )?;
+    ns::bind(
+        raw,
+        &ns::SockaddrIn6::from(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0)),
+    )?;
+    join_v6(raw, group, ifindex)?;
+    Ok(UdpSocket::from(fd))
+}
+
 /// A nonblocking UDP socket on `ifname` only, bound to `port`, member of
 /// `group`, sending with TTL 1, no loopback and the bypass mark.
-fn open_socket(ifname: &str, port: u16, group: Ipv4Addr, mark: u32) -> io::Result<UdpSocket> {
-    let ifindex = linux::tun::ifindex(ifname)?;
+fn open_socket(
+    ifindex: u32,
+    ifname: &str,
+    port: u16,
+    group: Ipv4Addr,
+    mark: u32,
+) -> io::Result<UdpSocket> {
     let fd = ns::socket(
         ns::AddressFamily::Inet,
         ns::SockType::Datagram,
@@ -153,43 +243,68 @@ impl Discovery {
         let id = random_u64();
         let seq0 = epoch_micros();
         let mut links = Vec::new();
-        for ifname in plan.config.daemon.interfaces.iter().take(MAX_LINKS) {
-            let sock = match open_socket(ifname, c.port, c.group_v4, plan.config.daemon.bypass_mark)
-            {
-                Ok(s) => s,
-                Err(e) => {
-                    warn!(interface = %ifname, "no hellos on this interface: {e}");
+        let mark = plan.config.daemon.bypass_mark;
+        let families = if c.ipv6 {
+            &[false, true][..]
+        } else {
+            &[false][..]
+        };
+        for ifname in &plan.config.daemon.interfaces {
+            for &v6 in families {
+                if links.len() >= MAX_LINKS {
+                    warn!(interface = %ifname, "too many hello sockets; no hellos here");
                     continue;
                 }
-            };
-            let mut tc = TableConfig::new(id);
-            tc.interval = u64::from(c.interval_ms) * 1000;
-            tc.hold_intervals = c.hold_intervals;
-            tc.capacity = c.max_neighbors;
-            tc.auth = key.clone();
-            tc.encodings = ours();
-            tc.model = AirModel::dot11b_long(c.rate_mbps);
-            tc.min_bundle = c.min_size.min(usize::from(u16::MAX)) as u16;
-            tc.max_bundle = plan.config.aggregation.max_size.min(usize::from(u16::MAX)) as u16;
-            links.push(HelloLink {
-                ifname: ifname.clone(),
-                sock,
-                table: Table::new(tc, seq0),
-                send_errors: 0,
-                recv_errors: 0,
-            });
+                let opened = linux::tun::ifindex(ifname).and_then(|ifindex| {
+                    let s = if v6 {
+                        open_socket_v6(ifindex, ifname, c.port, c.group_v6, mark)?
+                    } else {
+                        open_socket(ifindex, ifname, c.port, c.group_v4, mark)?
+                    };
+                    Ok((ifindex, s))
+                });
+                let (ifindex, sock) = match opened {
+                    Ok(x) => x,
+                    Err(e) => {
+                        let family = if v6 { "IPv6" } else { "IPv4" };
+                        warn!(interface = %ifname, "no {family} hellos on this interface: {e}");
+                        continue;
+                    }
+                };
+                let dest = if v6 {
+                    SocketAddr::V6(SocketAddrV6::new(c.group_v6, c.port, 0, ifindex))
+                } else {
+                    SocketAddr::V4(SocketAddrV4::new(c.group_v4, c.port))
+                };
+                let mut tc = TableConfig::new(id);
+                tc.interval = u64::from(c.interval_ms) * 1000;
+                tc.hold_intervals = c.hold_intervals;
+                tc.capacity = c.max_neighbors;
+                tc.auth = key.clone();
+                tc.encodings = ours();
+                tc.model = AirModel::dot11b_long(c.rate_mbps);
+                tc.min_bundle = c.min_size.min(usize::from(u16::MAX)) as u16;
+                tc.max_bundle = plan.config.aggregation.max_size.min(usize::from(u16::MAX)) as u16;
+                links.push(HelloLink {
+                    ifname: ifname.clone(),
+                    ifindex,
+                    dest,
+                    sock,
+                    table: Table::new(tc, seq0),
+                    send_errors: 0,
+                    recv_errors: 0,
+                });
+            }
         }
         info!(
             id = format!("{id:016x}"),
-            interfaces = ?links.iter().map(|l| &l.ifname).collect::<Vec<_>>(),
-            group = %c.group_v4,
+            sockets = ?links.iter().map(|l| format!("{}%{}", l.dest, l.ifname)).collect::<Vec<_>>(),
             port = c.port,
             authenticated = key.is_some(),
             "neighbour discovery on"
         );
         Ok(Some(Discovery {
             links,
-            group: SocketAddrV4::new(c.group_v4, c.port),
             up: HashMap::new(),
             overridden: 0,
             id,
@@ -199,13 +314,21 @@ impl Discovery {
         }))
     }
 
-    /// The encoding bundles from `src` use, if `src` is a neighbour whose
-    /// hellos we take (up or not yet: see `Table::heard`).
-    pub(super) fn heard(&self, src: IpAddr) -> Option<Encoding> {
+    /// The encoding bundles from `src` (arriving with IPv6 scope `scope`)
+    /// use and the interface index to check its inner sources against (0:
+    /// any), if `src` is a neighbour whose hellos we take (up or not yet: see
+    /// `Table::heard`). A link-local neighbour counts only on its interface.
+    pub(super) fn heard(&self, src: IpAddr, scope: u32) -> Option<(Encoding, u32)> {
+        let ll = is_link_local_v6(src);
         self.links
             .iter()
-            .find_map(|l| l.table.heard(src))
-            .and_then(|e| ours().common(e))
+            .filter(|l| !ll || l.ifindex == scope)
+            .find_map(|l| {
+                l.table
+                    .heard(src)
+                    .map(|e| (e, if ll { l.ifindex } else { 0 }))
+            })
+            .and_then(|(e, i)| ours().common(e).map(|e| (e, i)))
     }
 
     /// (descriptor, token) of each hello socket, for the poller.
@@ -281,7 +404,7 @@ impl Discovery {
             let l = &mut self.links[i];
             l.table.handle_timeout(now);
             if let Some(n) = l.table.poll_hello(now, r, &mut self.buf) {
-                if let Err(e) = l.sock.send_to(&self.buf[..n], self.group) {
+                if let Err(e) = l.sock.send_to(&self.buf[..n], l.dest) {
                     l.send_errors += 1;
                     debug!(interface = %l.ifname, "hello send: {e}");
                 }
@@ -289,9 +412,12 @@ impl Discovery {
         }
     }
 
-    /// The next neighbour event of any link.
-    fn next_event(&mut self) -> Option<Event> {
-        self.links.iter_mut().find_map(|l| l.table.poll_event())
+    /// The next neighbour event of any link, with the link's index.
+    fn next_event(&mut self) -> Option<(usize, Event)> {
+        self.links
+            .iter_mut()
+            .enumerate()
+            .find_map(|(i, l)| l.table.poll_event().map(|e| (i, e)))
     }
 
     /// The `discovery` object of `airpack peers --json`.
@@ -326,6 +452,7 @@ impl Discovery {
                     .collect();
                 json!({
                     "interface": l.ifname,
+                    "family": if l.dest.is_ipv4() { "ipv4" } else { "ipv6" },
                     "hellos_sent": s.sent,
                     "hellos_received": s.received,
                     "hellos_accepted": s.accepted,
@@ -374,8 +501,8 @@ impl Daemon {
 
     fn discovery_settle(&mut self, d: &mut Discovery, now: Micros) {
         d.tick(now);
-        while let Some(ev) = d.next_event() {
-            self.apply_neighbor(d, ev);
+        while let Some((link, ev)) = d.next_event() {
+            self.apply_neighbor(d, link, ev);
         }
         d.recompute();
     }
@@ -397,10 +524,10 @@ impl Daemon {
         cfg
     }
 
-    fn apply_neighbor(&mut self, d: &mut Discovery, ev: Event) {
+    fn apply_neighbor(&mut self, d: &mut Discovery, link: usize, ev: Event) {
         match ev {
             Event::Up(p) | Event::Changed(p) => {
-                let first = d.up.insert(p.addr, p).is_none();
+                let first = d.up.insert(p.addr, (p, link)).is_none();
                 if self.plan.peer(p.addr).is_some() {
                     if first {
                         d.overridden += 1;
@@ -424,12 +551,17 @@ impl Daemon {
                     warn!(neighbor = %p.addr, "engine refused discovered peer: {}", r.reason());
                     return;
                 }
+                // A link-local neighbour is reached (and heard) on its link only.
+                let (interface, ifindex) = match d.links.get(link) {
+                    Some(l) if is_link_local_v6(p.addr) => (Some(l.ifname.clone()), l.ifindex),
+                    _ => (None, 0),
+                };
                 self.peers.insert(
                     p.addr,
                     PeerEntry {
                         encoding,
-                        interface: None,
-                        ifindex: 0,
+                        interface,
+                        ifindex,
                     },
                 );
             }
@@ -452,9 +584,9 @@ impl Daemon {
         let Some(mut d) = self.discovery.take() else {
             return;
         };
-        let up: Vec<PeerInfo> = d.up.values().copied().collect();
-        for p in up {
-            self.apply_neighbor(&mut d, Event::Changed(p));
+        let up: Vec<(PeerInfo, usize)> = d.up.values().copied().collect();
+        for (p, link) in up {
+            self.apply_neighbor(&mut d, link, Event::Changed(p));
         }
         self.discovery = Some(d);
     }
