@@ -412,3 +412,51 @@ fn discovery_ipv6_link_local_next_hops() {
         assert_eq!(x.stop(), 0, "log:\n{}", x.log_text());
     }
 }
+
+/// A's interface does not exist when its daemon starts: the hello sockets are
+/// opened when the route monitor reports the link, and A and B come up and
+/// bundle; the interface is then deleted and created again (a new index):
+/// the sockets follow and A and B come up again.
+#[test]
+fn discovery_follows_interfaces_that_appear() {
+    if !can_run("discovery_follows_interfaces_that_appear") {
+        return;
+    }
+    let mut net = Net::new("hello-late");
+    let a = net.ns("a");
+    let b = net.ns("b");
+    let mut da = net.daemon(&a, &config(None), &[]);
+    let links = |d: &Daemon| d.peers()["discovery"]["links"].clone();
+    assert_eq!(links(&da)[0]["open"], false, "{}", links(&da));
+    net.link(&a, "eth0", "10.194.0.1/24", &b, "eth0", "10.194.0.2/24");
+    let mut db = net.daemon(&b, &config(None), &[]);
+    let up = |d: &Daemon, addr: &str| {
+        d.peers()["discovery"]["links"][0]["neighbors"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .any(|n| n["address"] == addr && n["up"] == true)
+    };
+    wait_until("A and B up", Duration::from_secs(20), || {
+        up(&da, "10.194.0.2") && up(&db, "10.194.0.1")
+    });
+    let l = voice("10.194.0.1", "10.194.0.2", 16_000);
+    exchange(&a, &b, l.clone()).assert_complete(l.flows, l.per_flow);
+    let p = engine_peer(&da, "10.194.0.2").expect("B is a peer");
+    assert!(p["bundles"].as_u64().unwrap() > 0, "{p}");
+
+    // Deleted and created again: a new interface index.
+    net.ip(&a, &["link", "del", "eth0"]);
+    wait_until("A takes B down", Duration::from_secs(20), || {
+        !up(&da, "10.194.0.2")
+    });
+    net.link(&a, "eth0", "10.194.0.1/24", &b, "eth0", "10.194.0.2/24");
+    wait_until("A and B up again", Duration::from_secs(20), || {
+        up(&da, "10.194.0.2") && up(&db, "10.194.0.1")
+    });
+    assert_eq!(links(&da)[0]["open"], true);
+    for x in [&mut da, &mut db] {
+        assert_eq!(x.stop(), 0, "log:\n{}", x.log_text());
+    }
+}

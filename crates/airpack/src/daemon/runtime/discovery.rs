@@ -10,8 +10,8 @@
 //! hello format or the neighbour rules (that is `airpack_core::neighbor`).
 //! IPv6 neighbours are known by their link-local address and interface
 //! (`fe80::x%if`), as link-local `[[peer]]`s are. Not done yet: radio
-//! signal/noise from nl80211, retrying an interface that did not exist (or
-//! had no address) at start.
+//! signal/noise from nl80211. An interface missing at start (or deleted and
+//! created again) gets its sockets when the route monitor reports the link.
 
 use super::peers::PeerEntry;
 use super::Daemon;
@@ -43,17 +43,59 @@ const HELLO_BUF: usize = 1472;
 /// One interface's hello socket of one family and its neighbour table.
 struct HelloLink {
     ifname: String,
+    v6: bool,
+    /// The interface's index when the socket was opened (0: never).
     ifindex: u32,
     /// Where hellos go: the group, with the interface as scope for IPv6.
     dest: SocketAddr,
-    sock: UdpSocket,
+    /// `None` while the interface is missing or unusable.
+    sock: Option<UdpSocket>,
     table: Table,
     send_errors: u64,
     recv_errors: u64,
 }
 
+/// What opening a hello socket needs.
+struct Spec {
+    port: u16,
+    group_v4: Ipv4Addr,
+    group_v6: Ipv6Addr,
+    mark: u32,
+}
+
+impl HelloLink {
+    /// (Re)opens the socket on the interface's current index.
+    fn open(&mut self, spec: &Spec) -> io::Result<()> {
+        self.sock = None;
+        let ifindex = linux::tun::ifindex(&self.ifname)?;
+        let sock = if self.v6 {
+            open_socket_v6(ifindex, &self.ifname, spec.port, spec.group_v6, spec.mark)?
+        } else {
+            open_socket(ifindex, &self.ifname, spec.port, spec.group_v4, spec.mark)?
+        };
+        self.ifindex = ifindex;
+        self.dest = if self.v6 {
+            SocketAddr::V6(SocketAddrV6::new(spec.group_v6, spec.port, 0, ifindex))
+        } else {
+            SocketAddr::V4(SocketAddrV4::new(spec.group_v4, spec.port))
+        };
+        self.sock = Some(sock);
+        Ok(())
+    }
+
+    fn family(&self) -> &'static str {
+        if self.v6 {
+            "IPv6"
+        } else {
+            "IPv4"
+        }
+    }
+}
+
 /// The daemon's discovery state.
 pub(super) struct Discovery {
+    spec: Spec,
+    /// One per (interface, family), fixed at start: the index is the token.
     links: Vec<HelloLink>,
     /// Up neighbours over all links, by address, with their link.
     up: HashMap<IpAddr, (PeerInfo, usize)>,
@@ -243,7 +285,12 @@ impl Discovery {
         let id = random_u64();
         let seq0 = epoch_micros();
         let mut links = Vec::new();
-        let mark = plan.config.daemon.bypass_mark;
+        let spec = Spec {
+            port: c.port,
+            group_v4: c.group_v4,
+            group_v6: c.group_v6,
+            mark: plan.config.daemon.bypass_mark,
+        };
         let families = if c.ipv6 {
             &[false, true][..]
         } else {
@@ -255,27 +302,6 @@ impl Discovery {
                     warn!(interface = %ifname, "too many hello sockets; no hellos here");
                     continue;
                 }
-                let opened = linux::tun::ifindex(ifname).and_then(|ifindex| {
-                    let s = if v6 {
-                        open_socket_v6(ifindex, ifname, c.port, c.group_v6, mark)?
-                    } else {
-                        open_socket(ifindex, ifname, c.port, c.group_v4, mark)?
-                    };
-                    Ok((ifindex, s))
-                });
-                let (ifindex, sock) = match opened {
-                    Ok(x) => x,
-                    Err(e) => {
-                        let family = if v6 { "IPv6" } else { "IPv4" };
-                        warn!(interface = %ifname, "no {family} hellos on this interface: {e}");
-                        continue;
-                    }
-                };
-                let dest = if v6 {
-                    SocketAddr::V6(SocketAddrV6::new(c.group_v6, c.port, 0, ifindex))
-                } else {
-                    SocketAddr::V4(SocketAddrV4::new(c.group_v4, c.port))
-                };
                 let mut tc = TableConfig::new(id);
                 tc.interval = u64::from(c.interval_ms) * 1000;
                 tc.hold_intervals = c.hold_intervals;
@@ -285,25 +311,31 @@ impl Discovery {
                 tc.model = AirModel::dot11b_long(c.rate_mbps);
                 tc.min_bundle = c.min_size.min(usize::from(u16::MAX)) as u16;
                 tc.max_bundle = plan.config.aggregation.max_size.min(usize::from(u16::MAX)) as u16;
-                links.push(HelloLink {
+                let mut l = HelloLink {
                     ifname: ifname.clone(),
-                    ifindex,
-                    dest,
-                    sock,
+                    v6,
+                    ifindex: 0,
+                    dest: SocketAddr::V4(SocketAddrV4::new(c.group_v4, c.port)),
+                    sock: None,
                     table: Table::new(tc, seq0),
                     send_errors: 0,
                     recv_errors: 0,
-                });
+                };
+                if let Err(e) = l.open(&spec) {
+                    warn!(interface = %ifname, "no {} hellos on this interface (yet): {e}", l.family());
+                }
+                links.push(l);
             }
         }
         info!(
             id = format!("{id:016x}"),
-            sockets = ?links.iter().map(|l| format!("{}%{}", l.dest, l.ifname)).collect::<Vec<_>>(),
+            sockets = ?links.iter().filter(|l| l.sock.is_some()).map(|l| format!("{}%{}", l.dest, l.ifname)).collect::<Vec<_>>(),
             port = c.port,
             authenticated = key.is_some(),
             "neighbour discovery on"
         );
         Ok(Some(Discovery {
+            spec,
             links,
             up: HashMap::new(),
             overridden: 0,
@@ -322,7 +354,7 @@ impl Discovery {
         let ll = is_link_local_v6(src);
         self.links
             .iter()
-            .filter(|l| !ll || l.ifindex == scope)
+            .filter(|l| !ll || (l.ifindex != 0 && l.ifindex == scope))
             .find_map(|l| {
                 l.table
                     .heard(src)
@@ -333,10 +365,11 @@ impl Discovery {
 
     /// (descriptor, token) of each hello socket, for the poller.
     pub(super) fn fds(&self) -> impl Iterator<Item = (RawFd, u64)> + '_ {
-        self.links
-            .iter()
-            .enumerate()
-            .map(|(i, l)| (l.sock.as_raw_fd(), TOK_HELLO_BASE + i as u64))
+        self.links.iter().enumerate().filter_map(|(i, l)| {
+            l.sock
+                .as_ref()
+                .map(|s| (s.as_raw_fd(), TOK_HELLO_BASE + i as u64))
+        })
     }
 
     /// Whether `token` is a hello socket's.
@@ -370,8 +403,9 @@ impl Discovery {
         let Some(l) = self.links.get_mut(i) else {
             return;
         };
+        let Some(sock) = &l.sock else { return };
         for _ in 0..RX_BATCH {
-            match l.sock.recv_from(&mut self.buf) {
+            match sock.recv_from(&mut self.buf) {
                 Ok((n, from)) => {
                     let ip = match from {
                         SocketAddr::V4(a) => IpAddr::V4(*a.ip()),
@@ -403,8 +437,9 @@ impl Discovery {
             let r = self.random();
             let l = &mut self.links[i];
             l.table.handle_timeout(now);
-            if let Some(n) = l.table.poll_hello(now, r, &mut self.buf) {
-                if let Err(e) = l.sock.send_to(&self.buf[..n], l.dest) {
+            // Without a socket the table still runs: its neighbours expire.
+            if let (Some(n), Some(sock)) = (l.table.poll_hello(now, r, &mut self.buf), &l.sock) {
+                if let Err(e) = sock.send_to(&self.buf[..n], l.dest) {
                     l.send_errors += 1;
                     debug!(interface = %l.ifname, "hello send: {e}");
                 }
@@ -452,7 +487,8 @@ impl Discovery {
                     .collect();
                 json!({
                     "interface": l.ifname,
-                    "family": if l.dest.is_ipv4() { "ipv4" } else { "ipv6" },
+                    "family": if l.v6 { "ipv6" } else { "ipv4" },
+                    "open": l.sock.is_some(),
                     "hellos_sent": s.sent,
                     "hellos_received": s.received,
                     "hellos_accepted": s.accepted,
@@ -574,6 +610,37 @@ impl Daemon {
                 // Queued packets leave unbundled, never lost.
                 self.engine.remove_peer(addr);
                 self.peers.remove(&addr);
+            }
+        }
+    }
+
+    /// Links changed (route monitor): open the hello sockets of interfaces
+    /// that appeared, reopen those whose interface was created again.
+    pub(super) fn discovery_refresh(&mut self) {
+        let Some(d) = &mut self.discovery else { return };
+        for (i, l) in d.links.iter_mut().enumerate() {
+            let now_index = linux::tun::ifindex(&l.ifname).unwrap_or(0);
+            if l.sock.is_some() && now_index == l.ifindex {
+                continue;
+            }
+            if let Some(s) = l.sock.take() {
+                let _ = self.poller.delete(s.as_raw_fd());
+                info!(interface = %l.ifname, "{} hello socket closed: interface changed", l.family());
+            }
+            if now_index == 0 {
+                continue;
+            }
+            let token = TOK_HELLO_BASE + i as u64;
+            let opened = l.open(&d.spec).and_then(|()| {
+                let fd = l.sock.as_ref().map_or(-1, |s| s.as_raw_fd());
+                self.poller.add(fd, token, crate::linux::Interest::READ)
+            });
+            match opened {
+                Ok(()) => info!(interface = %l.ifname, "{} hellos on", l.family()),
+                Err(e) => {
+                    l.sock = None;
+                    debug!(interface = %l.ifname, "no {} hellos yet: {e}", l.family());
+                }
             }
         }
     }
