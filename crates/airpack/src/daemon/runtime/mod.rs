@@ -11,7 +11,8 @@
 //! Split by concern: [`sockets`] (bundle sockets, raw sender), [`peers`]
 //! (configured peers, inner source check), [`datapath`] (TUN, bundles,
 //! transmit), [`lookups`] (packets waiting for a next hop), [`routing`]
-//! (route/link changes, steered interfaces), [`reload`] (SIGHUP) and
+//! (route/link changes, steered interfaces), [`reload`] (SIGHUP),
+//! [`discovery`] (hellos, discovered peers) and
 //! [`report`] (control answers, rendered off the loop); this file holds the
 //! daemon's state, start, the loop and the clean stop.
 //!
