@@ -12,6 +12,8 @@ have valgrind || need_pkgs+=(valgrind)
 have tshark   || need_pkgs+=(tshark)
 have babeld   || need_pkgs+=(babeld)
 have chrt     || need_pkgs+=(util-linux)
+# real SIP phones for the lab (airpack lab point --client baresip)
+have baresip  || need_pkgs+=(baresip-core)
 # the lab's ns-3 air (airpack lab run --air ns3): Debian's ns-3 and a C++
 # compiler; the lab compiles crates/lab/ns3/air.cc into target/ns3/ on first use
 have g++        || need_pkgs+=(g++)

@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod downlink;
 pub mod engine;
 pub mod neighbor;
 pub mod wire;

@@ -87,6 +87,31 @@ pub struct ExperimentConfig {
     pub seed: u64,
     /// Scratch directory (specs, results, configs, logs).
     pub work_dir: PathBuf,
+    /// Who makes the calls: `airpack voip` or real SIP phones (baresip).
+    pub client: Client,
+}
+
+/// Who makes a point's calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Client {
+    /// The project's own RTP generator and receiver (`airpack voip`).
+    #[default]
+    Airpack,
+    /// baresip user agents calling each other by IP (`crate::baresip`),
+    /// measured from RTP captures in the endpoints' namespaces.
+    Baresip,
+}
+
+impl Client {
+    /// `airpack` or `baresip`.
+    pub fn parse(s: &str) -> Result<Client> {
+        match s {
+            "airpack" => Ok(Client::Airpack),
+            "baresip" => Ok(Client::Baresip),
+            _ => bail!("unknown client {s:?} (airpack or baresip)"),
+        }
+    }
 }
 
 /// One measured point.
@@ -143,6 +168,10 @@ pub struct Point {
     /// Largest lateness of any RTP send behind its schedule (ms): a point
     /// whose senders were starved of CPU is not a measurement of the air.
     pub max_send_lag_ms: f64,
+    /// With real phones (`Client::Baresip`): per call, the SIP setup time
+    /// and the phones' own RTCP summaries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signalling: Option<Value>,
 }
 
 /// A point whose senders lagged more than this (ms) is re-measured.
@@ -289,7 +318,7 @@ impl Drop for Proc {
 /// senders and the daemons; the kernel's RT throttling still leaves 5 % of
 /// the CPU to everything else. Off when `chrt` is missing or
 /// `AIRPACK_LAB_NO_RT` is set.
-fn realtime() -> bool {
+pub(crate) fn realtime() -> bool {
     static RT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *RT.get_or_init(|| {
         std::env::var_os("AIRPACK_LAB_NO_RT").is_none()
@@ -415,33 +444,14 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     let spec = voip_spec(cfg, &addr_of, n, start_at);
     let spec_path = dir.join("calls.json");
     std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)?;
-    let mut voips = Vec::new();
-    for node in endpoints(&cfg.topo, n) {
-        let out = dir.join(format!("{node}.result.json"));
-        let _ = std::fs::remove_file(&out);
-        let log = dir.join(format!("{node}.voip.log"));
-        let p = spawn_in(
-            &mesh,
-            &node,
-            &cfg.bin,
-            &["voip", "--spec", &spec_path.to_string_lossy(), "--node", &node, "--out", &out.to_string_lossy()],
-            &log,
-            &format!("voip on {node}"),
-        )?;
-        voips.push((node, out, p));
-    }
-    let deadline = Instant::now() + Duration::from_secs_f64(1.5 + cfg.duration_s + 15.0);
-    for (_, _, p) in voips.iter_mut() {
-        loop {
-            match p.child.try_wait()? {
-                Some(st) if st.success() => break,
-                Some(st) => bail!("{} failed ({st}):\n{}", p.what, p.log_tail()),
-                None if Instant::now() > deadline => bail!("{} did not finish in time:\n{}", p.what, p.log_tail()),
-                None if crate::netns::interrupted() => bail!("interrupted"),
-                None => std::thread::sleep(Duration::from_millis(50)),
-            }
+    let spec_t: crate::voip::Spec = serde_json::from_value(spec).context("voip spec type")?;
+    let (results, signalling) = match cfg.client {
+        Client::Airpack => (run_voips(cfg, &mesh, &dir, &spec_path, n)?, None),
+        Client::Baresip => {
+            let (r, s) = crate::baresip::run_calls(&mesh, &spec_t, &dir)?;
+            (r, Some(serde_json::to_value(s)?))
         }
-    }
+    };
     // collect
     let air1 = mesh.frames_on_air()?;
     let drops1 = mesh.queue_drops()?;
@@ -467,12 +477,6 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
         p.stop();
     }
     let aggregation_ratio = if den > 0.0 { num / den } else { 1.0 };
-    let mut results = Vec::new();
-    for (node, out, _) in &voips {
-        let text = std::fs::read_to_string(out).with_context(|| format!("result of voip on {node}"))?;
-        results.push(serde_json::from_str::<crate::voip::NodeResult>(&text).with_context(|| format!("parse {}", out.display()))?);
-    }
-    let spec_t: crate::voip::Spec = serde_json::from_value(spec).context("voip spec type")?;
     let merged = crate::voip::merge(&spec_t, &results);
     let call_results = serde_json::to_value(&merged)?;
     let max_send_lag_ms = results
@@ -484,10 +488,47 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     point.frames_per_node = frames_per_node;
     point.drops_per_node = drops_per_node;
     point.max_send_lag_ms = max_send_lag_ms;
+    point.signalling = signalling;
     let _ = std::fs::write(dir.join("point.json"), serde_json::to_vec_pretty(&point).unwrap_or_default());
-    drop(voips);
     drop(mesh);
     Ok(point)
+}
+
+/// Runs `airpack voip` on every endpoint of `n` calls and reads their results.
+fn run_voips(cfg: &ExperimentConfig, mesh: &Mesh, dir: &Path, spec_path: &Path, n: u32) -> Result<Vec<crate::voip::NodeResult>> {
+    let mut voips = Vec::new();
+    for node in endpoints(&cfg.topo, n) {
+        let out = dir.join(format!("{node}.result.json"));
+        let _ = std::fs::remove_file(&out);
+        let log = dir.join(format!("{node}.voip.log"));
+        let p = spawn_in(
+            mesh,
+            &node,
+            &cfg.bin,
+            &["voip", "--spec", &spec_path.to_string_lossy(), "--node", &node, "--out", &out.to_string_lossy()],
+            &log,
+            &format!("voip on {node}"),
+        )?;
+        voips.push((node, out, p));
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(1.5 + cfg.duration_s + 15.0);
+    for (_, _, p) in voips.iter_mut() {
+        loop {
+            match p.child.try_wait()? {
+                Some(st) if st.success() => break,
+                Some(st) => bail!("{} failed ({st}):\n{}", p.what, p.log_tail()),
+                None if Instant::now() > deadline => bail!("{} did not finish in time:\n{}", p.what, p.log_tail()),
+                None if crate::netns::interrupted() => bail!("interrupted"),
+                None => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+    let mut results = Vec::new();
+    for (node, out, _) in &voips {
+        let text = std::fs::read_to_string(out).with_context(|| format!("result of voip on {node}"))?;
+        results.push(serde_json::from_str::<crate::voip::NodeResult>(&text).with_context(|| format!("parse {}", out.display()))?);
+    }
+    Ok(results)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -553,6 +594,7 @@ fn summarize(
         daemon_totals,
         wall_s: t0.elapsed().as_secs_f64(),
         max_send_lag_ms: 0.0,
+        signalling: None,
     }
 }
 
@@ -692,6 +734,7 @@ mod tests {
             max_calls: 8,
             seed: 1,
             work_dir: "/tmp".into(),
+            client: Client::Airpack,
         }
     }
 
