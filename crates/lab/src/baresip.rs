@@ -379,7 +379,7 @@ impl Capture {
 pub fn node_results(spec: &Spec, captures: &BTreeMap<String, Vec<Seen>>) -> Vec<NodeResult> {
     let mut results: BTreeMap<&str, NodeResult> = BTreeMap::new();
     for node in captures.keys() {
-        results.insert(node, NodeResult { node: node.clone(), start_late_ms: 0.0, streams: Vec::new(), rx: RxCounters::default() });
+        results.insert(node, NodeResult { node: node.clone(), start_late_ms: 0.0, streams: Vec::new(), rx: RxCounters::default(), rtcp: None });
     }
     let empty = Vec::new();
     for c in &spec.calls {
@@ -398,6 +398,7 @@ pub fn node_results(spec: &Spec, captures: &BTreeMap<String, Vec<Seen>>) -> Vec<
                     max_send_lag_ms: None,
                     sends_late_1ms: None,
                     received: None,
+                    rtcp: None,
                 });
             }
             let clock = 8000;
@@ -424,6 +425,7 @@ pub fn node_results(spec: &Spec, captures: &BTreeMap<String, Vec<Seen>>) -> Vec<
                     max_send_lag_ms: None,
                     sends_late_1ms: None,
                     received: Some(st.summary()),
+                    rtcp: None,
                 });
             }
         }
