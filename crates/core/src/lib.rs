@@ -14,6 +14,7 @@ pub mod auth;
 pub mod downlink;
 pub mod engine;
 pub mod gateway;
+pub mod neighbor;
 pub mod wire;
 
 pub use engine::{

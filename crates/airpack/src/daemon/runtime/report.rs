@@ -53,6 +53,8 @@ pub(super) struct Snapshot {
     routes: Value,
     loop_times: Value,
     peers: Vec<PeerSnap>,
+    /// `peers` only: the neighbour tables, when discovery is on.
+    discovery: Option<Value>,
 }
 
 impl Daemon {
@@ -132,6 +134,9 @@ impl Daemon {
                 "last_control_us": self.times.last_control_us,
             }),
             peers,
+            discovery: with_config
+                .then(|| self.discovery.as_ref().map(|d| d.json(monotonic_micros())))
+                .flatten(),
         }
     }
 
@@ -318,6 +323,9 @@ fn render(s: Snapshot, tun: Option<LinkStats>) -> (bool, Vec<u8>) {
         Request::Peers => {
             let mut head = serde_json::Map::new();
             head.insert("mode".into(), s.mode.into());
+            if let Some(d) = &s.discovery {
+                head.insert("discovery".into(), d.clone());
+            }
             stats::write_with_peers(&mut out, &head, s.peers.len(), |i| peers_peer(&s.peers[i]));
         }
         Request::Bad(_) => return render_bad(&s.req),
