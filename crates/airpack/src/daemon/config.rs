@@ -1648,6 +1648,7 @@ pub fn known_keys() -> Vec<String> {
     c.daemon.source_check = Some(SourceCheck::Route);
     c.daemon.cpu_latency_us = Some(0);
     c.discovery.key = Some("00".repeat(16));
+    c.medium.file = Some("/dev/shm/x.air".into());
     c.classes.push(ClassSection {
         class: ClassCfg::Bundle,
         protocol: Some(Spec::Str("udp".into())),
