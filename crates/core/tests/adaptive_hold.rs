@@ -314,3 +314,19 @@ fn utilisation_is_ignored_outside_adaptive_mode() {
     e.reconfigure(cfg);
     assert!(!e.link_busy() && !e.utilisation_high());
 }
+
+#[test]
+fn utilisation_has_hysteresis() {
+    let mut e = Engine::new(config(10_000, 40_000, 300));
+    e.set_medium(0, 299, false);
+    assert!(!e.link_busy());
+    e.set_medium(0, 300, false);
+    assert!(e.link_busy());
+    // Below the threshold but not below half of it: still utilised.
+    e.set_medium(0, 150, false);
+    assert!(e.link_busy() && e.utilisation_high());
+    e.set_medium(0, 149, false);
+    assert!(!e.link_busy() && !e.utilisation_high());
+    e.set_medium(0, 200, false);
+    assert!(!e.link_busy());
+}

@@ -14,7 +14,8 @@
 //! * The link counts as busy (hold) when the driver's busy signal is set
 //!   (own unsent bytes, radio queue backlog, the radio transmitting) or the
 //!   medium's utilisation over the driver's last window is at least
-//!   [`AdaptiveHold::busy_utilisation`]. Otherwise the link is idle and a
+//!   [`AdaptiveHold::busy_utilisation`] (and, once so, until it falls below
+//!   half of that: hysteresis). Otherwise the link is idle and a
 //!   queue leaves at once (as in [`LinkMode::HoldWhileBusy`]): on an idle
 //!   medium no packet waits.
 //! * Why utilisation: a frame handed to a radio whose medium is busy a
@@ -92,11 +93,17 @@ impl Engine {
     /// transmitting), and the medium's utilisation over the driver's last
     /// window in thousandths (clamped to 1000). In [`LinkMode::Adaptive`] a
     /// utilisation at or above [`AdaptiveHold::busy_utilisation`] counts as
-    /// busy; other modes use `busy` only.
+    /// busy, and keeps counting until it falls below half of it; other
+    /// modes use `busy` only.
     pub fn set_medium(&mut self, now: Micros, utilisation: u16, busy: bool) {
         self.medium_busy = busy;
+        let u = utilisation.min(1000);
         self.utilisation_high = match self.config.link_mode {
-            LinkMode::Adaptive(a) => utilisation.min(1000) >= a.busy_utilisation,
+            // Hysteresis: once utilised, the medium counts as such until the
+            // utilisation falls below half the threshold, so one window's dip
+            // does not release every queue at once.
+            LinkMode::Adaptive(a) if self.utilisation_high => u >= a.busy_utilisation / 2,
+            LinkMode::Adaptive(a) => u >= a.busy_utilisation,
             _ => false,
         };
         self.apply_link_busy(now, busy || self.utilisation_high);
