@@ -1471,16 +1471,28 @@ fn check_medium(at: &Located<'_>, config: &Config) -> anyhow::Result<()> {
     let m = &config.medium;
     let e = |key: &str, msg: String| at.err("medium", 0, key, msg);
     if !(0.0..=1.0).contains(&m.busy_utilisation) {
-        return Err(e("busy_utilisation", format!("{} must be in 0-1", m.busy_utilisation)));
+        return Err(e(
+            "busy_utilisation",
+            format!("{} must be in 0-1", m.busy_utilisation),
+        ));
     }
     if m.delay_budget_us > 1_000_000 {
-        return Err(e("delay_budget_us", format!("{} must be at most 1000000", m.delay_budget_us)));
+        return Err(e(
+            "delay_budget_us",
+            format!("{} must be at most 1000000", m.delay_budget_us),
+        ));
     }
     if !(100..=1_000_000).contains(&m.qdisc_interval_us) {
-        return Err(e("qdisc_interval_us", format!("{} must be in 100-1000000", m.qdisc_interval_us)));
+        return Err(e(
+            "qdisc_interval_us",
+            format!("{} must be in 100-1000000", m.qdisc_interval_us),
+        ));
     }
     if !(100..=1_000_000).contains(&m.file_interval_us) {
-        return Err(e("file_interval_us", format!("{} must be in 100-1000000", m.file_interval_us)));
+        return Err(e(
+            "file_interval_us",
+            format!("{} must be in 100-1000000", m.file_interval_us),
+        ));
     }
     if m.file.as_deref() == Some("") {
         return Err(e("file", "must not be empty".into()));
