@@ -125,9 +125,6 @@ impl Daemon {
         } else {
             changed.join("; ")
         };
-        info!(
-            peers = self.plan.peers.len(),
-            "configuration reloaded: {changed}"
-        );
+        info!(peers = self.plan.peers.len(), "configuration reloaded: {changed}");
     }
 }
