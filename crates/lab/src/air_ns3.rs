@@ -96,7 +96,9 @@ pub fn binary() -> Result<PathBuf> {
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     let lock = std::fs::File::create(out.with_extension("lock"))?;
-    lock.lock().context("lock the ns-3 air's build")?;
+    let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .context("lock the ns-3 air's build")?;
     if fresh()? {
         return Ok(out);
     }
