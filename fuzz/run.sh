@@ -10,7 +10,7 @@ secs="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(ip_inspect decode_native decode_kau decode_simplemux rtp_parse)
+  targets=(ip_inspect decode_native decode_kau decode_simplemux rtp_parse decode_downlink_seed decode_downlink_compact decode_register rtcp_parse tcp_parse decode_hello)
 fi
 # cargo-fuzz needs nightly rustc flags: use the nightly toolchain when rustup has
 # it, else the stable one with RUSTC_BOOTSTRAP=1 (same flags, no download needed).
@@ -48,6 +48,45 @@ for f in glob.glob(os.path.join("..", "crates", "core", "tests", "vectors", "*.h
         if on:
             payload += bytes(int(t, 16) for t in line.split())
     open(os.path.join(out, os.path.basename(f) + ".bin"), "wb").write(payload)
+PY
+      ;;
+    decode_downlink_seed|decode_downlink_compact|decode_register)
+      # Seed the downlink corpora with the downlink golden vectors' frames / messages.
+      python3 - "$t" "corpus/$t" <<'PY' || true
+import sys, glob, os
+t, out = sys.argv[1], sys.argv[2]
+fmt = {"decode_downlink_seed": "seed", "decode_downlink_compact": "compact", "decode_register": "register"}[t]
+for f in glob.glob(os.path.join("..", "crates", "core", "tests", "vectors", "downlink", "*.hex")):
+    text = open(f).read()
+    if "format: %s" % fmt not in text:
+        continue
+    data, on = bytearray(), False
+    for line in text.splitlines():
+        line = line.split("#")[0].strip()
+        if not line:
+            continue
+        if line.endswith(":") or ": " in line:
+            on = line in ("frame:", "message:")
+            continue
+        if on:
+            data += bytes(int(x, 16) for x in line.split())
+    open(os.path.join(out, os.path.basename(f) + ".bin"), "wb").write(data)
+PY
+      ;;
+    decode_hello)
+      # Seed with the hello golden vectors' bytes.
+      python3 - "corpus/$t" <<'PY' || true
+import sys, glob, os
+out = sys.argv[1]
+for f in glob.glob(os.path.join("..", "crates", "core", "tests", "vectors", "hello", "*.hex")):
+    b, on = bytearray(), False
+    for line in open(f).read().splitlines():
+        line = line.split("#")[0].strip()
+        if line == "hello:":
+            on = True
+        elif on and line:
+            b += bytes(int(t, 16) for t in line.split())
+    open(os.path.join(out, os.path.basename(f) + ".bin"), "wb").write(b)
 PY
       ;;
   esac

@@ -12,12 +12,18 @@ have valgrind || need_pkgs+=(valgrind)
 have tshark   || need_pkgs+=(tshark)
 have babeld   || need_pkgs+=(babeld)
 have chrt     || need_pkgs+=(util-linux)
+# real SIP phones for the lab (airpack lab point --client baresip)
+have baresip  || need_pkgs+=(baresip-core)
 # the lab's ns-3 air (airpack lab run --air ns3): Debian's ns-3 and a C++
 # compiler; the lab compiles crates/lab/ns3/air.cc into target/ns3/ on first use
 have g++        || need_pkgs+=(g++)
 have pkg-config || need_pkgs+=(pkg-config)
 dpkg -s libns3-dev >/dev/null 2>&1 || need_pkgs+=(libns3-dev)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
+# the /metrics test parses the daemon's output with Prometheus' Python client
+# (crates/airpack/tests/daemon_metrics.rs; Debian's package, for /usr/bin/python3)
+py_has() { for py in /usr/bin/python3 python3; do "$py" -c "import $1" >/dev/null 2>&1 && return 0; done; return 1; }
+py_has prometheus_client || need_pkgs+=(python3-prometheus-client)
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -244,7 +244,7 @@ fn overloaded_egress_queue_every_loss_counted() {
     );
     assert!(
         metrics.contains(&format!(
-            "\nairpack_accounting_send_dropped{{reason=\"send_enobufs\"}} {enobufs}\n"
+            "\nairpack_accounting_send_dropped_total{{reason=\"send_enobufs\"}} {enobufs}\n"
         )),
         "{metrics}"
     );

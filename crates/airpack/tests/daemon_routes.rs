@@ -8,8 +8,9 @@
 //!   the peer the kernel itself routes them through.
 //! - `route_flaps_do_not_delay_voice`: 50 route changes per second under
 //!   voice load; no lookup or route change holds the loop for more than
-//!   1 ms, and 99 % of packets leave within hold time + 1 ms (the maximum is
-//!   reported: see the test's comment).
+//!   1 ms, 99 % of packets leave within hold time + 1 ms, and every older
+//!   packet is explained by a stall of the machine itself that realtime
+//!   probe threads measured during its lifetime (see the test's comment).
 
 mod common;
 use common::*;
@@ -224,7 +225,8 @@ fn source_specific_routes_pick_the_kernels_next_hop() {
 /// send, SO_TIMESTAMPNS, CLOCK_REALTIME) minus the sender's CLOCK_REALTIME
 /// just before send(2), carried in the payload. This covers A's kernel path
 /// into the TUN, the lookup (and park), the hold and the send. Asserted:
-/// p99 <= hold time + 1 ms (the maximum is reported), every packet reaches B in order, lookups really
+/// p99 <= hold time + 1 ms, every packet older than that explained by a
+/// measured stall of the machine ([`stall_probe`]), every packet reaches B in order, lookups really
 /// happened during the flap (cache evictions and flushes, new requests) and
 /// none expired.
 ///
@@ -356,6 +358,78 @@ fn recv_stamped(fd: &std::os::fd::OwnedFd, frame: &mut [u8]) -> Option<(usize, i
     }
 }
 
+/// Wake-up period of the stall probes (µs).
+const PROBE_PERIOD_US: i64 = 250;
+
+/// A realtime stall probe, as `cyclictest` does it: a SCHED_FIFO thread at the
+/// daemons' priority, pinned to `cpu`, sleeping to absolute CLOCK_REALTIME
+/// deadlines every [`PROBE_PERIOD_US`] until `stop`. Returns the intervals
+/// (deadline, woke), ns, in which it was due but could not run, when it woke
+/// more than 50 µs late: time in which this CPU ran no realtime thread (a
+/// non-preemptible kernel section of another process on this PREEMPT_NONE
+/// kernel, or the hypervisor holding the virtual CPU). A daemon that blocks
+/// (on netlink, on a child) leaves the CPUs free, so the probes see nothing.
+fn stall_probe(
+    cpu: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Option<Vec<(i64, i64)>>> {
+    std::thread::spawn(move || {
+        // SAFETY: cpu_set_t is plain data; the calls affect this thread only.
+        let pinned = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        };
+        let p = libc::sched_param { sched_priority: 50 };
+        // SAFETY: sets the calling thread's own policy.
+        let fifo = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } == 0;
+        if !(pinned && fifo) {
+            return None;
+        }
+        let now = || {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: ts is a valid timespec.
+            unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+            ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+        };
+        let mut stalls = Vec::new();
+        let mut due = now();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) && stalls.len() < 100_000 {
+            due += PROBE_PERIOD_US * 1000;
+            let ts = libc::timespec {
+                tv_sec: due / 1_000_000_000,
+                tv_nsec: due % 1_000_000_000,
+            };
+            // SAFETY: absolute sleep on a valid timespec; EINTR just wakes early.
+            unsafe {
+                libc::clock_nanosleep(
+                    libc::CLOCK_REALTIME,
+                    libc::TIMER_ABSTIME,
+                    &ts,
+                    std::ptr::null_mut(),
+                )
+            };
+            let woke = now();
+            if woke - due > 50_000 {
+                stalls.push((due, woke));
+                due = woke;
+            }
+        }
+        Some(stalls)
+    })
+}
+
+/// Nanoseconds of `stalls` inside [from, to].
+fn stalled_within(stalls: &[(i64, i64)], from: i64, to: i64) -> i64 {
+    stalls
+        .iter()
+        .map(|&(a, b)| (b.min(to) - a.max(from)).max(0))
+        .sum()
+}
+
 #[test]
 fn route_flaps_do_not_delay_voice() {
     if !can_run("route_flaps_do_not_delay_voice") {
@@ -429,8 +503,8 @@ fn route_flaps_do_not_delay_voice() {
                 let p = at + i;
                 if let Some((flow, seq, sent)) = stamp(&frame[p..len]) {
                     let age = (ts - sent) / 1000;
-                    if age > HOLD_US + 1000 && late.len() < 20 {
-                        late.push((flow, seq, age));
+                    if age > HOLD_US + 1000 && late.len() < 1000 {
+                        late.push((flow, seq, sent, ts));
                     }
                     ages_us.push(age);
                 }
@@ -485,6 +559,14 @@ fn route_flaps_do_not_delay_voice() {
     });
     std::thread::sleep(Duration::from_millis(200));
     let before = da.stats();
+    // One stall probe per CPU for the duration of the voice load.
+    let probe_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cpus = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    let probes: Vec<_> = (0..cpus)
+        .map(|c| stall_probe(c, probe_stop.clone()))
+        .collect();
 
     // Sender in A, SCHED_FIFO, one packet per millisecond round robin.
     let sender = in_ns(&a, move || {
@@ -527,6 +609,9 @@ fn route_flaps_do_not_delay_voice() {
     let fifo = sender.join().unwrap();
     let seqs = rx.join().unwrap();
     let (ages, late) = cap.join().unwrap();
+    probe_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let stalls: Option<Vec<Vec<(i64, i64)>>> =
+        probes.into_iter().map(|p| p.join().unwrap()).collect();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (changes, flap_time) = flapper.join().unwrap();
     let after = da.stats();
@@ -591,37 +676,55 @@ fn route_flaps_do_not_delay_voice() {
             .unwrap();
         assert!(v <= 1000, "{p} = {v} µs: the loop waited; {routes}");
     }
-    // The latency bound, on the 99th percentile: packets leave within their
-    // hold time + 1 ms although the routes change 50 times a second. The
-    // maximum is reported, not asserted: on this VM's kernel (PREEMPT_NONE) a
-    // loaded machine delays even a SCHED_FIFO daemon's wake-ups (for TUN
-    // reads as for timers) by milliseconds now and then, with or without
-    // route changes (a run without the flapper shows the same outliers), so a
-    // bound on the single worst packet would measure the machine, not the
-    // daemon. Seen under `scripts/soak.sh`: p99 5.13 ms, max 7.7-9.5 ms,
-    // with the timer never more than 750 µs late.
+    // The latency bound: packets leave within their hold time + 1 ms
+    // although the routes change 50 times a second. On this VM's kernel
+    // (PREEMPT_NONE) a loaded machine now and then cannot run even a
+    // SCHED_FIFO thread for milliseconds (a CPU hog's non-preemptible kernel
+    // section, or the hypervisor), with or without route changes; the stall
+    // probes measure exactly that time on every CPU. So every packet older
+    // than hold + 1 ms must be explained by probe-measured stalls inside its
+    // own lifetime (to within one probe period); a daemon that blocked would
+    // leave the CPUs free and the probes on time, and fail here. The 99th
+    // percentile is asserted without any allowance.
     let max = *sorted.last().unwrap();
     let p99 = pct(0.99).unwrap();
     assert!(
         p99 <= HOLD_US + 1000,
-        "p99 {p99} µs > hold {HOLD_US} µs + 1 ms (max {max} µs); late (flow, seq, µs): {late:?}; routes: {routes}"
+        "p99 {p99} µs > hold {HOLD_US} µs + 1 ms (max {max} µs); routes: {routes}"
     );
-    if max > HOLD_US + 1000 {
-        let timer_late = &after["total"]["daemon"]["timer_late_us"]["buckets"];
-        let worst_wake = timer_late
-            .as_array()
-            .unwrap()
+    let Some(stalls) = stalls else {
+        panic!("the stall probes could not run at SCHED_FIFO 50 pinned to each CPU");
+    };
+    let total_stall_us: i64 = stalls.iter().flatten().map(|(a, b)| (b - a) / 1000).sum();
+    let worst_stall_us = stalls
+        .iter()
+        .flatten()
+        .map(|(a, b)| (b - a) / 1000)
+        .max()
+        .unwrap_or(0);
+    let mut unexplained = Vec::new();
+    for &(flow, seq, sent, ts) in &late {
+        let excess_ns = (ts - sent) - (HOLD_US + 1000) * 1000;
+        let stalled = stalls
             .iter()
-            .filter(|b| b["count"].as_u64() > Some(0))
-            .map(|b| b["le"].as_u64().unwrap_or(u64::MAX))
+            .map(|s| stalled_within(s, sent, ts))
             .max()
             .unwrap_or(0);
-        println!(
-            "NOTE: {} of {} packets older than hold + 1 ms (max {max} µs; timer up to {} µs late); late (flow, seq, µs): {late:?}",
-            sorted.iter().filter(|&&a| a > HOLD_US + 1000).count(),
-            sorted.len(),
-            if worst_wake == u64::MAX { ">10000".to_string() } else { worst_wake.to_string() }
-        );
+        if stalled + PROBE_PERIOD_US * 1000 < excess_ns {
+            unexplained.push((flow, seq, (ts - sent) / 1000, stalled / 1000));
+        }
     }
+    println!(
+        "{} of {} packets older than hold + 1 ms (max {max} µs), each explained by a measured \
+         stall of the machine unless listed: {unexplained:?}; probes on {cpus} CPUs saw \
+         {total_stall_us} µs of stalls (worst {worst_stall_us} µs)",
+        late.len(),
+        sorted.len(),
+    );
+    assert!(
+        unexplained.is_empty(),
+        "packets older than hold + 1 ms without a stall of the machine to explain them \
+         ((flow, seq, age µs, stalled µs)): {unexplained:?}; routes: {routes}"
+    );
     assert_eq!(db.stats()["total"]["decode_errors_total"], 0);
 }

@@ -146,9 +146,9 @@ fn two_nodes_one_hop() {
     .join()
     .unwrap();
     assert!(metrics.starts_with("HTTP/1.0 200 OK"), "{metrics}");
-    assert!(metrics.contains("\nairpack_bundles "), "{metrics}");
+    assert!(metrics.contains("\nairpack_bundles_total "), "{metrics}");
     assert!(
-        metrics.contains("airpack_peer_packets_in{peer=\"10.91.0.2\"}"),
+        metrics.contains("airpack_peer_packets_in_total{peer=\"10.91.0.2\"}"),
         "{metrics}"
     );
 

@@ -10,7 +10,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod auth;
+pub mod downlink;
 pub mod engine;
+pub mod gateway;
+pub mod neighbor;
 pub mod wire;
 
 pub use engine::{

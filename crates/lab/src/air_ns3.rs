@@ -4,7 +4,7 @@
 //!
 //! Owns: building that program with g++ against Debian's `libns3-dev`
 //! ([`binary`]), opening the taps inside the nodes' namespaces ([`open_tap`]),
-//! writing the program's config from a topology ([`config_text`]), running it
+//! the program's config ([`crate::air_ns3_conf`], re-exported), running it
 //! ([`Ns3Air`]: start, live counters, stop with its JSON report) and the
 //! node half of a [`crate::topology::Mesh`] on this air ([`build_nodes`]).
 //!
@@ -12,7 +12,7 @@
 //! addresses, routes and filters, which are the same for both airs), the
 //! daemons and voip tools in the namespaces.
 
-use crate::medium::Phy;
+pub use crate::air_ns3_conf::*;
 use crate::netns::Netns;
 use crate::topology::{mac_str, MediumOpts, MeshNode, Topology, RADIO};
 use anyhow::{bail, Context, Result};
@@ -22,26 +22,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The program's source, in the repository.
-pub const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/ns3/air.cc");
+/// The program's sources (`air.cc`, `air_io.cc`, `air_obs.cc`, `air.h`),
+/// in the repository.
+pub const SOURCE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/ns3");
 
-/// Path loss (dB) of a link of the topology (neighbours hear each other
-/// loudly; non-neighbours are 400 dB apart, below any detection threshold).
-pub const LINK_LOSS_DB: f64 = 50.0;
-
-/// Real-time hard limit of the ns-3 scheduler (ms) unless
-/// `AIRPACK_NS3_HARD_LIMIT_MS` says otherwise: 5 ms aborted during start-up
-/// on this machine; 100 ms holds on a quiet machine but tripped (158 ms) once
-/// at a point's teardown at load average 9. The program aborts when it is
-/// exceeded, and [`Ns3Air::stop`] reports that as an error.
-pub const HARD_LIMIT_MS: u32 = 100;
-
-fn hard_limit_ms() -> u32 {
-    std::env::var("AIRPACK_NS3_HARD_LIMIT_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(HARD_LIMIT_MS)
-}
+/// The program's translation units, compiled together.
+const UNITS: &[&str] = &["air.cc", "air_io.cc", "air_obs.cc"];
 
 /// ns-3 modules the program links.
 const MODULES: &[&str] = &[
@@ -51,6 +37,7 @@ const MODULES: &[&str] = &[
     "ns3-mobility",
     "ns3-propagation",
     "ns3-fd-net-device",
+    "ns3-point-to-point",
 ];
 
 /// Whether ns-3 and g++ are installed (Err: a human reason, for SKIP).
@@ -82,14 +69,19 @@ pub fn check_available() -> std::result::Result<(), String> {
 
 /// The built program: `$AIRPACK_NS3_AIR` if set, else
 /// `<workspace>/target/ns3/airpack-ns3-air`, compiled with g++ when missing
-/// or older than [`SOURCE`] (takes about 30 s).
+/// or older than a file of [`SOURCE_DIR`] (takes 30-90 s).
 pub fn binary() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("AIRPACK_NS3_AIR") {
         return Ok(PathBuf::from(p));
     }
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ns3/airpack-ns3-air");
     let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    if let (Some(b), Some(s)) = (mtime(&out), mtime(Path::new(SOURCE))) {
+    let newest_source = std::fs::read_dir(SOURCE_DIR)
+        .context("read crates/lab/ns3")?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| mtime(&e.path()))
+        .max();
+    if let (Some(b), Some(s)) = (mtime(&out), newest_source) {
         if b >= s {
             return Ok(out);
         }
@@ -106,12 +98,14 @@ pub fn binary() -> Result<PathBuf> {
         .filter(|w| !w.starts_with('/') || Path::new(w).exists())
         .collect();
     let tmp = out.with_extension(format!("tmp{}", std::process::id()));
-    let mut args = vec!["-O2", "-std=c++17", SOURCE, "-o"];
+    let units: Vec<String> = UNITS.iter().map(|u| format!("{SOURCE_DIR}/{u}")).collect();
+    let mut args = vec!["-O2", "-std=c++17"];
+    args.extend(units.iter().map(String::as_str));
     let tmp_s = tmp.to_string_lossy().into_owned();
-    args.push(&tmp_s);
+    args.extend(["-o", &tmp_s]);
     args.extend(libs);
     eprintln!("lab: building the ns-3 air ({})", out.display());
-    crate::netns::run("g++", &args).context("compile crates/lab/ns3/air.cc")?;
+    crate::netns::run("g++", &args).context("compile crates/lab/ns3/*.cc")?;
     std::fs::rename(&tmp, &out)?;
     Ok(out)
 }
@@ -146,48 +140,6 @@ pub fn open_tap(ns: &Netns, name: &str) -> Result<OwnedFd> {
         }
         Ok(OwnedFd::from(f))
     })?
-}
-
-/// The PHY presets the program knows (`b11s` is not there yet).
-pub fn supports(phy: &Phy) -> bool {
-    phy.name != "b11s"
-}
-
-/// The program's config for `topo` (node `i` uses descriptor `fds[i]`, or -1
-/// for pure simulation with `flows` `(from, to, pps, ip_bytes, start_s, stop_s)`).
-pub fn config_text(
-    topo: &Topology,
-    opts: &MediumOpts,
-    fds: &[i32],
-    flows: &[(usize, usize, f64, u32, f64, f64)],
-    duration_s: f64,
-    stats: Option<&Path>,
-) -> String {
-    let mut s = format!(
-        "# generated by airpack lab for {}\nphy {}\nqueue {}\nmax_delay_ms 60000\nhard_limit_ms {}\nduration_s {duration_s}\nseed 1\n",
-        topo.name,
-        opts.phy.name,
-        opts.queue_limit.max(1),
-        hard_limit_ms()
-    );
-    if let Some(p) = stats {
-        s.push_str(&format!("stats {}\n", p.display()));
-    }
-    for (i, n) in topo.nodes.iter().enumerate() {
-        s.push_str(&format!(
-            "node {n} {} {}\n",
-            mac_str(Topology::mac_of(i)),
-            fds.get(i).copied().unwrap_or(-1)
-        ));
-    }
-    let idx = |n: &str| topo.nodes.iter().position(|x| x == n).expect("validated");
-    for [a, b] in &topo.links {
-        s.push_str(&format!("link {} {} {LINK_LOSS_DB}\n", idx(a), idx(b)));
-    }
-    for (f, t, pps, bytes, start, stop) in flows {
-        s.push_str(&format!("flow {f} {t} {pps} {bytes} {start} {stop}\n"));
-    }
-    s
 }
 
 /// A running ns-3 air process (stopped on drop).
@@ -279,6 +231,12 @@ impl Ns3Air {
             .to_string()
     }
 
+    /// The observability file of node `name` (format: docs/lab.md section
+    /// 2b, parsed by [`crate::air_obs`]).
+    pub fn obs_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.air"))
+    }
+
     /// The live per-node counters (rewritten by the program every 200 ms).
     pub fn counters(&self) -> Result<Value> {
         let s = std::fs::read_to_string(&self.stats).context("read the ns-3 air's stats")?;
@@ -296,6 +254,36 @@ impl Ns3Air {
             );
         }
         Ok(m)
+    }
+
+    /// The program's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Err if the program has exited (it should run until [`Ns3Air::stop`]):
+    /// its exit status and the tail of its stderr. The taps vanish with it,
+    /// so this is the cause when a daemon or sender reports `No such device`.
+    pub fn check_running(&mut self) -> Result<()> {
+        if let Some(c) = self.child.as_mut() {
+            if let Ok(Some(st)) = c.try_wait() {
+                self.child = None;
+                let log = self.log();
+                let tail: Vec<&str> = log
+                    .lines()
+                    .rev()
+                    .take(10)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                bail!(
+                    "the ns-3 air died during the point ({st}):\n{}",
+                    tail.join("\n")
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Stop the program (SIGTERM) and return its report (lag, events, CPU,
@@ -325,6 +313,49 @@ impl Ns3Air {
         serde_json::from_str(out.trim()).with_context(|| format!("the ns-3 air's report: {out:?}"))
     }
 }
+
+/// The real-time discipline of the air during one point (stored in the
+/// point's JSON; see [`crate::experiment::Point::air`]).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AirStats {
+    /// Median lag of the real-time scheduler behind the wall clock (ms).
+    pub lag_p50_ms: f64,
+    /// 99th percentile of that lag (ms): above [`MAX_LAG_P99_MS`] the point
+    /// is re-measured.
+    pub lag_p99_ms: f64,
+    /// Largest lag (ms).
+    pub lag_max_ms: f64,
+    /// Simulator events per wall-clock second.
+    pub events_per_s: f64,
+    /// CPU of the ns-3 process, % of one core.
+    pub cpu_pct: f64,
+}
+
+/// A point whose air lagged more than this (p99, ms) is not a measurement of
+/// the air: it is re-measured (as points with lagging senders are).
+pub const MAX_LAG_P99_MS: f64 = 1.0;
+
+impl AirStats {
+    /// From the program's report ([`Ns3Air::stop`]).
+    pub fn from_report(r: &Value) -> AirStats {
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        AirStats {
+            lag_p50_ms: f("lag_p50_ms"),
+            lag_p99_ms: f("lag_p99_ms"),
+            lag_max_ms: f("lag_max_ms"),
+            events_per_s: f("events_per_s"),
+            cpu_pct: f("cpu_pct"),
+        }
+    }
+    /// Whether the air kept up (p99 lag within [`MAX_LAG_P99_MS`]).
+    pub fn kept_up(&self) -> bool {
+        self.lag_p99_ms <= MAX_LAG_P99_MS
+    }
+}
+
+/// Marker in the error of an air that aborted on its real-time hard limit
+/// (the machine stalled it): such a point is re-measured, not failed.
+pub const HARD_LIMIT_ABORT: &str = "Hard real-time limit exceeded";
 
 /// One line summarising a report's real-time discipline.
 pub fn lag_line(r: &Value) -> String {
@@ -356,20 +387,48 @@ impl Drop for Ns3Air {
 pub fn simulate(
     topo: &Topology,
     opts: &MediumOpts,
-    flows: &[(usize, usize, f64, u32, f64, f64)],
+    flows: &[SimFlow],
     duration_s: f64,
     dir: &Path,
 ) -> Result<Value> {
+    check(topo, opts)?;
     let bin = binary()?;
     std::fs::create_dir_all(dir)?;
     let conf = dir.join("sim.conf");
-    std::fs::write(&conf, config_text(topo, opts, &[], flows, duration_s, None))?;
+    std::fs::write(
+        &conf,
+        config_text(
+            topo,
+            opts,
+            &TapFds::default(),
+            flows,
+            duration_s,
+            &Outputs::default(),
+        ),
+    )?;
     let out = crate::netns::run(&bin.to_string_lossy(), &[&conf.to_string_lossy()])?;
     serde_json::from_str(out.trim()).context("the ns-3 simulation's report")
 }
 
-/// The nodes of a [`Mesh`] on the ns-3 air: one namespace per node with a
-/// tap `radio0` carrying the node's MAC, and the ns-3 process holding their
+/// Where the air's run directories go: `/dev/shm` (tmpfs) when present, so
+/// the files rewritten every few ms never wait for a loaded disk, else the
+/// temporary directory.
+pub fn run_base() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// Interval (ms) at which the program rewrites the nodes' observability
+/// files, unless `AIRPACK_NS3_OBS_MS` says otherwise.
+pub const OBS_MS: u32 = 20;
+
+/// The nodes of a [`Mesh`](crate::topology::Mesh) on the ns-3 air: one
+/// namespace per node with a tap `radio0` carrying the node's MAC (and a tap
+/// `wiredK` per wired link of the node), and the ns-3 process holding their
 /// descriptors. `hub` is an empty namespace (the tc air's collision domain
 /// is not used). The caller configures addresses, routes and filters.
 pub fn build_nodes(
@@ -377,17 +436,17 @@ pub fn build_nodes(
     opts: &MediumOpts,
     prefix: &str,
 ) -> Result<(Vec<MeshNode>, Ns3Air)> {
-    if !supports(&opts.phy) {
-        bail!("the ns-3 air has no preset {} yet", opts.phy.name);
-    }
+    check(topo, opts)?;
     binary()?; // build before any namespace exists
     let mut nodes = Vec::with_capacity(topo.nodes.len());
-    let mut fds = Vec::with_capacity(topo.nodes.len());
+    let mut fds = Vec::new();
+    let mut raw = TapFds::default();
     for (i, name) in topo.nodes.iter().enumerate() {
         let ns = Netns::create(&format!("{prefix}{name}"))?;
         let fd = open_tap(&ns, RADIO)?;
         let mac = Topology::mac_of(i);
         ns.ip(&["link", "set", RADIO, "address", &mac_str(mac)])?;
+        raw.radio.push(fd.as_raw_fd());
         fds.push(fd);
         nodes.push(MeshNode {
             name: name.clone(),
@@ -397,65 +456,40 @@ pub fn build_nodes(
             classid: String::new(),
         });
     }
-    let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
-    let dir = std::env::temp_dir().join(format!("{}ns3", prefix));
-    let air = Ns3Air::start(
-        &config_text(
-            topo,
-            opts,
-            &raw,
-            &[],
-            0.0,
-            Some(&dir.join("air.stats.json")),
-        ),
-        &fds,
-        &dir,
-    )?;
+    for (k, w) in topo.wired.iter().enumerate() {
+        let mut ends = [-1; 2];
+        for (side, end) in [&w.a, &w.b].into_iter().enumerate() {
+            let node = nodes.iter().find(|n| n.name == *end).expect("validated");
+            let (dev, _, _) = topo
+                .wired_ifaces(end)
+                .into_iter()
+                .find(|(_, _, j)| *j == k)
+                .expect("own link");
+            let fd = open_tap(&node.ns, &dev)?;
+            node.ns.ip(&[
+                "link",
+                "set",
+                &dev,
+                "address",
+                &mac_str(Topology::wired_mac(k, side == 1)),
+            ])?;
+            ends[side] = fd.as_raw_fd();
+            fds.push(fd);
+        }
+        raw.wired.push(ends);
+    }
+    let dir = run_base().join(format!("{prefix}ns3"));
+    let obs_ms = std::env::var("AIRPACK_NS3_OBS_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(OBS_MS);
+    let stats = dir.join("air.stats.json");
+    let out = Outputs {
+        stats: Some(&stats),
+        obs: Some((&dir, obs_ms)),
+    };
+    let air = Ns3Air::start(&config_text(topo, opts, &raw, &[], 0.0, &out), &fds, &dir)?;
     // the program holds its own copies; ours close here
     drop(fds);
     Ok((nodes, air))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::topology::Air;
-
-    #[test]
-    fn topology_chooses_the_air_and_config_lists_nodes_and_links() {
-        let text = "name = 'p'\nnodes = ['A', 'B', 'C']\nlinks = [['A', 'B'], ['B', 'C']]\ncalls = [['A', 'C']]\n";
-        assert_eq!(Topology::from_toml(text).unwrap().air, Air::Tc);
-        let t = Topology::from_toml(&format!("{text}air = 'ns3'\n")).unwrap();
-        assert_eq!(t.air, Air::Ns3);
-        assert!(Topology::from_toml(&format!("{text}air = 'wifi'\n")).is_err());
-        assert_eq!(Air::parse("ns3").unwrap(), Air::Ns3);
-        assert!(Air::parse("x").is_err());
-        let opts = MediumOpts {
-            phy: crate::medium::preset("b11").unwrap(),
-            queue_limit: 0,
-            loss_pct: 0.0,
-        };
-        let c = config_text(
-            &t,
-            &opts,
-            &[7, 8, 9],
-            &[(0, 2, 50.0, 60, 1.0, 2.0)],
-            0.0,
-            Some(Path::new("/tmp/s.json")),
-        );
-        for l in [
-            "phy b11",
-            "queue 1",
-            "stats /tmp/s.json",
-            "node A 02:00:00:00:00:01 7",
-            "node C 02:00:00:00:00:03 9",
-            "link 0 1 50",
-            "link 1 2 50",
-            "flow 0 2 50 60 1 2",
-        ] {
-            assert!(c.lines().any(|x| x == l), "missing {l:?} in\n{c}");
-        }
-        assert!(!c.contains("link 0 2"), "non-neighbours get no link");
-        assert!(!supports(&crate::medium::preset("b11s").unwrap()));
-    }
 }

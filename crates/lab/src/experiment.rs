@@ -87,6 +87,31 @@ pub struct ExperimentConfig {
     pub seed: u64,
     /// Scratch directory (specs, results, configs, logs).
     pub work_dir: PathBuf,
+    /// Who makes the calls: `airpack voip` or real SIP phones (baresip).
+    pub client: Client,
+}
+
+/// Who makes a point's calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Client {
+    /// The project's own RTP generator and receiver (`airpack voip`).
+    #[default]
+    Airpack,
+    /// baresip user agents calling each other by IP (`crate::baresip`),
+    /// measured from RTP captures in the endpoints' namespaces.
+    Baresip,
+}
+
+impl Client {
+    /// `airpack` or `baresip`.
+    pub fn parse(s: &str) -> Result<Client> {
+        match s {
+            "airpack" => Ok(Client::Airpack),
+            "baresip" => Ok(Client::Baresip),
+            _ => bail!("unknown client {s:?} (airpack or baresip)"),
+        }
+    }
 }
 
 /// One measured point.
@@ -143,6 +168,14 @@ pub struct Point {
     /// Largest lateness of any RTP send behind its schedule (ms): a point
     /// whose senders were starved of CPU is not a measurement of the air.
     pub max_send_lag_ms: f64,
+    /// With real phones (`Client::Baresip`): per call, the SIP setup time
+    /// and the phones' own RTCP summaries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signalling: Option<Value>,
+    /// The ns-3 air's real-time discipline during the point (None on the tc
+    /// air): a point whose air lagged more than
+    /// [`crate::air_ns3::MAX_LAG_P99_MS`] p99 is re-measured.
+    pub air: Option<crate::air_ns3::AirStats>,
 }
 
 /// A point whose senders lagged more than this (ms) is re-measured.
@@ -289,7 +322,7 @@ impl Drop for Proc {
 /// senders and the daemons; the kernel's RT throttling still leaves 5 % of
 /// the CPU to everything else. Off when `chrt` is missing or
 /// `AIRPACK_LAB_NO_RT` is set.
-fn realtime() -> bool {
+pub(crate) fn realtime() -> bool {
     static RT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *RT.get_or_init(|| {
         std::env::var_os("AIRPACK_LAB_NO_RT").is_none()
@@ -364,10 +397,39 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// Err if the mesh's ns-3 air has died (exit status and stderr tail).
+fn check_air(mesh: &mut Mesh) -> Result<()> {
+    match mesh.ns3.as_mut() {
+        Some(a) => a.check_running(),
+        None => Ok(()),
+    }
+}
+
+/// Why a measured point is not a measurement of the air and is measured
+/// again: its senders lagged, its air lagged, or its air aborted on the
+/// real-time hard limit (a stalled machine).
+fn remeasure_reason(r: &Result<Point>) -> Option<String> {
+    match r {
+        Ok(p) if p.max_send_lag_ms > MAX_SEND_LAG_MS => {
+            Some(format!("senders lagged {:.0} ms behind schedule", p.max_send_lag_ms))
+        }
+        Ok(Point { air: Some(a), .. }) if !a.kept_up() => Some(format!(
+            "the ns-3 air lagged {:.2} ms p99 (> {} ms; max {:.1} ms)",
+            a.lag_p99_ms,
+            crate::air_ns3::MAX_LAG_P99_MS,
+            a.lag_max_ms
+        )),
+        Err(e) if format!("{e:#}").contains(crate::air_ns3::HARD_LIMIT_ABORT) => {
+            Some("the ns-3 air aborted on its real-time hard limit".into())
+        }
+        _ => None,
+    }
+}
+
 /// Measure one point: `n` calls under `setup`.
 pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> {
     let t0 = Instant::now();
-    let mesh = Mesh::build(&cfg.topo, &cfg.medium).context("build the emulated mesh")?;
+    let mut mesh = Mesh::build(&cfg.topo, &cfg.medium).context("build the emulated mesh")?;
     if mesh.babel.is_some() && matches!(setup, Setup::HopByHop | Setup::HoldWhileBusy) {
         // the daemons' peers are the radio neighbours' IPv4 addresses, which
         // are babeld's next hops; its source check needs symmetric routes
@@ -393,6 +455,7 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
         let t = Instant::now();
         loop {
             if let Ok(Some(st)) = p.child.try_wait() {
+                check_air(&mut mesh)?;
                 bail!("{} exited ({st}) at start:\n{}", p.what, p.log_tail());
             }
             if daemon_stats(&mesh, node, &cfg.bin, sock).is_ok() {
@@ -415,33 +478,17 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     let spec = voip_spec(cfg, &addr_of, n, start_at);
     let spec_path = dir.join("calls.json");
     std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)?;
-    let mut voips = Vec::new();
-    for node in endpoints(&cfg.topo, n) {
-        let out = dir.join(format!("{node}.result.json"));
-        let _ = std::fs::remove_file(&out);
-        let log = dir.join(format!("{node}.voip.log"));
-        let p = spawn_in(
-            &mesh,
-            &node,
-            &cfg.bin,
-            &["voip", "--spec", &spec_path.to_string_lossy(), "--node", &node, "--out", &out.to_string_lossy()],
-            &log,
-            &format!("voip on {node}"),
-        )?;
-        voips.push((node, out, p));
-    }
-    let deadline = Instant::now() + Duration::from_secs_f64(1.5 + cfg.duration_s + 15.0);
-    for (_, _, p) in voips.iter_mut() {
-        loop {
-            match p.child.try_wait()? {
-                Some(st) if st.success() => break,
-                Some(st) => bail!("{} failed ({st}):\n{}", p.what, p.log_tail()),
-                None if Instant::now() > deadline => bail!("{} did not finish in time:\n{}", p.what, p.log_tail()),
-                None if crate::netns::interrupted() => bail!("interrupted"),
-                None => std::thread::sleep(Duration::from_millis(50)),
-            }
+    let spec_t: crate::voip::Spec = serde_json::from_value(spec).context("voip spec type")?;
+    let (results, signalling) = match cfg.client {
+        Client::Airpack => (run_voips(cfg, &mut mesh, &dir, &spec_path, n)?, None),
+        Client::Baresip => {
+            let r = crate::baresip::run_calls(&mesh, &spec_t, &dir);
+            // a dead air takes the taps with it: name it, not its victims
+            check_air(&mut mesh)?;
+            let (r, s) = r?;
+            (r, Some(serde_json::to_value(s)?))
         }
-    }
+    };
     // collect
     let air1 = mesh.frames_on_air()?;
     let drops1 = mesh.queue_drops()?;
@@ -452,6 +499,7 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     let drops_per_node = delta(&drops0, &drops1);
     let mut daemon_totals = BTreeMap::new();
     let (mut num, mut den) = (0.0f64, 0.0f64);
+    check_air(&mut mesh)?;
     for (node, sock, p) in daemons.iter_mut() {
         if let Ok(Some(st)) = p.child.try_wait() {
             bail!("{} died during the run ({st}):\n{}", p.what, p.log_tail());
@@ -466,13 +514,17 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     for (_, _, p) in daemons.iter_mut() {
         p.stop();
     }
+    // the air's real-time discipline over the point (its whole life)
+    let air = match mesh.ns3.as_mut() {
+        Some(a) => {
+            let r = a.stop().context("stop the ns-3 air")?;
+            let s = crate::air_ns3::AirStats::from_report(&r);
+            eprintln!("lab: {}", crate::air_ns3::lag_line(&r));
+            Some(s)
+        }
+        None => None,
+    };
     let aggregation_ratio = if den > 0.0 { num / den } else { 1.0 };
-    let mut results = Vec::new();
-    for (node, out, _) in &voips {
-        let text = std::fs::read_to_string(out).with_context(|| format!("result of voip on {node}"))?;
-        results.push(serde_json::from_str::<crate::voip::NodeResult>(&text).with_context(|| format!("parse {}", out.display()))?);
-    }
-    let spec_t: crate::voip::Spec = serde_json::from_value(spec).context("voip spec type")?;
     let merged = crate::voip::merge(&spec_t, &results);
     let call_results = serde_json::to_value(&merged)?;
     let max_send_lag_ms = results
@@ -484,10 +536,50 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     point.frames_per_node = frames_per_node;
     point.drops_per_node = drops_per_node;
     point.max_send_lag_ms = max_send_lag_ms;
+    point.signalling = signalling;
+    point.air = air;
     let _ = std::fs::write(dir.join("point.json"), serde_json::to_vec_pretty(&point).unwrap_or_default());
-    drop(voips);
     drop(mesh);
     Ok(point)
+}
+
+/// Runs `airpack voip` on every endpoint of `n` calls and reads their results.
+fn run_voips(cfg: &ExperimentConfig, mesh: &mut Mesh, dir: &Path, spec_path: &Path, n: u32) -> Result<Vec<crate::voip::NodeResult>> {
+    let mut voips = Vec::new();
+    for node in endpoints(&cfg.topo, n) {
+        let out = dir.join(format!("{node}.result.json"));
+        let _ = std::fs::remove_file(&out);
+        let log = dir.join(format!("{node}.voip.log"));
+        let p = spawn_in(
+            mesh,
+            &node,
+            &cfg.bin,
+            &["voip", "--spec", &spec_path.to_string_lossy(), "--node", &node, "--out", &out.to_string_lossy()],
+            &log,
+            &format!("voip on {node}"),
+        )?;
+        voips.push((node, out, p));
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(1.5 + cfg.duration_s + 15.0);
+    for (_, _, p) in voips.iter_mut() {
+        loop {
+            // a dead air takes the taps with it: name it, not its victims
+            check_air(mesh)?;
+            match p.child.try_wait()? {
+                Some(st) if st.success() => break,
+                Some(st) => bail!("{} failed ({st}):\n{}", p.what, p.log_tail()),
+                None if Instant::now() > deadline => bail!("{} did not finish in time:\n{}", p.what, p.log_tail()),
+                None if crate::netns::interrupted() => bail!("interrupted"),
+                None => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+    let mut results = Vec::new();
+    for (node, out, _) in &voips {
+        let text = std::fs::read_to_string(out).with_context(|| format!("result of voip on {node}"))?;
+        results.push(serde_json::from_str::<crate::voip::NodeResult>(&text).with_context(|| format!("parse {}", out.display()))?);
+    }
+    Ok(results)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -553,13 +645,15 @@ fn summarize(
         daemon_totals,
         wall_s: t0.elapsed().as_secs_f64(),
         max_send_lag_ms: 0.0,
+        signalling: None,
+        air: None,
     }
 }
 
 /// One line of progress for a point.
 pub fn point_line(p: &Point) -> String {
     format!(
-        "[{:>15}] {:>3} calls: {} ({}/{} ok)  MOS {:.2} (min {:.2})  loss {:.2} % (max {:.2})  delay {:.1} ms  jitter {:.1} ms (max {:.1})  agg {:.2}  frames {}  ({:.0} s, send lag {:.1} ms)",
+        "[{:>15}] {:>3} calls: {} ({}/{} ok)  MOS {:.2} (min {:.2})  loss {:.2} % (max {:.2})  delay {:.1} ms  jitter {:.1} ms (max {:.1})  agg {:.2}  frames {}  ({:.0} s, send lag {:.1} ms{})",
         p.setup.name(),
         p.calls,
         if p.supported { "supported  " } else { "UNSUPPORTED" },
@@ -575,7 +669,8 @@ pub fn point_line(p: &Point) -> String {
         p.aggregation_ratio,
         p.frames_on_air,
         p.wall_s,
-        p.max_send_lag_ms
+        p.max_send_lag_ms,
+        p.air.map(|a| format!(", air lag p99 {:.2} ms", a.lag_p99_ms)).unwrap_or_default()
     )
 }
 
@@ -593,16 +688,12 @@ pub fn capacity_search(cfg: &ExperimentConfig, setup: Setup, mut on_point: impl 
         c.seed = cfg.seed.wrapping_add(repeats * 7919);
         let mut r = run_point(&c, setup, n);
         for _ in 0..2 {
-            match &r {
-                Ok(p) if p.max_send_lag_ms > MAX_SEND_LAG_MS => {
-                    eprintln!(
-                        "[{:>15}] {n:>3} calls: senders lagged {:.0} ms behind schedule (machine busy?): measuring again",
-                        setup.name(),
-                        p.max_send_lag_ms
-                    );
+            match remeasure_reason(&r) {
+                Some(why) => {
+                    eprintln!("[{:>15}] {n:>3} calls: {why} (machine busy?): measuring again", setup.name());
                     r = run_point(&c, setup, n);
                 }
-                _ => break,
+                None => break,
             }
         }
         match r {
@@ -692,6 +783,7 @@ mod tests {
             max_calls: 8,
             seed: 1,
             work_dir: "/tmp".into(),
+            client: Client::Airpack,
         }
     }
 
@@ -767,5 +859,30 @@ mod tests {
         assert_eq!(p.jitter_ms, 2.0);
         // Only two directions carry mean / max jitter: the mean is theirs, the max the largest.
         assert_eq!((p.jitter_mean_ms, p.jitter_max_ms), (3.0, 9.0));
+    }
+
+    #[test]
+    fn lagging_air_or_hard_limit_abort_is_measured_again() {
+        use crate::air_ns3::AirStats;
+        let calls = json!([{"call": 0, "supported": true, "a_to_b": {"mos": 4.0, "loss_pct": 0.0, "delay_ms": 1.0}}]);
+        let mut p = summarize(Setup::Off, 1, calls, 1.0, 10, 0, BTreeMap::new(), Instant::now());
+        assert_eq!(remeasure_reason(&Ok(p.clone())), None, "tc air, senders on time");
+        let stats = |p99: f64| AirStats { lag_p50_ms: 0.05, lag_p99_ms: p99, lag_max_ms: 9.0, events_per_s: 5000.0, cpu_pct: 10.0 };
+        p.air = Some(stats(0.4));
+        assert_eq!(remeasure_reason(&Ok(p.clone())), None);
+        p.air = Some(stats(1.5));
+        assert!(remeasure_reason(&Ok(p.clone())).unwrap().contains("air lagged 1.50 ms p99"));
+        p.air = Some(stats(0.4));
+        p.max_send_lag_ms = MAX_SEND_LAG_MS + 1.0;
+        assert!(remeasure_reason(&Ok(p)).unwrap().contains("senders lagged"));
+        let abort = anyhow::anyhow!("the ns-3 air died during the point (signal: 6):\nmsg=\"RealtimeSimulatorImpl::ProcessOneEvent (): Hard real-time limit exceeded (jitter = 931313919)\"");
+        assert!(remeasure_reason(&Err(abort)).is_some());
+        assert_eq!(remeasure_reason(&Err(anyhow::anyhow!("voip on A failed"))), None);
+        // the point's JSON carries the air's numbers
+        let mut q = summarize(Setup::Off, 1, json!([]), 1.0, 0, 0, BTreeMap::new(), Instant::now());
+        q.air = Some(stats(0.4));
+        let v = serde_json::to_value(&q).unwrap();
+        assert_eq!(v["air"]["lag_p99_ms"], 0.4);
+        assert_eq!(v["air"]["events_per_s"], 5000.0);
     }
 }

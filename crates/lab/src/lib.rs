@@ -10,7 +10,12 @@
 //! voice-quality math (that is `airpack-voice`).
 
 pub mod air_ns3;
+pub mod air_ns3_conf;
+pub mod air_obs;
+pub mod air_opts;
 pub mod babel;
+pub mod baresip;
+pub mod downlink_bound;
 pub mod experiment;
 pub mod medium;
 pub mod netns;
@@ -100,6 +105,10 @@ struct Common {
     /// Seed of the voice-activity model.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Who makes the calls: airpack (the project's RTP generator) or baresip
+    /// (real SIP phones calling by IP; G.711 CBR only: --codec g711 --vad off).
+    #[arg(long, default_value = "airpack", value_parser = ["airpack", "baresip"])]
+    client: String,
     /// The airpack binary to run in the namespaces (default: this executable).
     #[arg(long, env = "AIRPACK_BIN")]
     bin: Option<PathBuf>,
@@ -187,6 +196,7 @@ fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) ->
         max_calls,
         seed: c.seed,
         work_dir,
+        client: experiment::Client::parse(&c.client)?,
     })
 }
 
@@ -260,7 +270,10 @@ fn run(r: RunArgs) -> Result<()> {
             r => format!("{} ({} routing)", cfg.topo.name, r.name()),
         } + if cfg.topo.air == topology::Air::Ns3 { " on the ns-3 air" } else { "" },
         phy: experiment::phy_label(&cfg.medium.phy),
-        codec: cfg.codec.clone(),
+        codec: match cfg.client {
+            experiment::Client::Airpack => cfg.codec.clone(),
+            experiment::Client::Baresip => format!("{} (baresip phones)", cfg.codec),
+        },
         vad: cfg.vad,
         duration_s: cfg.duration_s,
         criterion: cfg.criterion.clone(),

@@ -301,6 +301,8 @@ mod tests {
             daemon_totals: BTreeMap::new(),
             wall_s: 1.0,
             max_send_lag_ms: 0.0,
+            signalling: None,
+            air: None,
         }
     }
 

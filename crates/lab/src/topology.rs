@@ -57,6 +57,13 @@ pub struct Topology {
     /// `ns3` (ns-3's 802.11 model, [`crate::air_ns3`]).
     #[serde(default)]
     pub air: Air,
+    /// ns-3 air only: BSS mode, access point, multicast rate (`[wifi]`
+    /// table, [`crate::air_opts`]).
+    #[serde(default)]
+    pub wifi: crate::air_opts::WifiOpts,
+    /// ns-3 air only: point-to-point cables (`[[wired]]`, [`crate::air_opts`]).
+    #[serde(default)]
+    pub wired: Vec<crate::air_opts::Wired>,
 }
 
 /// Which air carries the radios' frames.
@@ -125,6 +132,8 @@ impl Topology {
                 phy: Some(s("b2")),
                 routing: Routing::Static,
                 air: Air::Tc,
+                wifi: Default::default(),
+                wired: vec![],
             },
             "seed000" => Topology {
                 name: s("seed000"),
@@ -135,6 +144,8 @@ impl Topology {
                 phy: Some(s("b2")),
                 routing: Routing::Static,
                 air: Air::Tc,
+                wifi: Default::default(),
+                wired: vec![],
             },
             _ => {
                 let Some(n) = name.strip_prefix("string:") else {
@@ -155,6 +166,8 @@ impl Topology {
                     phy: Some(s("b2")),
                     routing: Routing::Static,
                     air: Air::Tc,
+                    wifi: Default::default(),
+                    wired: vec![],
                 }
             }
         };
@@ -200,11 +213,12 @@ impl Topology {
                 bail!("bad call pair {a}-{b}");
             }
         }
+        self.validate_air_opts()?;
         for [n, d, v] in &self.routes {
             if !known(n) || !known(d) || !known(v) {
                 bail!("bad route {n} -> {d} via {v}");
             }
-            if !self.neighbours(n).contains(v) {
+            if !self.neighbours(n).contains(v) && !self.wired_neighbours(n).contains(v) {
                 bail!("route {n} -> {d} via {v}: {v} is not a neighbour of {n}");
             }
         }
@@ -221,10 +235,11 @@ impl Topology {
         self.nodes.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect()
     }
 
-    /// Neighbours of `node`, in node order.
+    /// Neighbours of `node` on its radio (IP level: in infrastructure mode
+    /// the whole BSS, [`Topology::radio_links`]), in node order.
     pub fn neighbours(&self, node: &str) -> Vec<String> {
         let mut v: Vec<String> = self
-            .links
+            .radio_links()
             .iter()
             .filter_map(|[a, b]| {
                 if a == node {
@@ -254,7 +269,9 @@ impl Topology {
         let mut adj: Vec<Vec<(usize, u128)>> = vec![Vec::new(); n];
         let mut seen = std::collections::BTreeSet::new();
         let mut k = 0u32;
-        for [a, b] in &self.links {
+        // radio links at the IP level, then wired links (crate::air_opts)
+        let wired = self.wired.iter().map(|w| [w.a.clone(), w.b.clone()]);
+        for [a, b] in &self.radio_links().into_iter().chain(wired).collect::<Vec<_>>() {
             let (x, y) = (idx[a.as_str()], idx[b.as_str()]);
             if x == y || !seen.insert((x.min(y), x.max(y))) {
                 continue;
@@ -395,6 +412,7 @@ impl Mesh {
     /// Build `topo` on a fresh set of namespaces.
     pub fn build(topo: &Topology, opts: &MediumOpts) -> Result<Mesh> {
         topo.validate()?;
+        topo.check_air_opts_fit()?;
         let k = MESH_COUNTER.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("{}{k}-", netns::own_prefix());
         let hub = Netns::create(&format!("{prefix}air"))?;
@@ -535,13 +553,25 @@ impl Mesh {
                 }
                 ns.ip(&["route", "add", &format!("{a}/32"), "dev", RADIO, "scope", "link", "src", &node.addr.to_string()])?;
             }
+            // wired links (ns-3 air): an unnumbered point-to-point device
+            // per cable, the peer on-link behind it (crate::air_opts)
+            let wired = self.topo.wired_ifaces(&node.name);
+            for (dev, peer, k) in &wired {
+                let b_side = self.topo.wired[*k].b == *peer;
+                let a = Topology::addr_of(idx[peer.as_str()]).to_string();
+                ns.sysctl(&[&format!("net.ipv6.conf.{dev}.disable_ipv6=1")])?;
+                ns.ip(&["link", "set", dev, "up"])?;
+                ns.ip(&["neigh", "replace", &a, "lladdr", &mac_str(Topology::wired_mac(*k, b_side)), "dev", dev, "nud", "permanent"])?;
+                ns.ip(&["route", "add", &format!("{a}/32"), "dev", dev, "scope", "link", "src", &node.addr.to_string()])?;
+            }
             for (j, d) in self.topo.nodes.iter().enumerate() {
-                if babel || *d == node.name || nbs.contains(d) {
+                if babel || *d == node.name || nbs.contains(d) || wired.iter().any(|(_, p, _)| p == d) {
                     continue;
                 }
                 if let Some(h) = nh.get(&(node.name.clone(), d.clone())) {
                     let via = Topology::addr_of(idx[h.as_str()]).to_string();
-                    ns.ip(&["route", "add", &format!("{}/32", Topology::addr_of(j)), "via", &via, "dev", RADIO, "src", &node.addr.to_string()])?;
+                    let dev = self.topo.iface_to(&node.name, h);
+                    ns.ip(&["route", "add", &format!("{}/32", Topology::addr_of(j)), "via", &via, "dev", &dev, "src", &node.addr.to_string()])?;
                 }
             }
         }
@@ -740,6 +770,8 @@ mod tests {
             phy: None,
             routing: Routing::Static,
             air: Air::Tc,
+            wifi: Default::default(),
+            wired: vec![],
         };
         let nh = t.next_hops();
         for a in &t.nodes {

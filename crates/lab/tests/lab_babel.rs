@@ -106,6 +106,7 @@ fn calls_supported_and_aggregation_lowers_frames_with_babel() {
         max_calls: 4,
         seed: 7,
         work_dir: work.clone(),
+        client: Default::default(),
     };
     let off = run_point(&cfg, Setup::Off, 4).expect("off point");
     eprintln!("{}", point_line(&off));

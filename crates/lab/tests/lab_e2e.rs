@@ -53,6 +53,7 @@ fn aggregation_lowers_frames_on_air_and_calls_are_supported() {
         max_calls: 4,
         seed: 7,
         work_dir: work.clone(),
+        client: Default::default(),
     };
     let off = run_point(&cfg, Setup::Off, 4).expect("off point");
     eprintln!("{}", airpack_lab::experiment::point_line(&off));

@@ -259,7 +259,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("airpack_accounting_send_dropped{reason=\"send_enobufs\"} 8\n"),
+            text.contains("airpack_accounting_send_dropped_total{reason=\"send_enobufs\"} 8\n"),
             "{text}"
         );
         let human = human_stats(&doc);

@@ -15,7 +15,7 @@ use airpack_core::{Encoding, EngineConfig, PeerConfig};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
@@ -33,6 +33,9 @@ pub struct Config {
     /// `[aggregation]`: engine parameters (defaults for every peer).
     #[serde(default)]
     pub aggregation: AggregationSection,
+    /// `[discovery]`: neighbour discovery with hellos (issue 11).
+    #[serde(default)]
+    pub discovery: DiscoverySection,
     /// `[[class]]`: classifier rules, first match wins.
     #[serde(default, rename = "class", skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ClassSection>,
@@ -273,6 +276,60 @@ impl Default for AggregationSection {
             max_peers: 1024,
             dynamic_marking: false,
             bypass_queue_limit: 256,
+        }
+    }
+}
+
+/// `[discovery]`: hellos on each of `daemon.interfaces` find the neighbours
+/// that run airpack (hop-by-hop mode; `docs/adaptive.md`). Static `[[peer]]`
+/// entries keep their configuration and override what discovery finds.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiscoverySection {
+    /// Send and listen for hellos.
+    pub enabled: bool,
+    /// UDP port of hellos (source and destination).
+    pub port: u16,
+    /// IPv4 link-local multicast group hellos are sent to.
+    pub group_v4: Ipv4Addr,
+    /// Also send and listen for hellos over IPv6 (from the link-local address).
+    pub ipv6: bool,
+    /// IPv6 link-local multicast group (ff02::/16) of IPv6 hellos.
+    pub group_v6: Ipv6Addr,
+    /// Hello interval, ms (each hello is sent up to a quarter earlier at random).
+    pub interval_ms: u32,
+    /// A neighbour that sends no hello for this many of its intervals is gone.
+    pub hold_intervals: u32,
+    /// Most neighbours held per interface (more are refused and counted).
+    pub max_neighbors: usize,
+    /// Pre-shared key of the mesh, 32 hexadecimal digits: hellos are
+    /// authenticated and unauthenticated ones refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Key id sent with the tags (lets a mesh change keys).
+    pub key_id: u8,
+    /// Data rate assumed by the size model, Mbit/s (802.11b timing).
+    pub rate_mbps: f64,
+    /// Smallest bundle size asked of a neighbour, bytes (the largest is
+    /// `aggregation.max_size`).
+    pub min_size: usize,
+}
+
+impl Default for DiscoverySection {
+    fn default() -> Self {
+        DiscoverySection {
+            enabled: false,
+            port: 4151,
+            group_v4: Ipv4Addr::new(224, 0, 0, 151),
+            ipv6: true,
+            group_v6: Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x151),
+            interval_ms: 1000,
+            hold_intervals: 3,
+            max_neighbors: 64,
+            key: None,
+            key_id: 1,
+            rate_mbps: 11.0,
+            min_size: 128,
         }
     }
 }
@@ -1113,6 +1170,8 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
         return Err(at.err("aggregation", 0, "dynamic_marking", NO_MARKS));
     }
 
+    check_discovery(&at, &config)?;
+
     // Classes.
     let mut rules = Vec::new();
     let mut steer = Vec::new();
@@ -1355,6 +1414,85 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
     })
 }
 
+/// `[discovery]` checks (only when enabled, except the key's syntax).
+fn check_discovery(at: &Located<'_>, config: &Config) -> anyhow::Result<()> {
+    let d = &config.discovery;
+    let e = |key: &str, m: String| at.err("discovery", 0, key, m);
+    if let Some(k) = &d.key {
+        airpack_core::auth::Key::from_hex(k).map_err(|err| e("key", err.to_string()))?;
+    }
+    if !d.enabled {
+        return Ok(());
+    }
+    if config.daemon.mode != Mode::HopByHop {
+        return Err(e(
+            "enabled",
+            "discovery needs daemon.mode = \"hop-by-hop\"".into(),
+        ));
+    }
+    if config.daemon.interfaces.is_empty() {
+        return Err(e(
+            "enabled",
+            "discovery needs daemon.interfaces (hellos are sent on each of them)".into(),
+        ));
+    }
+    if d.port == 0
+        || (config.daemon.transport == Transport::Udp && d.port == config.daemon.udp_port)
+    {
+        return Err(e(
+            "port",
+            format!("{} must be non-zero and not daemon.udp_port", d.port),
+        ));
+    }
+    if d.group_v6.segments()[0] & 0xff0f != 0xff02 {
+        return Err(e(
+            "group_v6",
+            format!(
+                "{} is not a link-local multicast group (ff02::/16)",
+                d.group_v6
+            ),
+        ));
+    }
+    if !d.group_v4.is_multicast() {
+        return Err(e(
+            "group_v4",
+            format!("{} is not a multicast group", d.group_v4),
+        ));
+    }
+    if !(100..=60_000).contains(&d.interval_ms) {
+        return Err(e(
+            "interval_ms",
+            format!("{} must be in 100-60000", d.interval_ms),
+        ));
+    }
+    if !(2..=10).contains(&d.hold_intervals) {
+        return Err(e(
+            "hold_intervals",
+            format!("{} must be in 2-10", d.hold_intervals),
+        ));
+    }
+    if !(1..=255).contains(&d.max_neighbors) {
+        return Err(e(
+            "max_neighbors",
+            format!("{} must be in 1-255", d.max_neighbors),
+        ));
+    }
+    if !(d.rate_mbps >= 0.1 && d.rate_mbps <= 100_000.0) {
+        return Err(e(
+            "rate_mbps",
+            format!("{} must be in 0.1-100000", d.rate_mbps),
+        ));
+    }
+    let max = config.aggregation.max_size;
+    if !(68..=max).contains(&d.min_size) {
+        return Err(e(
+            "min_size",
+            format!("{} must be in 68-{max} (aggregation.max_size)", d.min_size),
+        ));
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn check_sizes(
     at: &Located<'_>,
@@ -1435,6 +1573,7 @@ pub fn known_keys() -> Vec<String> {
     c.daemon.prometheus = Some("127.0.0.1:9477".into());
     c.daemon.source_check = Some(SourceCheck::Route);
     c.daemon.cpu_latency_us = Some(0);
+    c.discovery.key = Some("00".repeat(16));
     c.classes.push(ClassSection {
         class: ClassCfg::Bundle,
         protocol: Some(Spec::Str("udp".into())),
@@ -1552,6 +1691,38 @@ mod tests {
             e.contains("test.toml:2") && e.contains("aggregation.encoding"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn discovery_keys() {
+        let plan = p("").unwrap();
+        assert!(!plan.config.discovery.enabled);
+        let ok = "[daemon]\ninterfaces = [\"wlan0\"]\n[discovery]\nenabled = true\nkey = \"00112233445566778899aabbccddeeff\"\n";
+        let plan = p(ok).unwrap();
+        assert!(plan.config.discovery.enabled);
+        let e = err("[discovery]\nenabled = true\n");
+        assert!(
+            e.contains("discovery.enabled") && e.contains("daemon.interfaces"),
+            "{e}"
+        );
+        let e = err(
+            "[daemon]\nmode = \"end-to-end\"\ninterfaces = [\"w0\"]\n[discovery]\nenabled = true\n",
+        );
+        assert!(e.contains("hop-by-hop"), "{e}");
+        // A bad key is refused even while discovery is off.
+        let e = err("[discovery]\nkey = \"0011\"\n");
+        assert!(
+            e.contains("test.toml:2") && e.contains("discovery.key"),
+            "{e}"
+        );
+        let e = err("[daemon]\ninterfaces = [\"w0\"]\n[discovery]\nenabled = true\ngroup_v4 = \"10.0.0.1\"\n");
+        assert!(e.contains("discovery.group_v4"), "{e}");
+        let e =
+            err("[daemon]\ninterfaces = [\"w0\"]\n[discovery]\nenabled = true\nmin_size = 2000\n");
+        assert!(e.contains("discovery.min_size"), "{e}");
+        let e =
+            err("[daemon]\ninterfaces = [\"w0\"]\n[discovery]\nenabled = true\ninterval_ms = 10\n");
+        assert!(e.contains("discovery.interval_ms"), "{e}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod accounting;
 pub mod config;
 pub mod config_diff;
 pub mod control;
+pub mod metrics;
 pub mod runtime;
 pub mod stats;
 mod sys;
@@ -193,7 +194,7 @@ pub fn warnings(plan: &config::Plan) -> Vec<String> {
     if !plan.steer.iter().any(|m| m.steer) {
         w.push("no [[class]] of class bundle or opportunistic: nothing will be steered into the daemon".into());
     }
-    if plan.peers.is_empty() {
+    if plan.peers.is_empty() && !plan.config.discovery.enabled {
         w.push("no [[peer]]: every packet leaves unbundled".into());
     }
     w

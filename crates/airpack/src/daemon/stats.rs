@@ -1,6 +1,7 @@
 //! The daemon's own counters and the rendering of all statistics: the JSON
 //! answered on the control socket (`airpack stats --json`, `airpack peers
-//! --json`), the human tables the client prints, and the Prometheus text.
+//! --json`) and the human tables the client prints (the Prometheus text is
+//! [`super::metrics`]'s).
 //!
 //! Owns: [`DaemonCounters`] (I/O events the engine cannot see: TUN reads and
 //! writes, send errors by errno, received bundles rejected before decoding)
@@ -333,92 +334,14 @@ pub fn write_with_peers(
     out.push(b'}');
 }
 
-/// Prometheus text exposition of a stats JSON document (as built by the
-/// event loop): numeric leaves of `total` become `airpack_<name>`, nested maps
-/// get a `reason` label, peers get a `peer` label. Histograms are summarised
-/// as `_sum` and `_count`.
+/// Prometheus text exposition of a whole stats JSON document (head and
+/// `peers`); see [`super::metrics`].
 pub fn prometheus(doc: &Value) -> String {
-    let mut out = String::new();
-    prometheus_head(doc, &mut out);
-    if let Some(Value::Array(peers)) = doc.get("peers") {
-        for p in peers {
-            prometheus_peer(p, &mut out);
-        }
-    }
-    out
-}
-
-/// The `total`, `queued`, `tun` and `accounting` part of [`prometheus`]
-/// (everything but `peers`).
-pub fn prometheus_head(doc: &Value, out: &mut String) {
-    if let Some(t) = doc.get("total") {
-        prom_walk("", &[], t, out);
-    }
-    if let Some(a) = doc.get("accounting") {
-        prom_walk("accounting", &[], a, out);
-    }
-    if let Some(q) = doc.get("queued") {
-        prom_walk("queued", &[], q, out);
-    }
-    if let Some(t) = doc.get("tun") {
-        prom_walk("tun", &[], t, out);
-    }
-}
-
-/// One element of `peers` in [`prometheus`] form (`airpack_peer_*{peer="..."}`).
-pub fn prometheus_peer(p: &Value, out: &mut String) {
-    let name = p
-        .get("peer")
-        .and_then(Value::as_str)
-        .unwrap_or("?")
-        .to_owned();
-    prom_walk("peer", &[("peer".into(), name)], p, out);
-}
-
-fn prom_emit(out: &mut String, name: &str, labels: &str, v: &Value) {
-    // Booleans (`accounting.*.balanced`) as 1 / 0.
-    if let Some(x) = v.as_f64().or_else(|| v.as_bool().map(f64::from)) {
-        out.push_str(&format!("airpack_{name}{labels} {x}\n"));
-    }
-}
-
-fn prom_walk(prefix: &str, labels: &[(String, String)], v: &Value, out: &mut String) {
-    let lab = |extra: Option<(&str, &str)>| {
-        let mut parts: Vec<String> = labels
-            .iter()
-            .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
-            .collect();
-        if let Some((k, v)) = extra {
-            parts.push(format!("{k}=\"{v}\""));
-        }
-        if parts.is_empty() {
-            String::new()
-        } else {
-            format!("{{{}}}", parts.join(","))
-        }
+    let peers = match doc.get("peers") {
+        Some(Value::Array(p)) => p.clone(),
+        _ => Vec::new(),
     };
-    let Some(obj) = v.as_object() else { return };
-    for (k, val) in obj {
-        let name = if prefix.is_empty() {
-            k.clone()
-        } else {
-            format!("{prefix}_{k}")
-        };
-        match val {
-            Value::Number(_) | Value::Bool(_) => prom_emit(out, &name, &lab(None), val),
-            Value::Object(inner) if inner.contains_key("buckets") => {
-                prom_emit(out, &format!("{name}_sum"), &lab(None), &inner["sum"]);
-                prom_emit(out, &format!("{name}_count"), &lab(None), &inner["total"]);
-            }
-            Value::Object(inner) if inner.values().all(Value::is_number) && k != "daemon" => {
-                for (reason, n) in inner {
-                    prom_emit(out, &name, &lab(Some(("reason", reason))), n);
-                }
-            }
-            Value::Object(_) => prom_walk(&name, labels, val, out),
-            _ => {}
-        }
-    }
+    super::metrics::render(doc, peers)
 }
 
 /// What a new user most needs to know when nothing is being bundled: a line
@@ -761,29 +684,23 @@ mod tests {
     #[test]
     fn prometheus_text() {
         let text = prometheus(&sample());
-        assert!(text.contains("airpack_packets_in 100\n"), "{text}");
-        assert!(
-            text.contains("airpack_dropped{reason=\"queue_bytes\"} 3\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("airpack_daemon_rx_rejected{reason=\"spoofed_source\"} 4\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("airpack_daemon_send_errors{reason=\"enobufs\"} 1\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("airpack_peer_packets_in{peer=\"10.0.0.2\"} 100\n"),
-            "{text}"
-        );
-        assert!(text.contains("airpack_queued_packets 1\n"), "{text}");
-        // Every line is `name{labels} value` or `name value`.
-        for line in text.lines() {
+        for want in [
+            "airpack_packets_in_total 100\n",
+            "airpack_dropped_total{reason=\"queue_bytes\"} 3\n",
+            "airpack_daemon_rx_rejected_total{reason=\"spoofed_source\"} 4\n",
+            "airpack_daemon_send_errors_total{errno=\"enobufs\"} 1\n",
+            "airpack_peer_packets_in_total{peer=\"10.0.0.2\"} 100\n",
+            "airpack_queued_packets 1\n",
+            "# TYPE airpack_packets_in_total counter\n",
+            "# TYPE airpack_queued_packets gauge\n",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        // Every line is a comment, `name{labels} value` or `name value`.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
             let (name, val) = line.rsplit_once(' ').unwrap();
             assert!(name.starts_with("airpack_"), "{line}");
-            assert!(val.parse::<f64>().is_ok(), "{line}");
+            assert!(val.parse::<f64>().is_ok() || val == "+Inf", "{line}");
         }
     }
 

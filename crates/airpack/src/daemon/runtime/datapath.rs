@@ -186,13 +186,17 @@ impl Daemon {
     /// with the UDP transport an inner UDP packet to the bundle port is
     /// refused as nested (it would come back as a fresh bundle).
     pub(super) fn on_bundle(&mut self, src: IpAddr, scope: u32, ecn: u8, start: usize, end: usize) {
-        let (encoding, peer_if) = match self.peers.get(&src) {
-            Some(p) if p.via(scope) => (p.encoding, p.scope()),
-            _ => {
-                self.counters.rx_unknown_peer += 1;
-                trace!(%src, scope, "bundle from unknown peer dropped");
-                return;
-            }
+        let known = match self.peers.get(&src) {
+            Some(p) if p.via(scope) => Some((p.encoding, p.scope())),
+            Some(_) => None,
+            // A discovered neighbour that counts us up one hello before we
+            // count it (its hellos are taken; see `Table::heard`).
+            None => self.discovery.as_ref().and_then(|d| d.heard(src, scope)),
+        };
+        let Some((encoding, peer_if)) = known else {
+            self.counters.rx_unknown_peer += 1;
+            trace!(%src, scope, "bundle from unknown peer dropped");
+            return;
         };
         // Take the buffer out so the bundle view can borrow it while the
         // checks below use the resolver (no allocation: the Vec moves).

@@ -11,7 +11,8 @@
 //! Split by concern: [`sockets`] (bundle sockets, raw sender), [`peers`]
 //! (configured peers, inner source check), [`datapath`] (TUN, bundles,
 //! transmit), [`lookups`] (packets waiting for a next hop), [`routing`]
-//! (route/link changes, steered interfaces), [`reload`] (SIGHUP) and
+//! (route/link changes, steered interfaces), [`reload`] (SIGHUP),
+//! [`discovery`] (hellos, discovered peers) and
 //! [`report`] (control answers, rendered off the loop); this file holds the
 //! daemon's state, start, the loop and the clean stop.
 //!
@@ -42,6 +43,7 @@ use std::os::fd::AsRawFd;
 use tracing::{debug, error, info, warn};
 
 mod datapath;
+mod discovery;
 mod lookups;
 mod peers;
 mod reload;
@@ -143,6 +145,8 @@ pub struct Daemon {
     /// to the peers, re-evaluated when routes change.
     steer_auto: bool,
     started: u64,
+    /// Neighbour discovery (`[discovery]`), if enabled.
+    discovery: Option<discovery::Discovery>,
     tun_buf: Vec<u8>,
     tx_buf: Vec<u8>,
     rx_buf: Vec<u8>,
@@ -225,6 +229,10 @@ impl Daemon {
         poller.add(lookups.as_raw_fd(), TOK_LOOKUP, Interest::READ)?;
         control.register(&poller)?;
         poller.add(renderer.as_raw_fd(), TOK_RENDER, Interest::READ)?;
+        let discovery = discovery::Discovery::open(&plan)?;
+        for (fd, token) in discovery.iter().flat_map(|d| d.fds()) {
+            poller.add(fd, token, Interest::READ)?;
+        }
 
         let links = d
             .interfaces
@@ -296,6 +304,7 @@ impl Daemon {
             links,
             steer_auto,
             started: now,
+            discovery,
             tun_buf: vec![0; BUF],
             tx_buf: vec![0; BUF],
             rx_buf: vec![0; BUF],
@@ -348,6 +357,7 @@ impl Daemon {
                         self.times.max_control_us = self.times.max_control_us.max(took);
                     }
                     TOK_CONTROL | TOK_METRICS => self.control.accept(&self.poller, ev.token),
+                    t if discovery::Discovery::owns(t) => self.on_hello(t, now),
                     t if t >= TOK_CONN_BASE => {
                         let slot = (t - TOK_CONN_BASE) as usize;
                         if let Some(req) = self.control.ready(&self.poller, slot, ev.writable) {
@@ -371,6 +381,7 @@ impl Daemon {
             if stop {
                 return self.shutdown();
             }
+            self.discovery_poll(now);
             self.update_busy(now);
             if self.engine.poll_timeout().is_some_and(|t| t <= now) {
                 self.engine.handle_timeout(now);
@@ -403,6 +414,9 @@ impl Daemon {
         let mut deadline = self.engine.poll_timeout();
         if let Some(l) = self.lookups.next_deadline() {
             deadline = Some(deadline.map_or(l, |d| d.min(l)));
+        }
+        if let Some(h) = self.discovery.as_ref().and_then(|d| d.deadline()) {
+            deadline = Some(deadline.map_or(h, |d| d.min(h)));
         }
         if self.hold_while_busy() && self.link_busy && self.engine.queued().0 > 0 {
             let recheck = now + BUSY_RECHECK_US;

@@ -44,6 +44,7 @@ impl Daemon {
             keep!(daemon.sched_priority);
             keep!(daemon.cpu_latency_us);
             keep!(aggregation.protocol);
+            keep!(discovery);
             if !kept.is_empty() {
                 warn!(
                     "reload: {} only take effect after a restart; keeping the running values",
@@ -113,6 +114,8 @@ impl Daemon {
         self.resolver.invalidate();
         self.lookups.invalidate();
         self.plan = new;
+        // The new peer map knows only static peers: put discovered ones back.
+        self.reapply_discovered();
         self.counters.reloads += 1;
         let changed = if changed.is_empty() {
             "nothing changed".to_owned()

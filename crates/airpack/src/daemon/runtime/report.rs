@@ -53,6 +53,8 @@ pub(super) struct Snapshot {
     routes: Value,
     loop_times: Value,
     peers: Vec<PeerSnap>,
+    /// `peers` only: the neighbour tables, when discovery is on.
+    discovery: Option<Value>,
 }
 
 impl Daemon {
@@ -132,6 +134,9 @@ impl Daemon {
                 "last_control_us": self.times.last_control_us,
             }),
             peers,
+            discovery: with_config
+                .then(|| self.discovery.as_ref().map(|d| d.json(monotonic_micros())))
+                .flatten(),
         }
     }
 
@@ -311,16 +316,16 @@ fn render(s: Snapshot, tun: Option<LinkStats>) -> (bool, Vec<u8>) {
             );
         }
         Request::Metrics => {
-            let mut text = String::new();
-            stats::prometheus_head(&Value::Object(stats_head(&s, tun.as_ref())), &mut text);
-            for p in &s.peers {
-                stats::prometheus_peer(&stats_peer(p), &mut text);
-            }
-            out = text.into_bytes();
+            let head = Value::Object(stats_head(&s, tun.as_ref()));
+            out =
+                crate::daemon::metrics::render(&head, s.peers.iter().map(stats_peer)).into_bytes();
         }
         Request::Peers => {
             let mut head = serde_json::Map::new();
             head.insert("mode".into(), s.mode.into());
+            if let Some(d) = &s.discovery {
+                head.insert("discovery".into(), d.clone());
+            }
             stats::write_with_peers(&mut out, &head, s.peers.len(), |i| peers_peer(&s.peers[i]));
         }
         Request::Bad(_) => return render_bad(&s.req),

@@ -37,6 +37,7 @@ impl Daemon {
                 self.counters.route_changes += 1;
                 self.update_steering(ch.link || ch.overrun);
                 if ch.link || ch.overrun {
+                    self.discovery_refresh();
                     for (addr, p) in self.peers.iter_mut() {
                         if p.resolve() {
                             info!(peer = %addr, interface = ?p.interface, ifindex = p.ifindex, "link-local peer's interface changed");

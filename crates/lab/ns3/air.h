@@ -1,0 +1,125 @@
+// airpack-ns3-air: declarations shared by air.cc (config, scenario, main),
+// air_io.cc (taps, wired links, flows, counters) and air_obs.cc (real-time
+// lag, stats and per-node observability files, final report).
+//
+// Must not touch: anything in the namespaces (the lab configures them); the
+// program only reads and writes the descriptors it was given and the files
+// it was told to write.
+
+#pragma once
+
+#include "ns3/core-module.h"
+#include "ns3/fd-net-device-module.h"
+#include "ns3/mobility-module.h"
+#include "ns3/network-module.h"
+#include "ns3/point-to-point-module.h"
+#include "ns3/propagation-module.h"
+#include "ns3/realtime-simulator-impl.h"
+#include "ns3/wifi-module.h"
+
+#include <csignal>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace air
+{
+
+using namespace ns3;
+
+struct NodeCfg
+{
+    std::string name;
+    std::string mac;
+    int fd = -1;
+    uint32_t queue = 0; // per-node MAC queue limit (0 = the global one)
+};
+
+enum class FlowKind
+{
+    Unicast, // Wi-Fi unicast to node `to`
+    Bcast,   // Wi-Fi broadcast, receptions counted at node `to`
+    Wired,   // over the wired link between `from` and `to`
+};
+
+struct FlowCfg
+{
+    uint32_t from, to;
+    double pps;
+    uint32_t bytes;
+    double start, stop;
+    FlowKind kind = FlowKind::Unicast;
+    uint64_t sent = 0, received = 0;
+    double first = -1, last = -1;
+};
+
+// One point-to-point cable between nodes a and b (taps `wiredK`).
+struct WiredCfg
+{
+    uint32_t a, b;
+    double rate_bps, delay_us;
+    std::string mac_a, mac_b;
+    int fd_a = -1, fd_b = -1;
+    Ptr<PointToPointNetDevice> dev_a, dev_b;
+    Ptr<FdNetDevice> tap_a, tap_b;
+    uint64_t from_tap[2] = {0, 0}, to_tap[2] = {0, 0}, drop[2] = {0, 0}, dropped_proto = 0;
+};
+
+// What one node knows about one other node (nl80211 station info).
+struct Peer
+{
+    uint64_t rx_frames = 0;    // MPDUs received from it (data and management)
+    double signal_dbm = 0;     // signal of the last frame received from it
+    double signal_avg_dbm = 0; // exponential average (1/8) of the signal
+    uint64_t tx_acked = 0;     // unicast MPDUs to it that were acknowledged
+    uint64_t tx_retries = 0;   // failed attempts that were retried
+    uint64_t tx_failed = 0;    // MPDUs dropped after the last attempt
+};
+
+struct Counters
+{
+    uint64_t from_tap = 0;  // frames the node's kernel sent on radio0
+    uint64_t mac_tx = 0;    // MSDUs handed to the Wi-Fi MAC
+    uint64_t mac_rx = 0;    // MSDUs the Wi-Fi MAC delivered (any destination heard)
+    uint64_t to_tap = 0;    // frames written to radio0
+    uint64_t phy_tx = 0;    // PPDUs transmitted (data, ACK, retries, beacons)
+    uint64_t drop_queue = 0; // MSDUs the MAC refused (queue full, or not associated)
+    uint64_t drop_retry = 0, drop_expired = 0, drop_other = 0;
+    uint64_t retries = 0; // failed attempts that were retried (all peers)
+    // PHY state time (ns), closed periods only (ns-3's State trace)
+    int64_t tx_ns = 0, rx_ns = 0, cca_ns = 0;
+    std::map<uint32_t, Peer> peers; // by node index
+};
+
+extern std::vector<NodeCfg> g_nodes;
+extern std::vector<FlowCfg> g_flows;
+extern std::vector<WiredCfg> g_wired;
+extern std::vector<Counters> g_cnt;
+extern std::vector<Ptr<WifiNetDevice>> g_wifi;
+extern std::vector<Ptr<FdNetDevice>> g_tap;
+// A node's Wi-Fi device keeps the address ns-3 gave it (changing it after
+// installation leaves the MAC's frame exchange on the old one, so no ACKs);
+// frames are translated between the lab's radio MACs and these addresses.
+extern std::vector<Mac48Address> g_lab_mac, g_air_mac;
+extern volatile sig_atomic_t g_stop;
+extern std::string g_stats;
+extern uint32_t g_stations, g_associated; // infrastructure mode
+
+// air_io.cc
+uint32_t NodeOfAirMac(Mac48Address a); // g_air_mac.size() if none
+void ConnectNode(uint32_t i);          // traces of node i's Wi-Fi device
+void AttachTap(Ptr<Node> node, uint32_t i);
+void SetupWired(NodeContainer& nodes, uint32_t queue);
+void StartFlows();
+std::vector<Ptr<WifiMacQueue>> Queues(uint32_t i);
+
+// air_obs.cc
+void StartProbe(bool realtime, const std::string& obs_dir, uint32_t obs_ms);
+void WriteStats();
+void FlushFiles(); // write what is pending and stop the file thread
+std::string Report(const std::string& phy, bool tap, double sim, double wall, double cpu,
+                   uint64_t events);
+double WallSeconds();
+double CpuSeconds();
+
+} // namespace air

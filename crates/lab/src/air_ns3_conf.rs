@@ -1,0 +1,341 @@
+//! The ns-3 air's config (issue 10): what the program
+//! (`crates/lab/ns3/air.cc`) is told about a topology, as text, one
+//! directive per line (the list is at the top of air.cc).
+//!
+//! Owns: the mapping of a [`Topology`] and [`MediumOpts`] (PHY preset,
+//! queue, link table, BSS mode, multicast rate, wired links) and of the
+//! descriptors and pure-simulation flows onto that text ([`config_text`]),
+//! and what the program supports ([`check`]).
+//!
+//! Must not touch: processes, namespaces or files ([`crate::air_ns3`] runs
+//! the program).
+
+use crate::air_opts::{BssMode, RateControl};
+use crate::medium::Phy;
+use crate::topology::{mac_str, MediumOpts, Topology};
+use anyhow::{bail, Result};
+use std::path::Path;
+
+/// Path loss (dB) of a link of the topology (neighbours hear each other
+/// loudly; non-neighbours are 400 dB apart, below any detection threshold).
+pub const LINK_LOSS_DB: f64 = 50.0;
+
+/// Real-time hard limit of the ns-3 scheduler (ms) unless
+/// `AIRPACK_NS3_HARD_LIMIT_MS` says otherwise: 5 ms aborted during start-up
+/// on this machine; 100 ms holds on a quiet machine but tripped (158 ms) once
+/// at a point's teardown at load average 9. The program aborts when it is
+/// exceeded, and [`crate::air_ns3::Ns3Air::stop`] reports that as an error.
+pub const HARD_LIMIT_MS: u32 = 100;
+
+fn hard_limit_ms() -> u32 {
+    std::env::var("AIRPACK_NS3_HARD_LIMIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(HARD_LIMIT_MS)
+}
+
+/// The PHY presets the program knows: all of [`crate::medium::PRESETS`]
+/// (b11s since the short preamble is enabled in ns-3's station manager).
+pub fn supports(phy: &Phy) -> bool {
+    crate::medium::PRESETS.iter().any(|p| p.name == phy.name)
+}
+
+/// Whether the program can run `topo` with `opts` (PHY preset, multicast
+/// rate of the PHY's family, the keys of [`crate::air_opts`]).
+pub fn check(topo: &Topology, opts: &MediumOpts) -> Result<()> {
+    if !supports(&opts.phy) {
+        bail!("the ns-3 air has no preset {} yet", opts.phy.name);
+    }
+    let ofdm = opts.phy.kind == crate::medium::PhyKind::Ofdm;
+    if topo.wifi.ht_mcs.is_some() && !ofdm {
+        bail!(
+            "ht_mcs needs an OFDM phy preset (a6..a54: the legacy rate of control frames), not {}",
+            opts.phy.name
+        );
+    }
+    if let Some(r) = topo.wifi.multicast_mbit {
+        if !crate::air_opts::multicast_rates(ofdm).contains(&r) {
+            bail!(
+                "multicast_mbit {r}: the {} family has {:?} Mbit/s",
+                opts.phy.name,
+                crate::air_opts::multicast_rates(ofdm)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What a pure-simulation CBR flow crosses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowKind {
+    /// Wi-Fi unicast from `from` to `to` (relayed by the AP between stations).
+    Unicast,
+    /// Wi-Fi broadcast by `from` (no ACK, at the multicast rate); receptions
+    /// are counted at `to`.
+    Bcast,
+    /// The wired link between `from` and `to`.
+    Wired,
+}
+
+/// A CBR flow generated inside ns-3 in pure simulation ([`crate::air_ns3::simulate`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimFlow {
+    /// Sending node (index).
+    pub from: usize,
+    /// Receiving node (index).
+    pub to: usize,
+    /// Packets per second.
+    pub pps: f64,
+    /// IP packet size (bytes).
+    pub ip_bytes: u32,
+    /// First packet (simulated s).
+    pub start_s: f64,
+    /// No packet from then on (simulated s).
+    pub stop_s: f64,
+    /// What it crosses.
+    pub kind: FlowKind,
+}
+
+impl SimFlow {
+    /// A Wi-Fi unicast flow.
+    pub fn unicast(
+        from: usize,
+        to: usize,
+        pps: f64,
+        ip_bytes: u32,
+        start_s: f64,
+        stop_s: f64,
+    ) -> SimFlow {
+        SimFlow {
+            from,
+            to,
+            pps,
+            ip_bytes,
+            start_s,
+            stop_s,
+            kind: FlowKind::Unicast,
+        }
+    }
+    /// The same flow crossing something else.
+    pub fn over(self, kind: FlowKind) -> SimFlow {
+        SimFlow { kind, ..self }
+    }
+}
+
+/// Descriptors handed to the program: node `i`'s `radio0` is `radio[i]`,
+/// wired link `k`'s ends (`a`, `b`) are `wired[k]`; missing = no tap.
+#[derive(Debug, Clone, Default)]
+pub struct TapFds {
+    /// Per node.
+    pub radio: Vec<i32>,
+    /// Per wired link, `[a, b]`.
+    pub wired: Vec<[i32; 2]>,
+}
+
+/// Where the program writes while it runs.
+#[derive(Debug, Clone, Default)]
+pub struct Outputs<'a> {
+    /// The stats file (JSON, every 200 ms).
+    pub stats: Option<&'a Path>,
+    /// The observability directory (`NODE.air` files) and interval (ms).
+    pub obs: Option<(&'a Path, u32)>,
+}
+
+/// The program's config for `topo` (descriptors `fds`, or none for pure
+/// simulation with `flows`).
+pub fn config_text(
+    topo: &Topology,
+    opts: &MediumOpts,
+    fds: &TapFds,
+    flows: &[SimFlow],
+    duration_s: f64,
+    out: &Outputs,
+) -> String {
+    let mut s = format!(
+        "# generated by airpack lab for {}\nphy {}\nqueue {}\nmax_delay_ms 60000\nhard_limit_ms {}\nduration_s {duration_s}\nseed 1\n",
+        topo.name,
+        opts.phy.name,
+        opts.queue_limit.max(1),
+        hard_limit_ms()
+    );
+    if let Some(p) = out.stats {
+        s.push_str(&format!("stats {}\n", p.display()));
+    }
+    if let Some((d, ms)) = out.obs {
+        s.push_str(&format!("obs {} {ms}\n", d.display()));
+    }
+    let idx = |n: &str| topo.nodes.iter().position(|x| x == n).expect("validated");
+    if let (BssMode::Infrastructure, Some(ap)) = (topo.wifi.mode, &topo.wifi.ap) {
+        s.push_str(&format!("mode infrastructure\nap {}\n", idx(ap)));
+    }
+    if let Some(r) = topo.wifi.multicast_mbit {
+        s.push_str(&format!("mcast_mbit {r}\n"));
+    }
+    if let Some(m) = topo.wifi.ht_mcs {
+        let on = |b: Option<bool>, default: bool| u8::from(b.unwrap_or(default));
+        s.push_str(&format!(
+            "ht_mcs {m}\nampdu {}\namsdu {}\n",
+            on(topo.wifi.ampdu, true),
+            on(topo.wifi.amsdu, false)
+        ));
+    }
+    if topo.wifi.rate_control == RateControl::Minstrel {
+        s.push_str("rate_control minstrel\n");
+    }
+    for (i, n) in topo.nodes.iter().enumerate() {
+        s.push_str(&format!(
+            "node {n} {} {}",
+            mac_str(Topology::mac_of(i)),
+            fds.radio.get(i).copied().unwrap_or(-1)
+        ));
+        if let Some(q) = topo.wifi.queues.get(n) {
+            s.push_str(&format!(" {q}"));
+        }
+        s.push('\n');
+    }
+    for [a, b] in &topo.links {
+        let loss = topo
+            .wifi
+            .link_loss_db
+            .iter()
+            .rev()
+            .find(|(x, y, _)| (x == a && y == b) || (x == b && y == a))
+            .map_or(LINK_LOSS_DB, |l| l.2);
+        s.push_str(&format!("link {} {} {loss}\n", idx(a), idx(b)));
+    }
+    for (k, w) in topo.wired.iter().enumerate() {
+        let [fa, fb] = fds.wired.get(k).copied().unwrap_or([-1, -1]);
+        s.push_str(&format!(
+            "wired {} {} {} {} {} {} {fa} {fb}\n",
+            idx(&w.a),
+            idx(&w.b),
+            (w.rate_mbit * 1e6).round(),
+            (w.delay_ms * 1e3).round(),
+            mac_str(Topology::wired_mac(k, false)),
+            mac_str(Topology::wired_mac(k, true)),
+        ));
+    }
+    for f in flows {
+        let kind = match f.kind {
+            FlowKind::Unicast => "unicast",
+            FlowKind::Bcast => "bcast",
+            FlowKind::Wired => "wired",
+        };
+        s.push_str(&format!(
+            "flow {} {} {} {} {} {} {kind}\n",
+            f.from, f.to, f.pps, f.ip_bytes, f.start_s, f.stop_s
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Air;
+
+    #[test]
+    fn topology_chooses_the_air_and_config_lists_nodes_and_links() {
+        let text = "name = 'p'\nnodes = ['A', 'B', 'C']\nlinks = [['A', 'B'], ['B', 'C']]\ncalls = [['A', 'C']]\n";
+        assert_eq!(Topology::from_toml(text).unwrap().air, Air::Tc);
+        let t = Topology::from_toml(&format!("{text}air = 'ns3'\n")).unwrap();
+        assert_eq!(t.air, Air::Ns3);
+        assert!(Topology::from_toml(&format!("{text}air = 'wifi'\n")).is_err());
+        assert_eq!(Air::parse("ns3").unwrap(), Air::Ns3);
+        assert!(Air::parse("x").is_err());
+        let opts = MediumOpts {
+            phy: crate::medium::preset("b11").unwrap(),
+            queue_limit: 0,
+            loss_pct: 0.0,
+        };
+        let fds = TapFds {
+            radio: vec![7, 8, 9],
+            wired: vec![],
+        };
+        let out = Outputs {
+            stats: Some(Path::new("/tmp/s.json")),
+            obs: Some((Path::new("/tmp/o"), 20)),
+        };
+        let c = config_text(
+            &t,
+            &opts,
+            &fds,
+            &[SimFlow::unicast(0, 2, 50.0, 60, 1.0, 2.0)],
+            0.0,
+            &out,
+        );
+        for l in [
+            "phy b11",
+            "queue 1",
+            "stats /tmp/s.json",
+            "obs /tmp/o 20",
+            "node A 02:00:00:00:00:01 7",
+            "node C 02:00:00:00:00:03 9",
+            "link 0 1 50",
+            "link 1 2 50",
+            "flow 0 2 50 60 1 2 unicast",
+        ] {
+            assert!(c.lines().any(|x| x == l), "missing {l:?} in\n{c}");
+        }
+        assert!(!c.contains("link 0 2"), "non-neighbours get no link");
+        assert!(
+            !c.contains("mode ") && !c.contains("wired "),
+            "adhoc, no cables: {c}"
+        );
+        assert!(supports(&crate::medium::preset("b11s").unwrap()));
+    }
+
+    #[test]
+    fn config_carries_infrastructure_multicast_rate_and_wired_links() {
+        let t = Topology::from_toml(
+            "name = 'g'\nnodes = ['A', 'G', 'S']\nlinks = [['A', 'G']]\ncalls = [['A', 'S']]\nair = 'ns3'\n\
+             [wifi]\nmode = 'infrastructure'\nap = 'G'\nmulticast_mbit = 5.5\nqueues = { A = 7 }\n\
+             link_loss_db = [['G', 'A', 80]]\n\
+             [[wired]]\na = 'G'\nb = 'S'\nrate_mbit = 100\ndelay_ms = 30\n",
+        )
+        .unwrap();
+        let mut opts = MediumOpts {
+            phy: crate::medium::preset("b11").unwrap(),
+            queue_limit: 50,
+            loss_pct: 0.0,
+        };
+        check(&t, &opts).unwrap();
+        let fds = TapFds {
+            radio: vec![3, 4, 5],
+            wired: vec![[6, 7]],
+        };
+        let flows = [SimFlow::unicast(1, 2, 10.0, 60, 1.0, 2.0).over(FlowKind::Wired)];
+        let c = config_text(&t, &opts, &fds, &flows, 0.0, &Outputs::default());
+        for l in [
+            "mode infrastructure",
+            "ap 1",
+            "mcast_mbit 5.5",
+            "wired 1 2 100000000 30000 02:00:01:00:00:01 02:00:01:00:00:02 6 7",
+            "flow 1 2 10 60 1 2 wired",
+            "node A 02:00:00:00:00:01 3 7",
+            "node G 02:00:00:00:00:02 4",
+            "link 0 1 80",
+        ] {
+            assert!(c.lines().any(|x| x == l), "missing {l:?} in\n{c}");
+        }
+        // 5.5 Mbit/s is no OFDM rate
+        opts.phy = crate::medium::preset("a6").unwrap();
+        assert!(check(&t, &opts).is_err());
+        // HT: needs an OFDM preset; A-MPDU on and A-MSDU off unless said
+        let mut ht = t.clone();
+        ht.wifi.multicast_mbit = None;
+        ht.wifi.ht_mcs = Some(0);
+        ht.wifi.rate_control = RateControl::Minstrel;
+        check(&ht, &opts).unwrap();
+        let c = config_text(&ht, &opts, &fds, &[], 0.0, &Outputs::default());
+        for l in ["ht_mcs 0", "ampdu 1", "amsdu 0", "rate_control minstrel"] {
+            assert!(c.lines().any(|x| x == l), "missing {l:?} in\n{c}");
+        }
+        ht.wifi.amsdu = Some(true);
+        ht.wifi.ampdu = Some(false);
+        let c = config_text(&ht, &opts, &fds, &[], 0.0, &Outputs::default());
+        assert!(c.contains("ampdu 0\namsdu 1\n"), "{c}");
+        opts.phy = crate::medium::preset("b2").unwrap();
+        assert!(check(&ht, &opts).is_err());
+    }
+}
