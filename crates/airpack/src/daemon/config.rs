@@ -715,7 +715,7 @@ impl Plan {
     /// The kernel steering spec.
     pub fn steer_spec(&self) -> SteerSpec {
         let d = &self.config.daemon;
-        SteerSpec {
+        let mut spec = SteerSpec {
             tun: d.tun.clone(),
             bypass_mark: d.bypass_mark,
             priority: d.filter_priority,
@@ -723,7 +723,18 @@ impl Plan {
             steer_from_tun: d.mode == Mode::HopByHop,
             interfaces: d.interfaces.clone(),
             state: Some(crate::linux::state::Files::for_socket(&d.control_socket)),
+        };
+        if let Some(ap) = &self.ap {
+            // The AP's media ports first (no class rule bypasses them), on
+            // the interfaces facing the stations too.
+            spec.matches.insert(0, ap.steer_rule());
+            for i in &ap.interfaces {
+                if !spec.interfaces.contains(i) {
+                    spec.interfaces.push(i.clone());
+                }
+            }
         }
+        spec
     }
 
     /// The configured peer with this address.

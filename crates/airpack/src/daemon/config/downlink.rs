@@ -8,6 +8,7 @@
 //! beside the aggregation role.
 
 use super::{spec_range, valid_ifname, Config, Located, Spec, Transport};
+use crate::linux::Match;
 use airpack_core::auth::Key;
 use airpack_core::downlink::lease::LeaseConfig;
 use airpack_core::downlink::mux::{Format, MuxConfig, MIN_FRAME};
@@ -221,6 +222,24 @@ pub struct StationPlan {
     pub renew_secs: u16,
 }
 
+impl ApPlan {
+    /// The steering rule that brings `media_ports` (UDP destination ports)
+    /// into the daemon; [`super::Plan::steer_spec`] puts it first.
+    pub fn steer_rule(&self) -> Match {
+        Match {
+            steer: true,
+            protocol: Some(17),
+            ports: None,
+            src_ports: None,
+            dst_ports: Some(self.media_ports),
+            dscp: None,
+            len: None,
+            version: None,
+            mark: None,
+        }
+    }
+}
+
 fn key(at: &Located<'_>, section: &str, k: &Option<String>) -> anyhow::Result<Key> {
     match k {
         Some(k) => Key::from_hex(k).map_err(|e| at.err(section, 0, "key", e.to_string())),
@@ -374,6 +393,9 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
         interval: u64::from(s.interval_ms) * 1000,
         max_frame: s.max_frame,
         max_streams: s.max_streams,
+        // Packets are taken at the egress of the interfaces facing the
+        // stations: the kernel has already forwarded them (TTL decremented).
+        ttl_decrement: 0,
         ..MuxConfig::default()
     };
     let lease = LeaseConfig {
