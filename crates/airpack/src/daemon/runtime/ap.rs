@@ -60,6 +60,8 @@ pub(super) struct Ap {
     /// Frame sockets with their destination.
     out: Vec<(UdpSocket, SocketAddr)>,
     seq: u64,
+    /// Last medium state given to the mux.
+    busy: bool,
     drops: RegDrops,
     requests: u64,
     answers: u64,
@@ -115,6 +117,7 @@ impl Ap {
             reg,
             out,
             seq: epoch_micros(),
+            busy: false,
             drops: RegDrops::default(),
             requests: 0,
             answers: 0,
@@ -228,6 +231,17 @@ impl Ap {
         }
         self.mux.handle_timeout(now);
         self.transmit(now);
+        // The medium's state for the idle release, as the engine's
+        // hold-while-busy reads it: bytes still queued on the frame sockets.
+        let busy = self
+            .out
+            .iter()
+            .any(|(s, _)| linux::socket::outq_bytes(s.as_raw_fd()).unwrap_or(0) > 0);
+        if busy != self.busy {
+            self.busy = busy;
+            self.mux.set_link_busy(now, busy);
+            self.transmit(now);
+        }
     }
 
     /// The `ap` object of `airpack stats --json`.
@@ -338,7 +352,19 @@ impl Daemon {
         }
     }
 
-    /// The `ap` (and later `station`) objects of `airpack stats`.
+    /// TUN packets the mux took leave in frames, wait in it, or were
+    /// dropped with a frame: they join the send-side accounting.
+    pub(super) fn ap_account(&self, a: &mut crate::daemon::accounting::Accounting) {
+        if let Some(ap) = &self.ap {
+            let m = ap.mux.stats();
+            a.send_out += m.sent_packets;
+            a.send_queued += ap.mux.pending() as u64;
+            a.send_dropped
+                .push(("downlink_queue_full".into(), m.dropped));
+        }
+    }
+
+    /// The `ap` and `station` objects of `airpack stats`.
     pub(super) fn downlink_json(&self) -> Vec<(&'static str, Value)> {
         let mut v = Vec::new();
         if let Some(a) = &self.ap {
@@ -356,12 +382,12 @@ impl Daemon {
             ap.mux.flush();
             ap.transmit(now);
             let m = ap.mux.stats();
-            info!(
+            debug!(
                 frames = m.frames_sent(),
                 packets = m.sent_packets,
                 dropped = m.dropped,
                 pending = ap.mux.pending(),
-                "ap: stopped"
+                "ap: flushed"
             );
         }
     }

@@ -67,13 +67,15 @@ impl Daemon {
         engine: &airpack_core::engine::Counters,
         tun_queue_drops: Option<u64>,
     ) -> accounting::Accounting {
-        accounting::Accounting::new(
+        let mut a = accounting::Accounting::new(
             engine,
             self.engine.queued().0 as u64,
             &self.counters,
             tun_queue_drops,
             self.sock.rx_queue_drops(),
-        )
+        );
+        self.ap_account(&mut a);
+        a
     }
 
     pub(super) fn sorted_peers(&self) -> Vec<IpAddr> {

@@ -40,8 +40,8 @@ pub(super) struct Station {
     /// Our address toward the AP (what we register).
     addr: IpAddr,
     demux: Demux,
-    /// Stream ids currently given to the demux.
-    sids: Vec<StreamId>,
+    /// (stream id, port) currently given to the demux.
+    streams: Vec<(StreamId, u16)>,
     seq: u64,
     /// Highest sequence number of an accepted AP message.
     ap_seq: u64,
@@ -93,7 +93,7 @@ impl Station {
             reg,
             frames,
             addr,
-            sids: Vec::new(),
+            streams: Vec::new(),
             seq: epoch_micros(),
             ap_seq: 0,
             registered: false,
@@ -171,17 +171,23 @@ impl Station {
     }
 
     fn apply(&mut self, a: &Answer, now: Micros) {
-        for sid in self.sids.drain(..) {
-            self.demux.remove_stream(sid);
-        }
-        self.demux.set_epoch(a.epoch);
+        // A renew answer repeats the streams: only changes touch the demux
+        // (re-adding a stream would drop its decompression context).
+        let mut want: Vec<(StreamId, u16)> = Vec::new();
         for r in a.runs() {
             for i in 0..r.count {
-                let sid = r.first_sid.wrapping_add(i);
-                self.demux
-                    .add_stream(sid, self.addr, r.first_port.wrapping_add(i));
-                self.sids.push(sid);
+                want.push((r.first_sid.wrapping_add(i), r.first_port.wrapping_add(i)));
             }
+        }
+        self.demux.set_epoch(a.epoch);
+        if want != self.streams {
+            for (sid, _) in self.streams.drain(..) {
+                self.demux.remove_stream(sid);
+            }
+            for &(sid, port) in &want {
+                self.demux.add_stream(sid, self.addr, port);
+            }
+            self.streams = want;
         }
         let renew = u64::from(
             self.plan
@@ -254,7 +260,7 @@ impl Station {
             "ap": self.plan.ap.to_string(),
             "address": self.addr.to_string(),
             "registered": self.registered,
-            "streams": self.sids.len(),
+            "streams": self.streams.len(),
             "frames": s.frames,
             "packets": s.delivered,
             "packets_for_others": s.skipped,
