@@ -66,6 +66,9 @@ pub struct ApSection {
     pub interval_ms: u32,
     /// Largest frame (UDP payload), bytes.
     pub max_frame: usize,
+    /// Send a frame holding one packet at once when the medium is idle
+    /// (the frame sockets' queue is empty), as the aggregation engine does.
+    pub idle_release: bool,
     /// UDP port of the registration server.
     pub registration_port: u16,
     /// Pre-shared key of the cell, 32 hexadecimal digits (required).
@@ -97,6 +100,7 @@ impl Default for ApSection {
             format: FormatCfg::Compact,
             interval_ms: 20,
             max_frame: 1440,
+            idle_release: true,
             registration_port: DEFAULT_REGISTRATION_PORT,
             key: None,
             key_id: 1,
@@ -393,6 +397,7 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
         interval: u64::from(s.interval_ms) * 1000,
         max_frame: s.max_frame,
         max_streams: s.max_streams,
+        idle_release: s.idle_release,
         // Packets are taken at the egress of the interfaces facing the
         // stations: the kernel has already forwarded them (TTL decremented).
         ttl_decrement: 0,
