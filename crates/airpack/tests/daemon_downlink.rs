@@ -155,7 +155,10 @@ fn dst_port(p: &[u8]) -> u16 {
 }
 
 /// A receiver on `ns` port `port`: the payloads it got.
-fn receiver(ns: &str, port: u16) -> (Arc<Mutex<Vec<Vec<u8>>>>, Arc<AtomicBool>) {
+/// Payloads received so far.
+type Got = Arc<Mutex<Vec<Vec<u8>>>>;
+
+fn receiver(ns: &str, port: u16) -> (Got, Arc<AtomicBool>) {
     let got = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let (g, s) = (got.clone(), stop.clone());

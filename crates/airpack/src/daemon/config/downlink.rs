@@ -616,7 +616,7 @@ mod tests {
         let base = format!(
             "[station]\nenabled = true\ninterface = \"wlan0\"\nap = \"10.0.0.1\"\nkey = \"{K}\"\n"
         );
-        let e = err(&format!("{base}"));
+        let e = err(&base);
         assert!(e.contains("station.ports") && e.contains("required"), "{e}");
         let e = err(&format!("{base}ports = \"9-3\"\n"));
         assert!(
