@@ -13,6 +13,7 @@
 //!   from a source other than the AP is dropped and counted;
 //! - a station that stops renewing (killed) loses its lease; a station that
 //!   stops cleanly unregisters;
+//! - a reload (SIGHUP) of the AP keeps the role and its steering;
 //! - SIGTERM on the AP while W sends: every packet still arrives.
 //!
 //! No timing assertions: every wait is for a condition, bounded.
@@ -280,6 +281,14 @@ fn ap_and_three_stations() {
         apd.stats().pointer("/ap/stations").and_then(|v| v.as_u64()) == Some(3)
             && sd.iter().all(|d| d.stats()["station"]["streams"] == 1)
     });
+
+    // A reload (SIGHUP) keeps the AP role and its steering.
+    let reloads = apd.stat("/total/daemon/reloads");
+    apd.signal(libc::SIGHUP);
+    wait_until("AP reloaded", WAIT, || {
+        apd.stat("/total/daemon/reloads") > reloads
+    });
+    assert_eq!(apd.stats()["ap"]["stations"], 3);
 
     // Traffic to each station, captured on W's link and each station's TUN.
     let stop = Arc::new(AtomicBool::new(false));
