@@ -392,7 +392,10 @@ fn ap_and_three_stations() {
     sd[2].signal(libc::SIGKILL);
     wait_until("lease of the dead station expired", WAIT, || {
         let a = apd.stats();
-        a["ap"]["stations"] == 2 && a["ap"]["registrations"]["expired"] == 1
+        // Its stream leaves the mux too: it costs no airtime any more.
+        a["ap"]["stations"] == 2
+            && a["ap"]["streams"] == 2
+            && a["ap"]["registrations"]["expired"] == 1
     });
     // Station 1 stops cleanly: it unregisters.
     assert_eq!(sd[1].stop(), 0);
