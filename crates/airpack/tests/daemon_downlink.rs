@@ -9,7 +9,8 @@
 //!   receives (captured on its TUN) are byte-identical to what W sent
 //!   (captured on W's link) with the TTL a router decrements;
 //! - each station ignores the others' packets (counted);
-//! - a registration with the wrong key is refused and counted; a frame
+//! - a registration with the wrong key is refused and counted, a replayed
+//!   one too; a frame
 //!   from a source other than the AP is dropped and counted;
 //! - a station that stops renewing (killed) loses its lease; a station that
 //!   stops cleanly unregisters;
@@ -375,6 +376,60 @@ fn ap_and_three_stations() {
     });
     assert_eq!(apd.stats()["ap"]["streams"], 3);
 
+    // A valid registration (from W, with the cell's key) sent twice: the
+    // copy is a replay, refused and counted; then W unregisters.
+    let key = Key::from_hex(KEY).unwrap();
+    let msg = |seq: u64, body: Body| {
+        let mut out = [0u8; register::MAX_MESSAGE];
+        let n = register::encode(
+            &Message {
+                key_id: 1,
+                seq,
+                body,
+            },
+            &key,
+            &mut out,
+        )
+        .unwrap();
+        out[..n].to_vec()
+    };
+    let reg = msg(
+        5,
+        Body::Register {
+            addr: IpAddr::V4(WIRED),
+            ports: Ports::Single(30_000),
+            lease_secs: 3,
+        },
+    );
+    let unreg = msg(
+        6,
+        Body::Unregister {
+            addr: IpAddr::V4(WIRED),
+        },
+    );
+    let answers = in_ns(&w, move || {
+        let s = UdpSocket::bind(("0.0.0.0", 0)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut kinds = Vec::new();
+        let mut buf = [0u8; 512];
+        for m in [&reg, &reg, &unreg] {
+            s.send_to(m, (AP_CELL, 8889)).unwrap();
+            if std::ptr::eq(m, &unreg) || kinds.is_empty() {
+                s.recv(&mut buf).unwrap();
+                kinds.push(buf[1]);
+            }
+        }
+        kinds
+    })
+    .join()
+    .unwrap();
+    // Register ok (0x81), then unregister ok (0x83); the replay got nothing.
+    assert_eq!(answers, [0x81, 0x83]);
+    let a = apd.stats();
+    assert_eq!(a["ap"]["drops"]["registration_replay"], 1, "{a}");
+    assert_eq!(a["ap"]["registrations"]["unregistered"], 1, "{a}");
+    assert_eq!(a["ap"]["stations"], 3, "{a}");
+
     // A frame from a station instead of the AP: dropped and counted by the others.
     in_ns(&st[1], || {
         let s = UdpSocket::bind(("0.0.0.0", 0)).unwrap();
@@ -401,7 +456,7 @@ fn ap_and_three_stations() {
     assert_eq!(sd[1].stop(), 0);
     wait_until("station 1 unregistered", WAIT, || {
         let a = apd.stats();
-        a["ap"]["stations"] == 1 && a["ap"]["registrations"]["unregistered"] == 1
+        a["ap"]["stations"] == 1 && a["ap"]["registrations"]["unregistered"] == 2
     });
 
     // SIGTERM on the AP while W sends to station 0: nothing is lost.
