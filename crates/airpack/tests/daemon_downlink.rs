@@ -12,7 +12,8 @@
 //! - a registration with the wrong key is refused and counted, a replayed
 //!   one too; a frame
 //!   from a source other than the AP is dropped and counted;
-//! - a station that stops renewing (killed) loses its lease; a station that
+//! - a station that stops renewing (killed) loses its lease, and its
+//!   packets are then forwarded unchanged; a station that
 //!   stops cleanly unregisters;
 //! - a reload (SIGHUP) of the AP keeps the role and its steering;
 //! - SIGTERM on the AP while W sends: every packet still arrives.
@@ -452,6 +453,20 @@ fn ap_and_three_stations() {
             && a["ap"]["streams"] == 2
             && a["ap"]["registrations"]["expired"] == 1
     });
+    // Packets to the unregistered port are steered too (media_ports) but
+    // passed back by the mux and forwarded unchanged: all arrive.
+    rx[2].0.lock().unwrap().clear();
+    let passed = apd.stats()["ap"]["packets_passed"].as_u64().unwrap();
+    send(&w, 2, 500, 10);
+    wait_until("unregistered port's packets", WAIT, || {
+        rx[2].0.lock().unwrap().len() >= 10
+    });
+    assert_eq!(rx[2].0.lock().unwrap().len(), 10);
+    assert_eq!(
+        apd.stats()["ap"]["packets_passed"].as_u64().unwrap(),
+        passed + 10
+    );
+
     // Station 1 stops cleanly: it unregisters.
     assert_eq!(sd[1].stop(), 0);
     wait_until("station 1 unregistered", WAIT, || {
