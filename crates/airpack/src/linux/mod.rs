@@ -19,6 +19,7 @@
 pub mod cbpf;
 pub mod ebpf;
 pub mod errqueue;
+pub mod mcast;
 pub mod netns;
 pub mod poll;
 pub mod route;
