@@ -14,6 +14,10 @@ have babeld   || need_pkgs+=(babeld)
 have chrt     || need_pkgs+=(util-linux)
 # real SIP phones for the lab (airpack lab point --client baresip)
 have baresip  || need_pkgs+=(baresip-core)
+# the OpenWrt init script's check (crates/airpack/tests/packaging.rs)
+have shellcheck || need_pkgs+=(shellcheck)
+# `systemd-analyze verify` of dist/systemd/airpack.service (packaging.rs)
+have systemd-analyze || need_pkgs+=(systemd)
 # the lab's ns-3 air (airpack lab run --air ns3): Debian's ns-3 and a C++
 # compiler; the lab compiles crates/lab/ns3/air.cc into target/ns3/ on first use
 have g++        || need_pkgs+=(g++)

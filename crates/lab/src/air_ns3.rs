@@ -76,20 +76,32 @@ pub fn binary() -> Result<PathBuf> {
     }
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ns3/airpack-ns3-air");
     let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let newest_source = std::fs::read_dir(SOURCE_DIR)
-        .context("read crates/lab/ns3")?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| mtime(&e.path()))
-        .max();
-    if let (Some(b), Some(s)) = (mtime(&out), newest_source) {
-        if b >= s {
-            return Ok(out);
-        }
+    let fresh = || -> Result<bool> {
+        let newest_source = std::fs::read_dir(SOURCE_DIR)
+            .context("read crates/lab/ns3")?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| mtime(&e.path()))
+            .max();
+        Ok(matches!((mtime(&out), newest_source), (Some(b), Some(s)) if b >= s))
+    };
+    if fresh()? {
+        return Ok(out);
     }
     if let Err(why) = check_available() {
         bail!("cannot build the ns-3 air: {why}");
     }
     std::fs::create_dir_all(out.parent().expect("has a parent"))?;
+    // One build at a time, across threads (tests run in parallel) and
+    // processes: whoever waited finds the program built by the other.
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let lock = std::fs::File::create(out.with_extension("lock"))?;
+    let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .context("lock the ns-3 air's build")?;
+    if fresh()? {
+        return Ok(out);
+    }
     let libs = crate::netns::run("pkg-config", &[&["--libs"], MODULES].concat())?;
     // Debian's .pc files name libgsl.so by absolute path although only the
     // runtime library (libgsl.so.27) is installed: drop missing paths.

@@ -389,13 +389,27 @@ pub fn node_results(spec: &Spec, captures: &BTreeMap<String, Vec<Seen>>) -> Vec<
             for s in sent_seen.iter().filter(|s| s.0 == c.id && s.1 == dir && s.2) {
                 sent.entry(s.3).or_insert(s.6);
             }
+            // How far the phone fell behind its own packet clock: the spread
+            // of (send time - sequence offset x interval) over the stream (a
+            // starved phone or host sends late; the lab re-measures such
+            // points, as it does for `airpack voip` senders that lagged).
+            let interval_us = i64::from(spec.interval_ms) * 1000;
+            let first = sent_seen.iter().find(|s| s.0 == c.id && s.1 == dir && s.2).map(|s| s.3);
+            let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+            for (&seq, &t) in &sent {
+                let k = i64::from(seq.wrapping_sub(first.unwrap_or(seq)));
+                let o = t as i64 - k * interval_us;
+                lo = lo.min(o);
+                hi = hi.max(o);
+            }
+            let lag_us = if sent.is_empty() { 0 } else { hi - lo };
             if let Some(r) = results.get_mut(from.node.as_str()) {
                 r.streams.push(StreamReport {
                     call: c.id,
                     direction: dir,
                     sent: Some(sent.len() as u64),
                     send_errors: Some(0),
-                    max_send_lag_ms: None,
+                    max_send_lag_ms: Some(lag_us as f64 / 1000.0),
                     sends_late_1ms: None,
                     received: None,
                     rtcp: None,
@@ -641,6 +655,13 @@ mod tests {
         assert!((q.loss_pct - 2.0).abs() < 1e-9, "{q:?}");
         assert!((q.delay_ms.unwrap() - 5.0).abs() < 1e-6, "{q:?}");
         assert_eq!(merged[0].b_to_a.sent, 0);
+        let lag = res.iter().flat_map(|r| &r.streams).filter_map(|s| s.max_send_lag_ms).fold(0.0, f64::max);
+        assert_eq!(lag, 0.0, "evenly spaced sends");
+        // one send 75 ms late: the phone lagged 55 ms behind its 20 ms clock
+        caps.get_mut("A").unwrap()[10].6 += 75_000;
+        let res = node_results(&spec, &caps);
+        let lag = res.iter().flat_map(|r| &r.streams).filter_map(|s| s.max_send_lag_ms).fold(0.0, f64::max);
+        assert!((lag - 75.0).abs() < 1e-9, "{lag}");
     }
 
     #[test]

@@ -19,6 +19,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
+pub mod downlink;
+
 // ---------------------------------------------------------------------------
 // Schema
 // ---------------------------------------------------------------------------
@@ -39,6 +41,12 @@ pub struct Config {
     /// `[medium]`: busy-signal sources and the adaptive hold (issue 11).
     #[serde(default)]
     pub medium: MediumSection,
+    /// `[ap]`: downlink multiplexer role (issue 14).
+    #[serde(default)]
+    pub ap: downlink::ApSection,
+    /// `[station]`: downlink demultiplexer role (issue 14).
+    #[serde(default)]
+    pub station: downlink::StationSection,
     /// `[[class]]`: classifier rules, first match wins.
     #[serde(default, rename = "class", skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ClassSection>,
@@ -725,6 +733,10 @@ pub struct Plan {
     pub source_check: SourceCheck,
     /// Prometheus address, parsed.
     pub prometheus: Option<std::net::SocketAddr>,
+    /// `[ap]`, validated (None: role off).
+    pub ap: Option<downlink::ApPlan>,
+    /// `[station]`, validated (None: role off).
+    pub station: Option<downlink::StationPlan>,
 }
 
 impl Plan {
@@ -750,7 +762,7 @@ impl Plan {
     /// The kernel steering spec.
     pub fn steer_spec(&self) -> SteerSpec {
         let d = &self.config.daemon;
-        SteerSpec {
+        let mut spec = SteerSpec {
             tun: d.tun.clone(),
             bypass_mark: d.bypass_mark,
             priority: d.filter_priority,
@@ -758,7 +770,18 @@ impl Plan {
             steer_from_tun: d.mode == Mode::HopByHop,
             interfaces: d.interfaces.clone(),
             state: Some(crate::linux::state::Files::for_socket(&d.control_socket)),
+        };
+        if let Some(ap) = &self.ap {
+            // The AP's media ports first (no class rule bypasses them), on
+            // the interfaces facing the stations too.
+            spec.matches.insert(0, ap.steer_rule());
+            for i in &ap.interfaces {
+                if !spec.interfaces.contains(i) {
+                    spec.interfaces.push(i.clone());
+                }
+            }
         }
+        spec
     }
 
     /// The configured peer with this address.
@@ -1219,6 +1242,8 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
 
     check_discovery(&at, &config)?;
     check_medium(&at, &config)?;
+    let ap = downlink::check_ap(&at, &config)?;
+    let station = downlink::check_station(&at, &config)?;
 
     // Classes.
     let mut rules = Vec::new();
@@ -1462,6 +1487,8 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
         steer,
         source_check,
         prometheus,
+        ap,
+        station,
         config,
     })
 }
@@ -1661,6 +1688,12 @@ pub fn known_keys() -> Vec<String> {
     c.daemon.cpu_latency_us = Some(0);
     c.discovery.key = Some("00".repeat(16));
     c.medium.file = Some("/dev/shm/x.air".into());
+    c.ap.key = Some("00".repeat(16));
+    c.ap.unicast = Some("10.0.0.5:8888".into());
+    c.station.key = Some("00".repeat(16));
+    c.station.interface = Some("wlan0".into());
+    c.station.ap = Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
+    c.station.ports = Some(Spec::Str("auto".into()));
     c.classes.push(ClassSection {
         class: ClassCfg::Bundle,
         protocol: Some(Spec::Str("udp".into())),

@@ -191,10 +191,12 @@ pub fn cleanup(args: CleanupArgs) -> anyhow::Result<()> {
 /// Configuration that is valid but probably not what the operator wants.
 pub fn warnings(plan: &config::Plan) -> Vec<String> {
     let mut w = Vec::new();
-    if !plan.steer.iter().any(|m| m.steer) {
+    // The downlink roles (issue 14) need neither classes nor peers.
+    let downlink = plan.ap.is_some() || plan.station.is_some();
+    if !plan.steer.iter().any(|m| m.steer) && !downlink {
         w.push("no [[class]] of class bundle or opportunistic: nothing will be steered into the daemon".into());
     }
-    if plan.peers.is_empty() && !plan.config.discovery.enabled {
+    if plan.peers.is_empty() && !plan.config.discovery.enabled && !downlink {
         w.push("no [[peer]]: every packet leaves unbundled".into());
     }
     w

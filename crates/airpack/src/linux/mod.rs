@@ -21,6 +21,7 @@ mod busy_medium;
 pub mod cbpf;
 pub mod ebpf;
 pub mod errqueue;
+pub mod mcast;
 pub mod netns;
 pub mod poll;
 pub mod route;

@@ -95,6 +95,10 @@ impl Daemon {
             self.counters.tun_ignored += 1;
             return true;
         }
+        if self.ap_intercept(now, n) {
+            // A registered downlink stream: it leaves in an AP frame.
+            return true;
+        }
         match self.route_for(now, src, dst) {
             Dest::Wait => self.park(now, src, dst, n),
             dest => {

@@ -42,6 +42,7 @@ use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use tracing::{debug, error, info, warn};
 
+mod ap;
 mod busy;
 mod datapath;
 mod discovery;
@@ -51,6 +52,7 @@ mod reload;
 mod report;
 mod routing;
 mod sockets;
+mod station;
 
 const TOK_TUN: u64 = 1;
 const TOK_B4: u64 = 2;
@@ -152,6 +154,10 @@ pub struct Daemon {
     started: u64,
     /// Neighbour discovery (`[discovery]`), if enabled.
     discovery: Option<discovery::Discovery>,
+    /// The downlink multiplexer role (`[ap]`), if enabled.
+    ap: Option<ap::Ap>,
+    /// The downlink demultiplexer role (`[station]`), if enabled.
+    station: Option<station::Station>,
     tun_buf: Vec<u8>,
     tx_buf: Vec<u8>,
     rx_buf: Vec<u8>,
@@ -240,6 +246,21 @@ impl Daemon {
             poller.add(fd, token, Interest::READ)?;
         }
 
+        let ap = match &plan.ap {
+            Some(a) => Some(ap::Ap::open(a, d.bypass_mark)?),
+            None => None,
+        };
+        for (fd, token) in ap.iter().flat_map(|a| a.fds()) {
+            poller.add(fd, token, Interest::READ)?;
+        }
+        let station = match &plan.station {
+            Some(s) => Some(station::Station::open(s, d.bypass_mark, now)?),
+            None => None,
+        };
+        for (fd, token) in station.iter().flat_map(|s| s.fds()) {
+            poller.add(fd, token, Interest::READ)?;
+        }
+
         let links = d
             .interfaces
             .iter()
@@ -313,6 +334,8 @@ impl Daemon {
             steer_auto,
             started: now,
             discovery,
+            ap,
+            station,
             tun_buf: vec![0; BUF],
             tx_buf: vec![0; BUF],
             rx_buf: vec![0; BUF],
@@ -366,6 +389,8 @@ impl Daemon {
                     }
                     TOK_CONTROL | TOK_METRICS => self.control.accept(&self.poller, ev.token),
                     t if discovery::Discovery::owns(t) => self.on_hello(t, now),
+                    t if ap::Ap::owns(t) => self.on_ap_registration(t, now),
+                    t if station::Station::owns(t) => self.on_station(t, now),
                     t if t >= TOK_CONN_BASE => {
                         let slot = (t - TOK_CONN_BASE) as usize;
                         if let Some(req) = self.control.ready(&self.poller, slot, ev.writable) {
@@ -390,6 +415,8 @@ impl Daemon {
                 return self.shutdown();
             }
             self.discovery_poll(now);
+            self.ap_poll(now);
+            self.station_poll(now);
             self.update_busy(now);
             if self.engine.poll_timeout().is_some_and(|t| t <= now) {
                 self.engine.handle_timeout(now);
@@ -433,6 +460,15 @@ impl Daemon {
         if let Some(h) = self.discovery.as_ref().and_then(|d| d.deadline()) {
             deadline = Some(deadline.map_or(h, |d| d.min(h)));
         }
+        for h in [
+            self.ap.as_ref().and_then(|a| a.deadline()),
+            self.station.as_ref().and_then(|s| s.deadline()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            deadline = Some(deadline.map_or(h, |d| d.min(h)));
+        }
         if self.hold_while_busy() && self.link_busy && self.engine.queued().0 > 0 {
             let recheck = now + BUSY_RECHECK_US;
             deadline = Some(deadline.map_or(recheck, |d| d.min(recheck)));
@@ -450,6 +486,7 @@ impl Daemon {
     /// the engine to the wire, remove the control socket.
     fn shutdown(mut self) -> anyhow::Result<()> {
         info!("stopping: removing steering, flushing queued packets");
+        self.station_stop();
         if let Some(st) = self.steering.take() {
             if let Err(e) = st.remove() {
                 error!("removing steering: {e}");
@@ -476,6 +513,7 @@ impl Daemon {
             // Parked packets go out (with their answer, or unchanged).
             self.lookups.poll();
             self.release(now, true);
+            self.ap_flush(now);
             self.engine.flush();
             sent += self.drain_all(now);
         }

@@ -44,6 +44,8 @@ impl Daemon {
             keep!(daemon.cpu_latency_us);
             keep!(aggregation.protocol);
             keep!(discovery);
+            keep!(ap);
+            keep!(station);
             if !kept.is_empty() {
                 warn!(
                     "reload: {} only take effect after a restart; keeping the running values",
@@ -52,6 +54,9 @@ impl Daemon {
             }
         }
         new.prometheus = self.plan.prometheus;
+        // The downlink roles' sockets and tables are set up at start.
+        new.ap = self.plan.ap.clone();
+        new.station = self.plan.station.clone();
         let changed = crate::daemon::config_diff::changes(&self.plan.config, &new.config);
         let mut new_spec = new.steer_spec();
         self.steer_auto = new_spec.interfaces.is_empty();

@@ -55,6 +55,8 @@ pub(super) struct Snapshot {
     peers: Vec<PeerSnap>,
     /// `peers` only: the neighbour tables, when discovery is on.
     discovery: Option<Value>,
+    /// `stats`: the downlink roles' objects (`ap`, `station`), when enabled.
+    downlink: Vec<(&'static str, Value)>,
 }
 
 impl Daemon {
@@ -65,13 +67,15 @@ impl Daemon {
         engine: &airpack_core::engine::Counters,
         tun_queue_drops: Option<u64>,
     ) -> accounting::Accounting {
-        accounting::Accounting::new(
+        let mut a = accounting::Accounting::new(
             engine,
             self.engine.queued().0 as u64,
             &self.counters,
             tun_queue_drops,
             self.sock.rx_queue_drops(),
-        )
+        );
+        self.ap_account(&mut a);
+        a
     }
 
     pub(super) fn sorted_peers(&self) -> Vec<IpAddr> {
@@ -137,6 +141,7 @@ impl Daemon {
             discovery: with_config
                 .then(|| self.discovery.as_ref().map(|d| d.json(monotonic_micros())))
                 .flatten(),
+            downlink: self.downlink_json(),
         }
     }
 
@@ -308,9 +313,13 @@ fn render(s: Snapshot, tun: Option<LinkStats>) -> (bool, Vec<u8>) {
     let mut out = Vec::new();
     match &s.req {
         Request::Stats => {
+            let mut head = stats_head(&s, tun.as_ref());
+            for (k, v) in &s.downlink {
+                head.insert((*k).into(), v.clone());
+            }
             stats::write_with_peers(
                 &mut out,
-                &stats_head(&s, tun.as_ref()),
+                &head,
                 s.peers.len(),
                 |i| stats_peer(&s.peers[i]),
             );

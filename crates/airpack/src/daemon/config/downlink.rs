@@ -1,0 +1,521 @@
+//! `[ap]` and `[station]`: the two downlink-multiplexing roles (issue 14,
+//! seed 002) in the daemon's configuration file, their checks, and their
+//! validated forms ([`ApPlan`], [`StationPlan`]) for the runtime.
+//!
+//! Owns: these two sections' keys, defaults and error messages. Must not
+//! touch: the other sections (checked in the parent module), sockets, the
+//! kernel. Either role may be configured alone (no `[[peer]]` needed) or
+//! beside the aggregation role.
+
+use super::{spec_range, valid_ifname, Config, Located, Spec, Transport};
+use crate::linux::Match;
+use airpack_core::auth::Key;
+use airpack_core::downlink::lease::LeaseConfig;
+use airpack_core::downlink::mux::{Format, MuxConfig, MIN_FRAME};
+use airpack_core::downlink::register::Ports;
+use airpack_core::downlink::{MAX_FRAME, MAX_STREAM_ID};
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+/// Frame layout, as written in the file.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatCfg {
+    /// airpack's compact layout (IPv4 and IPv6, stream ids, RTP compression).
+    #[default]
+    Compact,
+    /// The seed's layout (IPv4 only), for the seed's stations.
+    Seed,
+}
+
+impl From<FormatCfg> for Format {
+    fn from(f: FormatCfg) -> Format {
+        match f {
+            FormatCfg::Compact => Format::Compact,
+            FormatCfg::Seed => Format::Seed,
+        }
+    }
+}
+
+/// Default multicast group of frames (the seed's).
+pub const DEFAULT_GROUP: Ipv4Addr = Ipv4Addr::new(225, 0, 0, 10);
+/// Default UDP port of frames (the seed's).
+pub const DEFAULT_PORT: u16 = 8888;
+/// Default UDP port of registration messages at the AP.
+pub const DEFAULT_REGISTRATION_PORT: u16 = 8889;
+
+/// `[ap]`: multiplex the downlink RTP of registered stations into one frame
+/// per interval, sent to a multicast group on the interfaces facing them.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApSection {
+    /// Run the AP role.
+    pub enabled: bool,
+    /// Interfaces facing the stations (frames are sent on each of them).
+    pub interfaces: Vec<String>,
+    /// Multicast group frames are sent to.
+    pub group: IpAddr,
+    /// UDP port of frames (source and destination).
+    pub port: u16,
+    /// Send frames to this unicast ADDR:PORT instead of the group (one-station tests).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unicast: Option<String>,
+    /// Frame layout.
+    pub format: FormatCfg,
+    /// Longest time a packet waits for its frame, ms.
+    pub interval_ms: u32,
+    /// Largest frame (UDP payload), bytes.
+    pub max_frame: usize,
+    /// Send a frame holding one packet at once when the medium is idle
+    /// (the frame sockets' queue is empty), as the aggregation engine does.
+    pub idle_release: bool,
+    /// UDP port of the registration server.
+    pub registration_port: u16,
+    /// Pre-shared key of the cell, 32 hexadecimal digits (required).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Id of `key` in registration messages.
+    pub key_id: u16,
+    /// Most stations with a lease (and remembered replay windows).
+    pub max_stations: usize,
+    /// Most streams (registered ports) in total.
+    pub max_streams: usize,
+    /// Longest lease granted, s.
+    pub max_lease_secs: u16,
+    /// Most ports one range registration may ask for.
+    pub max_range: u16,
+    /// UDP destination ports steered to the daemon (registered ports must lie
+    /// in it; "auto" registrations pick up streams in it).
+    pub media_ports: Spec,
+}
+
+impl Default for ApSection {
+    fn default() -> Self {
+        ApSection {
+            enabled: false,
+            interfaces: Vec::new(),
+            group: IpAddr::V4(DEFAULT_GROUP),
+            port: DEFAULT_PORT,
+            unicast: None,
+            format: FormatCfg::Compact,
+            interval_ms: 20,
+            max_frame: 1440,
+            idle_release: true,
+            registration_port: DEFAULT_REGISTRATION_PORT,
+            key: None,
+            key_id: 1,
+            max_stations: 256,
+            max_streams: 1024,
+            max_lease_secs: 600,
+            max_range: 128,
+            media_ports: Spec::Str("16384-32767".into()),
+        }
+    }
+}
+
+/// `[station]`: register media ports with the AP and rebuild this
+/// station's packets from the AP's frames.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StationSection {
+    /// Run the station role.
+    pub enabled: bool,
+    /// Interface facing the AP (the group is joined on it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// The AP's address: registrations go to it, frames are accepted only from it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ap: Option<IpAddr>,
+    /// Multicast group of frames (a unicast address: frames arrive by unicast).
+    pub group: IpAddr,
+    /// UDP port of frames.
+    pub port: u16,
+    /// Frame layout the AP sends.
+    pub format: FormatCfg,
+    /// The AP's registration port.
+    pub registration_port: u16,
+    /// Pre-shared key of the cell, 32 hexadecimal digits (required).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Id of `key`.
+    pub key_id: u16,
+    /// Media ports to register: a port, "first-last", or "auto".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ports: Option<Spec>,
+    /// Lease asked for, s.
+    pub lease_secs: u16,
+    /// Renew the lease every this many seconds (less than `lease_secs`).
+    pub renew_secs: u16,
+}
+
+impl Default for StationSection {
+    fn default() -> Self {
+        StationSection {
+            enabled: false,
+            interface: None,
+            ap: None,
+            group: IpAddr::V4(DEFAULT_GROUP),
+            port: DEFAULT_PORT,
+            format: FormatCfg::Compact,
+            registration_port: DEFAULT_REGISTRATION_PORT,
+            key: None,
+            key_id: 1,
+            ports: None,
+            lease_secs: 60,
+            renew_secs: 20,
+        }
+    }
+}
+
+/// Where the AP sends frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Destination {
+    /// A multicast group (TTL / hop limit 1) on each AP interface.
+    Group(SocketAddr),
+    /// One unicast address.
+    Unicast(SocketAddr),
+}
+
+/// The validated `[ap]`.
+#[derive(Clone, Debug)]
+pub struct ApPlan {
+    /// Interfaces facing the stations.
+    pub interfaces: Vec<String>,
+    /// Frames' destination.
+    pub destination: Destination,
+    /// UDP source port of frames.
+    pub port: u16,
+    /// Registration server port.
+    pub registration_port: u16,
+    /// Key and its id.
+    pub key: Key,
+    /// Key id.
+    pub key_id: u16,
+    /// Steered UDP destination ports.
+    pub media_ports: (u16, u16),
+    /// The multiplexer's configuration.
+    pub mux: MuxConfig,
+    /// The lease table's configuration.
+    pub lease: LeaseConfig,
+}
+
+/// The validated `[station]`.
+#[derive(Clone, Debug)]
+pub struct StationPlan {
+    /// Interface facing the AP.
+    pub interface: String,
+    /// The AP's address.
+    pub ap: IpAddr,
+    /// Frames' group (or a unicast address: no join).
+    pub group: IpAddr,
+    /// Frames' UDP port.
+    pub port: u16,
+    /// Frame layout.
+    pub format: Format,
+    /// The AP's registration server.
+    pub registration: SocketAddr,
+    /// Key.
+    pub key: Key,
+    /// Key id.
+    pub key_id: u16,
+    /// Ports registered.
+    pub ports: Ports,
+    /// Lease asked for, s.
+    pub lease_secs: u16,
+    /// Renew interval, s.
+    pub renew_secs: u16,
+}
+
+impl ApPlan {
+    /// The steering rule that brings `media_ports` (UDP destination ports)
+    /// into the daemon; [`super::Plan::steer_spec`] puts it first.
+    pub fn steer_rule(&self) -> Match {
+        Match {
+            steer: true,
+            protocol: Some(17),
+            ports: None,
+            src_ports: None,
+            dst_ports: Some(self.media_ports),
+            dscp: None,
+            len: None,
+            version: None,
+            mark: None,
+        }
+    }
+}
+
+fn key(at: &Located<'_>, section: &str, k: &Option<String>) -> anyhow::Result<Key> {
+    match k {
+        Some(k) => Key::from_hex(k).map_err(|e| at.err(section, 0, "key", e.to_string())),
+        None => Err(at.err(
+            section,
+            0,
+            "key",
+            "is required: registrations are always authenticated (32 hexadecimal digits, the same at the AP and its stations)",
+        )),
+    }
+}
+
+/// Ports of a `[station] ports` value: a port, "first-last" or "auto".
+pub fn parse_ports(s: &Spec) -> Result<Ports, String> {
+    if matches!(s, Spec::Str(t) if t.trim().eq_ignore_ascii_case("auto")) {
+        return Ok(Ports::Auto);
+    }
+    let r =
+        spec_range(s, 65_535).map_err(|m| format!("{m} (a port, \"first-last\" or \"auto\")"))?;
+    let (a, b) = (*r.start() as u16, *r.end() as u16);
+    if a == 0 {
+        return Err("port 0 cannot be registered".into());
+    }
+    Ok(if a == b {
+        Ports::Single(a)
+    } else {
+        Ports::Range(a, b)
+    })
+}
+
+/// Checks `[ap]` (when enabled, except the key's syntax).
+pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Option<ApPlan>> {
+    let s = &config.ap;
+    let e = |k: &str, m: String| at.err("ap", 0, k, m);
+    if let Some(k) = &s.key {
+        Key::from_hex(k).map_err(|err| e("key", err.to_string()))?;
+    }
+    if !s.enabled {
+        return Ok(None);
+    }
+    let key = key(at, "ap", &s.key)?;
+    for i in &s.interfaces {
+        if !valid_ifname(i) || *i == config.daemon.tun {
+            return Err(e(
+                "interfaces",
+                format!("{i:?} is not a valid interface facing the stations"),
+            ));
+        }
+    }
+    let destination = match &s.unicast {
+        Some(u) => {
+            let a: SocketAddr = u.parse().map_err(|_| {
+                e(
+                    "unicast",
+                    format!("{u:?} is not ADDR:PORT (e.g. \"10.0.0.5:8888\")"),
+                )
+            })?;
+            if a.ip().is_multicast() || a.ip().is_unspecified() || a.port() == 0 {
+                return Err(e(
+                    "unicast",
+                    format!("{a} is not a unicast address with a port"),
+                ));
+            }
+            Destination::Unicast(a)
+        }
+        None => {
+            if !s.group.is_multicast() {
+                return Err(e(
+                    "group",
+                    format!("{} is not a multicast group (or set ap.unicast)", s.group),
+                ));
+            }
+            if s.interfaces.is_empty() {
+                return Err(e(
+                    "interfaces",
+                    "needs at least one interface facing the stations (frames go to the group on each)".into(),
+                ));
+            }
+            Destination::Group(SocketAddr::new(s.group, s.port))
+        }
+    };
+    if s.port == 0 {
+        return Err(e("port", "must be non-zero".into()));
+    }
+    if s.registration_port == 0 || s.registration_port == s.port {
+        return Err(e(
+            "registration_port",
+            format!("{} must be non-zero and not ap.port", s.registration_port),
+        ));
+    }
+    let d = &config.daemon;
+    for (p, what) in [(s.port, "port"), (s.registration_port, "registration_port")] {
+        if (d.transport == Transport::Udp && p == d.udp_port)
+            || (config.discovery.enabled && p == config.discovery.port)
+        {
+            return Err(e(
+                what,
+                format!("{p} is already daemon.udp_port or discovery.port"),
+            ));
+        }
+    }
+    if !(1..=1000).contains(&s.interval_ms) {
+        return Err(e(
+            "interval_ms",
+            format!("{} must be in 1-1000", s.interval_ms),
+        ));
+    }
+    if !(MIN_FRAME..=MAX_FRAME).contains(&s.max_frame) {
+        return Err(e(
+            "max_frame",
+            format!("{} must be in {MIN_FRAME}-{MAX_FRAME}", s.max_frame),
+        ));
+    }
+    if !(1..=65_536).contains(&s.max_stations) {
+        return Err(e(
+            "max_stations",
+            format!("{} must be in 1-65536", s.max_stations),
+        ));
+    }
+    let max_sid = usize::from(MAX_STREAM_ID) + 1;
+    if !(1..=max_sid).contains(&s.max_streams) {
+        return Err(e(
+            "max_streams",
+            format!("{} must be in 1-{max_sid}", s.max_streams),
+        ));
+    }
+    if s.max_lease_secs == 0 {
+        return Err(e("max_lease_secs", "must be in 1-65535".into()));
+    }
+    if s.max_range == 0 {
+        return Err(e("max_range", "must be in 1-65535".into()));
+    }
+    let media = spec_range(&s.media_ports, 65_535).map_err(|m| e("media_ports", m))?;
+    let media_ports = (*media.start() as u16, *media.end() as u16);
+    if media_ports.0 == 0 {
+        return Err(e("media_ports", "must not include port 0".into()));
+    }
+    for p in [s.port, s.registration_port] {
+        if (media_ports.0..=media_ports.1).contains(&p) {
+            return Err(e(
+                "media_ports",
+                format!(
+                    "{}-{} includes the AP's own port {p}",
+                    media_ports.0, media_ports.1
+                ),
+            ));
+        }
+    }
+    let mux = MuxConfig {
+        format: s.format.into(),
+        interval: u64::from(s.interval_ms) * 1000,
+        max_frame: s.max_frame,
+        max_streams: s.max_streams,
+        idle_release: s.idle_release,
+        // Packets are taken at the egress of the interfaces facing the
+        // stations: the kernel has already forwarded them (TTL decremented).
+        ttl_decrement: 0,
+        ..MuxConfig::default()
+    };
+    let lease = LeaseConfig {
+        max_leases: s.max_stations,
+        max_streams: s.max_streams,
+        max_lease_secs: s.max_lease_secs,
+        max_range: s.max_range,
+        auto_ports: media_ports,
+        ..LeaseConfig::default()
+    };
+    Ok(Some(ApPlan {
+        interfaces: s.interfaces.clone(),
+        destination,
+        port: s.port,
+        registration_port: s.registration_port,
+        key,
+        key_id: s.key_id,
+        media_ports,
+        mux,
+        lease,
+    }))
+}
+
+/// Checks `[station]` (when enabled, except the key's syntax).
+pub(super) fn check_station(
+    at: &Located<'_>,
+    config: &Config,
+) -> anyhow::Result<Option<StationPlan>> {
+    let s = &config.station;
+    let e = |k: &str, m: String| at.err("station", 0, k, m);
+    if let Some(k) = &s.key {
+        Key::from_hex(k).map_err(|err| e("key", err.to_string()))?;
+    }
+    if !s.enabled {
+        return Ok(None);
+    }
+    let key = key(at, "station", &s.key)?;
+    let interface = match &s.interface {
+        Some(i) if valid_ifname(i) && *i != config.daemon.tun => i.clone(),
+        Some(i) => {
+            return Err(e(
+                "interface",
+                format!("{i:?} is not a valid interface facing the AP"),
+            ))
+        }
+        None => {
+            return Err(e(
+                "interface",
+                "is required (the interface facing the AP)".into(),
+            ))
+        }
+    };
+    let ap = match s.ap {
+        Some(a) if !(a.is_unspecified() || a.is_multicast() || a.is_loopback()) => a,
+        Some(a) => return Err(e("ap", format!("{a} is not the AP's unicast address"))),
+        None => return Err(e("ap", "is required (the AP's address)".into())),
+    };
+    if s.group.is_unspecified() || s.group.is_ipv4() != ap.is_ipv4() {
+        return Err(e(
+            "group",
+            format!(
+                "{} must be a group (or address) of the AP's family",
+                s.group
+            ),
+        ));
+    }
+    if s.port == 0 {
+        return Err(e("port", "must be non-zero".into()));
+    }
+    if s.registration_port == 0 {
+        return Err(e("registration_port", "must be non-zero".into()));
+    }
+    if s.format == FormatCfg::Seed && !ap.is_ipv4() {
+        return Err(e(
+            "format",
+            "\"seed\" frames carry IPv4 only; use \"compact\"".into(),
+        ));
+    }
+    let ports = match &s.ports {
+        Some(p) => parse_ports(p).map_err(|m| e("ports", m))?,
+        None => {
+            return Err(e(
+                "ports",
+                "is required: a port, \"first-last\" or \"auto\"".into(),
+            ))
+        }
+    };
+    if s.lease_secs == 0 {
+        return Err(e("lease_secs", "must be in 1-65535".into()));
+    }
+    if s.renew_secs == 0 || s.renew_secs >= s.lease_secs {
+        return Err(e(
+            "renew_secs",
+            format!(
+                "{} must be in 1-{} (less than lease_secs)",
+                s.renew_secs,
+                s.lease_secs - 1
+            ),
+        ));
+    }
+    Ok(Some(StationPlan {
+        interface,
+        ap,
+        group: s.group,
+        port: s.port,
+        format: s.format.into(),
+        registration: SocketAddr::new(ap, s.registration_port),
+        key,
+        key_id: s.key_id,
+        ports,
+        lease_secs: s.lease_secs,
+        renew_secs: s.renew_secs,
+    }))
+}
+
+#[cfg(test)]
+#[path = "downlink_tests.rs"]
+mod tests;

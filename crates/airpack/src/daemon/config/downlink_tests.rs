@@ -1,0 +1,140 @@
+//! Tests of `[ap]` and `[station]` parsing and validation.
+
+use super::super::parse;
+use super::*;
+
+const K: &str = "00112233445566778899aabbccddeeff";
+
+fn err(text: &str) -> String {
+    format!("{:#}", parse("t.toml", text, &[], &[]).unwrap_err())
+}
+
+#[test]
+fn ap_alone_needs_no_peer_and_gets_the_seed_defaults() {
+    let p = parse(
+        "t.toml",
+        &format!("[ap]\nenabled = true\ninterfaces = [\"wlan0\"]\nkey = \"{K}\"\n"),
+        &[],
+        &[],
+    )
+    .unwrap();
+    assert!(p.peers.is_empty());
+    let ap = p.ap.expect("ap plan");
+    assert_eq!(
+        ap.destination,
+        Destination::Group("225.0.0.10:8888".parse().unwrap())
+    );
+    assert_eq!(ap.mux.interval, 20_000);
+    assert_eq!(ap.mux.max_frame, 1440);
+    assert_eq!(ap.mux.format, Format::Compact);
+    assert_eq!(ap.media_ports, (16_384, 32_767));
+    assert_eq!(ap.lease.auto_ports, (16_384, 32_767));
+    assert!(p.station.is_none());
+}
+
+#[test]
+fn ap_errors_name_the_key() {
+    let base = format!("[ap]\nenabled = true\ninterfaces = [\"wlan0\"]\nkey = \"{K}\"\n");
+    let e = err("[ap]\nenabled = true\ninterfaces = [\"wlan0\"]\n");
+    assert!(e.contains("ap.key") && e.contains("required"), "{e}");
+    let e = err(&format!("{base}group = \"10.0.0.1\"\n"));
+    assert!(e.contains("t.toml:5: key `ap.group`"), "{e}");
+    let e = err(&format!("[ap]\nenabled = true\nkey = \"{K}\"\n"));
+    assert!(e.contains("ap.interfaces"), "{e}");
+    let e = err(&format!("{base}max_frame = 100\n"));
+    assert!(e.contains("ap.max_frame") && e.contains("128-"), "{e}");
+    let e = err(&format!("{base}registration_port = 8888\n"));
+    assert!(e.contains("ap.registration_port"), "{e}");
+    let e = err(&format!("{base}media_ports = \"8000-9000\"\n"));
+    assert!(e.contains("ap.media_ports") && e.contains("8888"), "{e}");
+    let e = err(&format!("{base}max_streams = 40000\n"));
+    assert!(e.contains("ap.max_streams") && e.contains("1-32768"), "{e}");
+    let e = err(&format!("{base}format = \"zip\"\n"));
+    assert!(e.contains("format"), "{e}");
+    let e = err(&format!("{base}unicast = \"225.0.0.1:9\"\n"));
+    assert!(e.contains("ap.unicast"), "{e}");
+    let e = err("[ap]\nkey = \"zz\"\n");
+    assert!(e.contains("ap.key"), "{e}");
+    // Unicast needs no interface.
+    let p = parse(
+        "t.toml",
+        &format!(
+            "[ap]\nenabled = true\nkey = \"{K}\"\nunicast = \"10.0.0.5:7000\"\nformat = \"seed\"\n"
+        ),
+        &[],
+        &[],
+    )
+    .unwrap();
+    let ap = p.ap.unwrap();
+    assert_eq!(
+        ap.destination,
+        Destination::Unicast("10.0.0.5:7000".parse().unwrap())
+    );
+    assert_eq!(ap.mux.format, Format::Seed);
+}
+
+#[test]
+fn station_ports_single_range_auto() {
+    let s = |v: &str| {
+        let p = parse(
+            "t.toml",
+            &format!("[station]\nenabled = true\ninterface = \"wlan0\"\nap = \"10.0.0.1\"\nkey = \"{K}\"\nports = {v}\n"),
+            &[],
+            &[],
+        )
+        .unwrap();
+        assert!(p.peers.is_empty() && p.ap.is_none());
+        p.station.unwrap()
+    };
+    assert_eq!(s("5004").ports, Ports::Single(5004));
+    assert_eq!(s("\"5004\"").ports, Ports::Single(5004));
+    assert_eq!(s("\"16384-16400\"").ports, Ports::Range(16_384, 16_400));
+    assert_eq!(s("\"auto\"").ports, Ports::Auto);
+    let st = s("5004");
+    assert_eq!(st.registration, "10.0.0.1:8889".parse().unwrap());
+    assert_eq!((st.lease_secs, st.renew_secs), (60, 20));
+}
+
+#[test]
+fn station_errors_name_the_key() {
+    let base = format!(
+        "[station]\nenabled = true\ninterface = \"wlan0\"\nap = \"10.0.0.1\"\nkey = \"{K}\"\n"
+    );
+    let e = err(&base);
+    assert!(e.contains("station.ports") && e.contains("required"), "{e}");
+    let e = err(&format!("{base}ports = \"9-3\"\n"));
+    assert!(
+        e.contains("t.toml:6: key `station.ports`") && e.contains("empty"),
+        "{e}"
+    );
+    let e = err(&format!("{base}ports = \"sometimes\"\n"));
+    assert!(e.contains("station.ports") && e.contains("auto"), "{e}");
+    let e = err(&format!("{base}ports = 5004\nrenew_secs = 60\n"));
+    assert!(e.contains("station.renew_secs"), "{e}");
+    let e = err(&format!("{base}ports = 5004\ngroup = \"ff02::1\"\n"));
+    assert!(e.contains("station.group"), "{e}");
+    let e = err(&format!(
+        "[station]\nenabled = true\ninterface = \"wlan0\"\nkey = \"{K}\"\nports = 1\n"
+    ));
+    assert!(e.contains("station.ap") && e.contains("required"), "{e}");
+    let e = err(&format!(
+        "[station]\nenabled = true\nap = \"10.0.0.1\"\nkey = \"{K}\"\nports = 1\n"
+    ));
+    assert!(e.contains("station.interface"), "{e}");
+    let e = err(&format!(
+        "[station]\nenabled = true\ninterface = \"wlan0\"\nap = \"fd00::1\"\ngroup = \"ff05::10\"\nformat = \"seed\"\nkey = \"{K}\"\nports = 1\n"
+    ));
+    assert!(e.contains("station.format"), "{e}");
+}
+
+#[test]
+fn ap_and_station_compose_with_aggregation() {
+    let text = format!(
+        "[daemon]\nmode = \"hop-by-hop\"\n[[class]]\nclass = \"bundle\"\nprotocol = \"udp\"\nports = \"5000-5100\"\n[[peer]]\naddress = \"10.0.0.2\"\n\
+         [ap]\nenabled = true\ninterfaces = [\"wlan0\"]\nkey = \"{K}\"\n\
+         [station]\nenabled = true\ninterface = \"eth0\"\nap = \"10.9.0.1\"\nkey = \"{K}\"\nports = \"auto\"\n"
+    );
+    let p = parse("t.toml", &text, &[], &[]).unwrap();
+    assert_eq!(p.peers.len(), 1);
+    assert!(p.ap.is_some() && p.station.is_some());
+}

@@ -1,0 +1,431 @@
+//! The AP role of downlink multiplexing (`[ap]`, issue 14 point 2) in the
+//! daemon's one event loop: the registration server (a UDP socket; tags
+//! checked with `register::open`, replays and leases by the core's
+//! `LeaseTable`, which adds and removes the mux's streams), interception of
+//! TUN packets bound for registered streams (`Mux::handle_packet` before the
+//! aggregation path; what the mux passes back takes the normal path), and
+//! the frames out on one UDP socket per interface facing the stations (or
+//! one unicast socket).
+//!
+//! Interception: the whole configured `ap.media_ports` range (UDP
+//! destination ports) is steered into the TUN by a steering rule placed
+//! before the `[[class]]` rules (`ApPlan::steer_rule`, added by
+//! `Plan::steer_spec`, so reloads and route changes keep it); the mux hands back every
+//! packet of an unregistered (address, port), which is then forwarded as
+//! usual. Chosen over recompiling and re-attaching the tcx program at each
+//! registration because registrations then never touch the kernel (no
+//! window where the program is swapped, no per-registration cost, nothing
+//! a registration flood can make the daemon do to the kernel); the price is
+//! that unregistered media traffic in the range takes the detour through
+//! the daemon. Registered ports outside the range are never intercepted
+//! (the operator sets the range to what the phones use).
+//!
+//! Must not touch: frame layouts, lease policy (the core), the aggregation
+//! engine, the steering program itself (`crate::linux::steer`).
+
+use super::Daemon;
+use crate::daemon::config::downlink::{ApPlan, Destination};
+use crate::linux::{self, mcast};
+use airpack_core::downlink::lease::LeaseTable;
+use airpack_core::downlink::mux::{Mux, UnicastReason, Verdict};
+use airpack_core::downlink::register::{self, Message, RegError, MAX_MESSAGE};
+use airpack_core::Micros;
+use serde_json::{json, Value};
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use tracing::{debug, info, warn};
+
+/// Poll token of the registration server (IPv4 and IPv6 sockets).
+pub(super) const TOK_AP_REG4: u64 = 15;
+/// Poll token of the IPv6 registration server.
+pub(super) const TOK_AP_REG6: u64 = 16;
+/// Registration messages read per wakeup.
+const RX_BATCH: usize = 32;
+
+/// Registration messages refused before the lease table, by reason.
+#[derive(Clone, Copy, Debug, Default)]
+struct RegDrops {
+    malformed: u64,
+    unknown_key: u64,
+    bad_tag: u64,
+}
+
+/// The AP role's state.
+pub(super) struct Ap {
+    plan: ApPlan,
+    mux: Mux,
+    leases: LeaseTable,
+    reg: Vec<UdpSocket>,
+    /// Frame sockets with their destination.
+    out: Vec<(UdpSocket, SocketAddr)>,
+    seq: u64,
+    /// Last medium state given to the mux.
+    busy: bool,
+    drops: RegDrops,
+    requests: u64,
+    answers: u64,
+    reg_errors: u64,
+    frames_sent: u64,
+    frame_send_errors: u64,
+    frame_buf: Vec<u8>,
+}
+
+fn epoch_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+impl Ap {
+    /// Opens the registration server and the frame senders.
+    pub(super) fn open(ap: &ApPlan, mark: u32) -> anyhow::Result<Ap> {
+        use anyhow::Context;
+        let mut reg = Vec::new();
+        reg.push(
+            mcast::udp_socket(false, None, ap.registration_port, mark).with_context(|| {
+                format!("ap: registration socket on port {}", ap.registration_port)
+            })?,
+        );
+        match mcast::udp_socket(true, None, ap.registration_port, mark) {
+            Ok(s) => reg.push(s),
+            Err(e) => warn!("ap: no IPv6 registration socket: {e}"),
+        }
+        let mut out = Vec::new();
+        match ap.destination {
+            Destination::Unicast(d) => out.push((
+                mcast::frame_sender(None, d, ap.port, mark).context("ap: frame socket")?,
+                d,
+            )),
+            Destination::Group(g) => {
+                for i in &ap.interfaces {
+                    let mut dest = g;
+                    if let (SocketAddr::V6(d), Ok(idx)) = (&mut dest, linux::tun::ifindex(i)) {
+                        d.set_scope_id(idx);
+                    }
+                    let s = mcast::frame_sender(Some(i), g, ap.port, mark)
+                        .with_context(|| format!("ap: frame socket on {i}"))?;
+                    out.push((s, dest));
+                }
+            }
+        }
+        info!(destination = ?ap.destination, interfaces = ?ap.interfaces, "ap role running");
+        Ok(Ap {
+            mux: Mux::new(ap.mux.clone()),
+            leases: LeaseTable::new(ap.lease.clone()),
+            plan: ap.clone(),
+            reg,
+            out,
+            seq: epoch_micros(),
+            busy: false,
+            drops: RegDrops::default(),
+            requests: 0,
+            answers: 0,
+            reg_errors: 0,
+            frames_sent: 0,
+            frame_send_errors: 0,
+            frame_buf: vec![0; ap.mux.max_frame.max(2048)],
+        })
+    }
+
+    /// (descriptor, token) of the registration sockets.
+    pub(super) fn fds(&self) -> impl Iterator<Item = (RawFd, u64)> + '_ {
+        self.reg
+            .iter()
+            .zip([TOK_AP_REG4, TOK_AP_REG6])
+            .map(|(s, t)| (s.as_raw_fd(), t))
+    }
+
+    /// Whether `token` is the registration server's.
+    pub(super) fn owns(token: u64) -> bool {
+        token == TOK_AP_REG4 || token == TOK_AP_REG6
+    }
+
+    /// Earliest deadline: the open frame's, or a lease's end.
+    pub(super) fn deadline(&self) -> Option<Micros> {
+        match (self.mux.poll_timeout(), self.leases.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Reads registration requests and answers them.
+    fn on_registration(&mut self, token: u64, now: Micros) {
+        let i = usize::from(token == TOK_AP_REG6);
+        let mut buf = [0u8; MAX_MESSAGE + 1];
+        for _ in 0..RX_BATCH {
+            let Some(sock) = self.reg.get(i) else { return };
+            let (n, from) = match sock.recv_from(&mut buf) {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    self.reg_errors += 1;
+                    debug!("ap: registration receive: {e}");
+                    return;
+                }
+            };
+            self.requests += 1;
+            let key = &self.plan.key;
+            let key_id = self.plan.key_id;
+            let m = match register::open(&buf[..n], |id| (id == key_id).then_some(key)) {
+                Ok(m) => m,
+                Err(RegError::Format(_)) => {
+                    self.drops.malformed += 1;
+                    continue;
+                }
+                Err(RegError::UnknownKey) => {
+                    self.drops.unknown_key += 1;
+                    continue;
+                }
+                Err(RegError::BadTag) => {
+                    self.drops.bad_tag += 1;
+                    continue;
+                }
+            };
+            let ip = canonical(from.ip());
+            let Some(body) = self.leases.handle(now, ip, &m, &mut self.mux) else {
+                continue;
+            };
+            self.seq += 1;
+            let answer = Message {
+                key_id,
+                seq: self.seq,
+                body,
+            };
+            let mut out = [0u8; MAX_MESSAGE];
+            match register::encode(&answer, key, &mut out) {
+                Ok(len) => match self.reg[i].send_to(&out[..len], from) {
+                    Ok(_) => self.answers += 1,
+                    Err(e) => {
+                        self.reg_errors += 1;
+                        debug!("ap: answer to {from}: {e}");
+                    }
+                },
+                Err(e) => warn!("ap: cannot encode an answer: {e:?}"),
+            }
+        }
+    }
+
+    /// Sends every closed frame to each destination.
+    fn transmit(&mut self, now: Micros) {
+        while let Some(t) = self.mux.poll_transmit(now, &mut self.frame_buf) {
+            for (s, d) in &self.out {
+                match s.send_to(&self.frame_buf[..t.len], *d) {
+                    Ok(_) => self.frames_sent += 1,
+                    Err(e) => {
+                        self.frame_send_errors += 1;
+                        debug!("ap: frame to {d}: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Expires leases and sends what is due.
+    fn poll(&mut self, now: Micros) {
+        if self.leases.poll_timeout().is_some_and(|t| t <= now) {
+            let n = self.leases.expire(now, &mut self.mux);
+            if n > 0 {
+                info!(leases = n, "ap: leases expired");
+            }
+        }
+        self.mux.handle_timeout(now);
+        self.transmit(now);
+        // The medium's state for the idle release, as the engine's
+        // hold-while-busy reads it: bytes still queued on the frame sockets.
+        let busy = self
+            .out
+            .iter()
+            .any(|(s, _)| linux::socket::outq_bytes(s.as_raw_fd()).unwrap_or(0) > 0);
+        if busy != self.busy {
+            self.busy = busy;
+            self.mux.set_link_busy(now, busy);
+            self.transmit(now);
+        }
+    }
+
+    /// The `ap` object of `airpack stats --json`.
+    pub(super) fn json(&self) -> Value {
+        let m = self.mux.stats();
+        let l = self.leases.stats();
+        let unicast: serde_json::Map<String, Value> = UnicastReason::ALL
+            .iter()
+            .zip(m.unicast)
+            .map(|(r, v)| (format!("{r:?}").to_lowercase(), v.into()))
+            .collect();
+        json!({
+            "stations": self.leases.active(),
+            "streams": self.mux.streams(),
+            "frames": m.frames_sent(),
+            "frames_sent": self.frames_sent,
+            "frame_send_errors": self.frame_send_errors,
+            "packets": m.sent_packets,
+            "packets_pending": self.mux.pending(),
+            "packets_passed": m.passed,
+            "bytes_in": m.bytes_in,
+            "bytes_out": m.bytes_out,
+            "bytes_saved": m.bytes_saved(),
+            "unicast": unicast,
+            "drops": {
+                "queue_full": m.dropped,
+                "registration_malformed": self.drops.malformed,
+                "registration_unknown_key": self.drops.unknown_key,
+                "registration_bad_tag": self.drops.bad_tag,
+                "registration_replay": l.replays,
+                "registration_ignored": l.ignored,
+            },
+            "registrations": {
+                "received": self.requests,
+                "answered": self.answers,
+                "errors_answered": l.errors,
+                "registered": l.registered,
+                "renewed": l.renewed,
+                "unregistered": l.unregistered,
+                "expired": l.expired,
+                "auto_found": l.auto_found,
+                "socket_errors": self.reg_errors,
+            },
+        })
+    }
+}
+
+/// An IPv4-mapped IPv6 source as the IPv4 address it is.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// UDP destination (address, port) of an IP packet without options or
+/// extension headers (what "auto" leases watch).
+fn udp_dst(p: &[u8]) -> Option<(IpAddr, u16)> {
+    match p.first()? >> 4 {
+        4 if p.len() >= 28 && p[9] == 17 => {
+            let ihl = usize::from(p[0] & 0xf) * 4;
+            let port = p.get(ihl + 2..ihl + 4)?;
+            let dst: [u8; 4] = p[16..20].try_into().ok()?;
+            Some((IpAddr::from(dst), u16::from_be_bytes([port[0], port[1]])))
+        }
+        6 if p.len() >= 48 && p[6] == 17 => {
+            let dst: [u8; 16] = p[24..40].try_into().ok()?;
+            Some((IpAddr::from(dst), u16::from_be_bytes([p[42], p[43]])))
+        }
+        _ => None,
+    }
+}
+
+impl Daemon {
+    /// Hook on the TUN path: a packet for a registered stream goes to the
+    /// mux (true: consumed); everything else continues on the normal path.
+    pub(super) fn ap_intercept(&mut self, now: Micros, len: usize) -> bool {
+        let Some(ap) = self.ap.as_mut() else {
+            return false;
+        };
+        let pkt = &self.tun_buf[..len];
+        match ap.mux.handle_packet(now, pkt) {
+            Verdict::Queued(_) => {
+                ap.transmit(now);
+                true
+            }
+            Verdict::Pass => {
+                if let Some((dst, port)) = udp_dst(pkt) {
+                    ap.leases.observe(dst, port);
+                }
+                false
+            }
+            Verdict::Unicast(_) => false,
+        }
+    }
+
+    /// A registration socket is readable.
+    pub(super) fn on_ap_registration(&mut self, token: u64, now: Micros) {
+        if let Some(ap) = self.ap.as_mut() {
+            ap.on_registration(token, now);
+        }
+    }
+
+    /// Called on every wakeup: leases, the frame deadline, frames out.
+    pub(super) fn ap_poll(&mut self, now: Micros) {
+        if let Some(ap) = self.ap.as_mut() {
+            ap.poll(now);
+        }
+    }
+
+    /// TUN packets the mux took leave in frames, wait in it, or were
+    /// dropped with a frame: they join the send-side accounting.
+    pub(super) fn ap_account(&self, a: &mut crate::daemon::accounting::Accounting) {
+        if let Some(ap) = &self.ap {
+            let m = ap.mux.stats();
+            a.send_out += m.sent_packets;
+            a.send_queued += ap.mux.pending() as u64;
+            a.send_dropped
+                .push(("downlink_queue_full".into(), m.dropped));
+        }
+    }
+
+    /// The `ap` and `station` objects of `airpack stats`.
+    pub(super) fn downlink_json(&self) -> Vec<(&'static str, Value)> {
+        let mut v = Vec::new();
+        if let Some(a) = &self.ap {
+            v.push(("ap", a.json()));
+        }
+        if let Some(s) = &self.station {
+            v.push(("station", s.json()));
+        }
+        v
+    }
+
+    /// At stop: every packet in the mux leaves in a last frame.
+    pub(super) fn ap_flush(&mut self, now: Micros) {
+        if let Some(ap) = self.ap.as_mut() {
+            ap.mux.flush();
+            ap.transmit(now);
+            let m = ap.mux.stats();
+            debug!(
+                frames = m.frames_sent(),
+                packets = m.sent_packets,
+                dropped = m.dropped,
+                pending = ap.mux.pending(),
+                "ap: flushed"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_dst_reads_both_families_and_refuses_others() {
+        let mut v4 = [0u8; 28];
+        v4[0] = 0x45;
+        v4[9] = 17;
+        v4[16..20].copy_from_slice(&[10, 0, 0, 7]);
+        v4[22..24].copy_from_slice(&5004u16.to_be_bytes());
+        assert_eq!(udp_dst(&v4), Some(("10.0.0.7".parse().unwrap(), 5004)));
+        v4[9] = 6;
+        assert_eq!(udp_dst(&v4), None);
+        let mut v6 = [0u8; 48];
+        v6[0] = 0x60;
+        v6[6] = 17;
+        v6[39] = 1;
+        v6[42..44].copy_from_slice(&16384u16.to_be_bytes());
+        assert_eq!(udp_dst(&v6), Some(("::1".parse().unwrap(), 16384)));
+        assert_eq!(udp_dst(&v6[..40]), None);
+        assert_eq!(udp_dst(&[]), None);
+    }
+
+    #[test]
+    fn mapped_sources_become_ipv4() {
+        assert_eq!(
+            canonical("::ffff:10.0.0.2".parse().unwrap()),
+            "10.0.0.2".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            canonical("fd00::2".parse().unwrap()),
+            "fd00::2".parse::<IpAddr>().unwrap()
+        );
+    }
+}

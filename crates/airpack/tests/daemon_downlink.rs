@@ -1,0 +1,520 @@
+//! Downlink multiplexing (issue 14) end to end in network namespaces: a
+//! wired node W, an AP running `[ap]`, and three stations running
+//! `[station]` on one Ethernet segment (a bridge in a hub namespace, so the
+//! AP's multicast frames reach all of them).
+//!
+//! - the stations register (authenticated) and the AP reports 3 stations;
+//! - W sends UDP to each station's registered port through the AP: every
+//!   station receives exactly its own packets, and the packets its stack
+//!   receives (captured on its TUN) are byte-identical to what W sent
+//!   (captured on W's link) with the TTL a router decrements;
+//! - each station ignores the others' packets (counted);
+//! - a registration with the wrong key is refused and counted, a replayed
+//!   one too; a frame
+//!   from a source other than the AP is dropped and counted;
+//! - a station that stops renewing (killed) loses its lease, and its
+//!   packets are then forwarded unchanged; a station that
+//!   stops cleanly unregisters;
+//! - a reload (SIGHUP) of the AP keeps the role and its steering;
+//! - SIGTERM on the AP while W sends: every packet still arrives.
+//!
+//! No timing assertions: every wait is for a condition, bounded.
+
+mod common;
+use airpack_core::auth::Key;
+use airpack_core::downlink::register::{self, Body, Message, Ports};
+use common::*;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const KEY: &str = "000102030405060708090a0b0c0d0e0f";
+const WIRED: Ipv4Addr = Ipv4Addr::new(10, 171, 0, 2);
+const AP_CELL: Ipv4Addr = Ipv4Addr::new(10, 172, 0, 1);
+const WAIT: Duration = Duration::from_secs(30);
+
+fn station_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 172, 0, 11 + i as u8)
+}
+
+fn port(i: usize) -> u16 {
+    20_000 + i as u16
+}
+
+/// Captures the IP packets crossing `dev` in `ns` (AF_PACKET, cooked)
+/// until `stop`; keeps UDP packets to 10.172.0.0/24.
+fn capture(
+    ns: &str,
+    dev: &str,
+    stop: Arc<AtomicBool>,
+) -> (
+    std::thread::JoinHandle<Vec<Vec<u8>>>,
+    std::sync::mpsc::Receiver<()>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let dev = dev.to_owned();
+    let h = in_ns(ns, move || {
+        let ifindex = airpack::linux::tun::ifindex(&dev).unwrap();
+        let proto = (libc::ETH_P_ALL as u16).to_be();
+        // SAFETY: plain socket(2).
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK,
+                i32::from(proto),
+            )
+        };
+        assert!(
+            fd >= 0,
+            "packet socket: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: zeroed sockaddr_ll is valid; fields set below.
+        let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sa.sll_family = libc::AF_PACKET as u16;
+        sa.sll_protocol = proto;
+        sa.sll_ifindex = ifindex as i32;
+        // SAFETY: valid sockaddr_ll.
+        let r = unsafe {
+            libc::bind(
+                fd,
+                (&sa as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        assert_eq!(
+            r,
+            0,
+            "bind packet socket: {}",
+            std::io::Error::last_os_error()
+        );
+        tx.send(()).unwrap();
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 65_536];
+        let mut idle_after_stop = 0;
+        while idle_after_stop < 20 && out.len() < 100_000 {
+            // SAFETY: valid buffer.
+            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n <= 0 {
+                if stop.load(Ordering::Relaxed) {
+                    idle_after_stop += 1;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            let p = &buf[..n as usize];
+            if p.len() >= 28 && p[0] >> 4 == 4 && p[9] == 17 && p[16..19] == [10, 172, 0] {
+                out.push(p.to_vec());
+            }
+        }
+        // SAFETY: fd opened above.
+        unsafe { libc::close(fd) };
+        out
+    });
+    (h, rx)
+}
+
+/// What a router makes of `p`: TTL minus one, header checksum updated.
+fn forwarded(p: &[u8]) -> Vec<u8> {
+    let mut q = p.to_vec();
+    complete_udp_checksum(&mut q);
+    q[8] -= 1;
+    q[10] = 0;
+    q[11] = 0;
+    let ihl = usize::from(q[0] & 0xf) * 4;
+    let ck = checksum(&q[..ihl]);
+    q[10..12].copy_from_slice(&ck.to_be_bytes());
+    q
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// W's capture sees its packets before checksum offload fills in the UDP
+/// checksum (veths offload it): complete it as the wire carries it.
+fn complete_udp_checksum(p: &mut [u8]) {
+    let ihl = usize::from(p[0] & 0xf) * 4;
+    let udp_len = p.len() - ihl;
+    p[ihl + 6] = 0;
+    p[ihl + 7] = 0;
+    let mut pseudo = Vec::with_capacity(12 + udp_len);
+    pseudo.extend_from_slice(&p[12..20]);
+    pseudo.extend_from_slice(&[0, 17]);
+    pseudo.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    pseudo.extend_from_slice(&p[ihl..]);
+    let ck = match checksum(&pseudo) {
+        0 => 0xffff,
+        c => c,
+    };
+    p[ihl + 6..ihl + 8].copy_from_slice(&ck.to_be_bytes());
+}
+
+fn dst_port(p: &[u8]) -> u16 {
+    let ihl = usize::from(p[0] & 0xf) * 4;
+    u16::from_be_bytes([p[ihl + 2], p[ihl + 3]])
+}
+
+/// A receiver on `ns` port `port`: the payloads it got.
+/// Payloads received so far.
+type Got = Arc<Mutex<Vec<Vec<u8>>>>;
+
+fn receiver(ns: &str, port: u16) -> (Got, Arc<AtomicBool>) {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (g, s) = (got.clone(), stop.clone());
+    let (tx, rx) = std::sync::mpsc::channel();
+    in_ns(ns, move || {
+        let sock = UdpSocket::bind(("0.0.0.0", port)).unwrap();
+        // A burst of frames hands the stack several packets at once: room
+        // for all of them, so only the daemons can lose packets here.
+        airpack::linux::set_buffer(sock.as_raw_fd(), 8 << 20, false).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        tx.send(()).unwrap();
+        let mut buf = [0u8; 2048];
+        while !s.load(Ordering::Relaxed) {
+            if let Ok(n) = sock.recv(&mut buf) {
+                g.lock().unwrap().push(buf[..n].to_vec());
+            }
+        }
+    });
+    rx.recv().unwrap();
+    (got, stop)
+}
+
+/// `n` datagrams from W to station `i`, payload "station i, seq k".
+fn send(ns: &str, i: usize, from: u32, n: u32) {
+    let dst = SocketAddr::new(IpAddr::V4(station_ip(i)), port(i));
+    in_ns(ns, move || {
+        let sock = UdpSocket::bind(("0.0.0.0", 0)).unwrap();
+        for k in from..from + n {
+            let mut body = vec![0u8; 172];
+            body[0] = 0x80; // RTP version 2
+            body[1] = 0; // PCMU
+            body[2..4].copy_from_slice(&(k as u16).to_be_bytes());
+            body[4..8].copy_from_slice(&(k * 160).to_be_bytes());
+            body[8..12].copy_from_slice(&(0x5000 + i as u32).to_be_bytes());
+            body[12] = i as u8;
+            body[13..17].copy_from_slice(&k.to_be_bytes());
+            sock.send_to(&body, dst).unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+fn ap_config() -> String {
+    format!(
+        "[ap]\nenabled = true\ninterfaces = [\"cell\"]\nkey = \"{KEY}\"\nmax_lease_secs = 3\n\
+         idle_release = false\ninterval_ms = 1000\n"
+    )
+}
+
+fn station_config(i: usize) -> String {
+    format!(
+        "[station]\nenabled = true\ninterface = \"wl\"\nap = \"{AP_CELL}\"\nkey = \"{KEY}\"\nports = {}\nlease_secs = 3\nrenew_secs = 1\n",
+        port(i)
+    )
+}
+
+/// A veth from `ns` (`ifname`, `cidr`) to the bridge br0 in `hub` (port `port_name`).
+fn attach(net: &Net, hub: &str, ns: &str, ifname: &str, port_name: &str, cidr: &str) {
+    sh(&[
+        "ip", "link", "add", ifname, "netns", ns, "type", "veth", "peer", "name", port_name,
+        "netns", hub,
+    ]);
+    net.ip(hub, &["link", "set", port_name, "master", "br0"]);
+    net.ip(hub, &["link", "set", port_name, "up"]);
+    net.ip(ns, &["addr", "add", cidr, "dev", ifname]);
+    net.ip(ns, &["link", "set", ifname, "up"]);
+}
+
+#[test]
+fn ap_and_three_stations() {
+    if !can_run("daemon_downlink") {
+        return;
+    }
+    let mut net = Net::new("dl");
+    let w = net.ns("w");
+    let ap = net.ns("ap");
+    let hub = net.ns("hub");
+    net.link(&w, "w0", &format!("{WIRED}/24"), &ap, "a0", "10.171.0.1/24");
+    net.ip(&w, &["route", "add", "10.172.0.0/24", "via", "10.171.0.1"]);
+    net.ip(
+        &hub,
+        &[
+            "link",
+            "add",
+            "br0",
+            "type",
+            "bridge",
+            "mcast_snooping",
+            "0",
+        ],
+    );
+    net.ip(&hub, &["link", "set", "br0", "up"]);
+    attach(&net, &hub, &ap, "cell", "pap", &format!("{AP_CELL}/24"));
+    let mut st = Vec::new();
+    for i in 0..3 {
+        let ns = net.ns(&format!("s{i}"));
+        attach(
+            &net,
+            &hub,
+            &ns,
+            "wl",
+            &format!("ps{i}"),
+            &format!("{}/24", station_ip(i)),
+        );
+        net.ip(
+            &ns,
+            &["route", "add", "default", "via", &AP_CELL.to_string()],
+        );
+        st.push(ns);
+    }
+
+    let mut apd = net.daemon(&ap, &ap_config(), &[]);
+    let mut sd: Vec<_> = (0..3)
+        .map(|i| net.daemon(&st[i], &station_config(i), &[]))
+        .collect();
+    wait_until("3 registered stations", WAIT, || {
+        apd.stats().pointer("/ap/stations").and_then(|v| v.as_u64()) == Some(3)
+            && sd.iter().all(|d| d.stats()["station"]["streams"] == 1)
+    });
+
+    // A reload (SIGHUP) keeps the AP role and its steering.
+    let reloads = apd.stat("/total/daemon/reloads");
+    apd.signal(libc::SIGHUP);
+    wait_until("AP reloaded", WAIT, || {
+        apd.stat("/total/daemon/reloads") > reloads
+    });
+    assert_eq!(apd.stats()["ap"]["stations"], 3);
+
+    // Traffic to each station, captured on W's link and each station's TUN.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (wcap, ready) = capture(&w, "w0", stop.clone());
+    ready.recv().unwrap();
+    let mut caps = Vec::new();
+    for ns in &st {
+        let (h, ready) = capture(ns, "airpack0", stop.clone());
+        ready.recv().unwrap();
+        caps.push(h);
+    }
+    let rx: Vec<_> = (0..3).map(|i| receiver(&st[i], port(i))).collect();
+    const N: u32 = 40;
+    for i in 0..3 {
+        send(&w, i, 0, N);
+    }
+    wait_until("every station's packets", WAIT, || {
+        rx.iter()
+            .all(|(g, _)| g.lock().unwrap().len() >= N as usize)
+    });
+    stop.store(true, Ordering::Relaxed);
+    let sent = wcap.join().unwrap();
+    assert_eq!(sent.len(), 3 * N as usize, "W's capture");
+    for (i, cap) in caps.into_iter().enumerate() {
+        let got = cap.join().unwrap();
+        let want: Vec<Vec<u8>> = sent
+            .iter()
+            .filter(|p| p[16..20] == station_ip(i).octets())
+            .map(|p| forwarded(p))
+            .collect();
+        assert_eq!(want.len(), N as usize);
+        assert!(
+            got.iter().all(|p| dst_port(p) == port(i)),
+            "station {i} got another's packet"
+        );
+        assert_eq!(got.len(), want.len(), "station {i}: packets on its TUN");
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g == w,
+                "station {i} packet {k}: rebuilt {} != sent {}",
+                hex(g),
+                hex(w)
+            );
+        }
+        let payloads = rx[i].0.lock().unwrap().clone();
+        assert_eq!(payloads.len(), N as usize, "station {i}: duplicates");
+        for (k, p) in payloads.iter().enumerate() {
+            assert_eq!(p[12] as usize, i);
+            assert_eq!(u32::from_be_bytes(p[13..17].try_into().unwrap()), k as u32);
+        }
+        let s = sd[i].stats();
+        assert_eq!(s["station"]["packets"], N, "{s}");
+        assert_eq!(s["station"]["packets_for_others"], 2 * N, "{s}");
+    }
+    let a = apd.stats();
+    assert_eq!(a["ap"]["packets"], 3 * N, "{a}");
+    // Frames carry several packets (they close when full: 1440 bytes).
+    let frames = a["ap"]["frames"].as_u64().unwrap();
+    assert!(frames >= 1 && frames < u64::from(3 * N), "{a}");
+    assert!(a["ap"]["bytes_saved"].as_i64().unwrap() > 0, "{a}");
+
+    // A registration with the wrong key: refused, counted, never answered.
+    let wrong = Key::from_hex("ffffffffffffffffffffffffffffffff").unwrap();
+    let m = Message {
+        key_id: 1,
+        seq: 1,
+        body: Body::Register {
+            addr: IpAddr::V4(station_ip(0)),
+            ports: Ports::Single(30_000),
+            lease_secs: 3,
+        },
+    };
+    let mut out = [0u8; register::MAX_MESSAGE];
+    let n = register::encode(&m, &wrong, &mut out).unwrap();
+    let msg = out[..n].to_vec();
+    in_ns(&st[0], move || {
+        let s = UdpSocket::bind(("0.0.0.0", 0)).unwrap();
+        s.send_to(&msg, (AP_CELL, 8889)).unwrap();
+    })
+    .join()
+    .unwrap();
+    wait_until("forged registration counted", WAIT, || {
+        apd.stats()["ap"]["drops"]["registration_bad_tag"] == 1
+    });
+    assert_eq!(apd.stats()["ap"]["streams"], 3);
+
+    // A valid registration (from W, with the cell's key) sent twice: the
+    // copy is a replay, refused and counted; then W unregisters.
+    let key = Key::from_hex(KEY).unwrap();
+    let msg = |seq: u64, body: Body| {
+        let mut out = [0u8; register::MAX_MESSAGE];
+        let n = register::encode(
+            &Message {
+                key_id: 1,
+                seq,
+                body,
+            },
+            &key,
+            &mut out,
+        )
+        .unwrap();
+        out[..n].to_vec()
+    };
+    let reg = msg(
+        5,
+        Body::Register {
+            addr: IpAddr::V4(WIRED),
+            ports: Ports::Single(30_000),
+            lease_secs: 3,
+        },
+    );
+    let unreg = msg(
+        6,
+        Body::Unregister {
+            addr: IpAddr::V4(WIRED),
+        },
+    );
+    let answers = in_ns(&w, move || {
+        let s = UdpSocket::bind(("0.0.0.0", 0)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut kinds = Vec::new();
+        let mut buf = [0u8; 512];
+        for m in [&reg, &reg, &unreg] {
+            s.send_to(m, (AP_CELL, 8889)).unwrap();
+            if std::ptr::eq(m, &unreg) || kinds.is_empty() {
+                s.recv(&mut buf).unwrap();
+                kinds.push(buf[1]);
+            }
+        }
+        kinds
+    })
+    .join()
+    .unwrap();
+    // Register ok (0x81), then unregister ok (0x83); the replay got nothing.
+    assert_eq!(answers, [0x81, 0x83]);
+    let a = apd.stats();
+    assert_eq!(a["ap"]["drops"]["registration_replay"], 1, "{a}");
+    assert_eq!(a["ap"]["registrations"]["unregistered"], 1, "{a}");
+    assert_eq!(a["ap"]["stations"], 3, "{a}");
+
+    // A frame from a station instead of the AP: dropped and counted by the others.
+    in_ns(&st[1], || {
+        let s = UdpSocket::bind(("0.0.0.0", 0)).unwrap();
+        s.send_to(&[1, 0, 0, 0, 0, 0], ("225.0.0.10", 8888))
+            .unwrap();
+    })
+    .join()
+    .unwrap();
+    wait_until("foreign frame counted", WAIT, || {
+        sd[0].stats()["station"]["drops"]["not_from_ap"] == 1
+            && sd[2].stats()["station"]["drops"]["not_from_ap"] == 1
+    });
+
+    // Station 2 dies without unregistering: its lease ends.
+    sd[2].signal(libc::SIGKILL);
+    wait_until("lease of the dead station expired", WAIT, || {
+        let a = apd.stats();
+        // Its stream leaves the mux too: it costs no airtime any more.
+        a["ap"]["stations"] == 2
+            && a["ap"]["streams"] == 2
+            && a["ap"]["registrations"]["expired"] == 1
+    });
+    // Packets to the unregistered port are steered too (media_ports) but
+    // passed back by the mux and forwarded unchanged: all arrive.
+    rx[2].0.lock().unwrap().clear();
+    let passed = apd.stats()["ap"]["packets_passed"].as_u64().unwrap();
+    send(&w, 2, 500, 10);
+    wait_until("unregistered port's packets", WAIT, || {
+        rx[2].0.lock().unwrap().len() >= 10
+    });
+    assert_eq!(rx[2].0.lock().unwrap().len(), 10);
+    assert_eq!(
+        apd.stats()["ap"]["packets_passed"].as_u64().unwrap(),
+        passed + 10
+    );
+
+    // Station 1 stops cleanly: it unregisters.
+    assert_eq!(sd[1].stop(), 0);
+    wait_until("station 1 unregistered", WAIT, || {
+        let a = apd.stats();
+        a["ap"]["stations"] == 1 && a["ap"]["registrations"]["unregistered"] == 2
+    });
+
+    // SIGTERM on the AP while W sends to station 0: nothing is lost.
+    rx[0].0.lock().unwrap().clear();
+    const M: u32 = 400;
+    let w2 = w.clone();
+    let sender = std::thread::spawn(move || send(&w2, 0, 1000, M));
+    wait_until("first packets of the burst", WAIT, || {
+        !rx[0].0.lock().unwrap().is_empty()
+    });
+    assert_eq!(apd.stop(), 0, "AP exit; log:\n{}", apd.log_text());
+    let log = apd.log_text();
+    assert!(
+        log.contains("accounting at stop balanced=true"),
+        "AP accounting at stop; log:\n{log}"
+    );
+    sender.join().unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while rx[0].0.lock().unwrap().len() < M as usize {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "burst: {} of {M} arrived; station 0: {}\nAP log:\n{}",
+            rx[0].0.lock().unwrap().len(),
+            sd[0].stats()["station"],
+            apd.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut seqs: Vec<u32> = rx[0]
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|p| u32::from_be_bytes(p[13..17].try_into().unwrap()))
+        .collect();
+    seqs.sort_unstable();
+    assert_eq!(
+        seqs,
+        (1000..1000 + M).collect::<Vec<_>>(),
+        "lost or duplicated"
+    );
+    for (_, s) in &rx {
+        s.store(true, Ordering::Relaxed);
+    }
+    assert_eq!(sd[0].stop(), 0);
+}
