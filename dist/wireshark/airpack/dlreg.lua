@@ -10,8 +10,9 @@
 -- trailing_bytes), in its order of checks.
 --
 -- Loaded by ../airpack.lua; standalone: -X lua_script:dist/wireshark/airpack/dlreg.lua
-if airpack_dlreg_loaded then return end
-airpack_dlreg_loaded = true
+-- _G: Wireshark runs each plugin file in its own environment; the guard is shared.
+if _G.airpack_dlreg_loaded then return end
+_G.airpack_dlreg_loaded = true
 
 local p = Proto("airpack_dlreg", "airpack downlink registration")
 p.prefs.udp_port = Pref.uint("UDP port", 8889, "registration port of the access point")

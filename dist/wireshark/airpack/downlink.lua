@@ -20,8 +20,9 @@
 -- checks, and none of its packets goes to RTP.
 --
 -- Loaded by ../airpack.lua; standalone: -X lua_script:dist/wireshark/airpack/downlink.lua
-if airpack_downlink_loaded then return end
-airpack_downlink_loaded = true
+-- _G: Wireshark runs each plugin file in its own environment; the guard is shared.
+if _G.airpack_downlink_loaded then return end
+_G.airpack_downlink_loaded = true
 
 local p = Proto("airpack_dl", "airpack downlink frame")
 local LAYOUT = { auto = 0, seed = 1, compact = 2 }

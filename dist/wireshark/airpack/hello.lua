@@ -9,8 +9,9 @@
 -- shown, not verified (the dissector has no key).
 --
 -- Loaded by ../airpack.lua; standalone use: -X lua_script:dist/wireshark/airpack/hello.lua
-if airpack_hello_loaded then return end
-airpack_hello_loaded = true
+-- _G: Wireshark runs each plugin file in its own environment; the guard is shared.
+if _G.airpack_hello_loaded then return end
+_G.airpack_hello_loaded = true
 
 local p = Proto("airpack_hello", "airpack neighbour hello")
 p.prefs.udp_port = Pref.uint("UDP port", 4151, "discovery.port of the daemons")

@@ -666,3 +666,60 @@ fn hostile_hellos_and_downlink_frames_match_the_core_and_raise_no_lua_error() {
         regs.len()
     );
 }
+
+/// The install command of docs/operator-guide.md, into a scratch HOME: every
+/// format decodes from the plugin directory, each file loaded once.
+#[test]
+fn installed_plugin_decodes_every_format() {
+    if !have("tshark") {
+        println!("SKIP installed_plugin_decodes_every_format: tshark not installed");
+        return;
+    }
+    let home = std::env::temp_dir().join(format!("airpack-wshome-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    std::fs::create_dir_all(&home).unwrap();
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(
+            "mkdir -p ~/.local/lib/wireshark/plugins && \
+             cp -r dist/wireshark/airpack.lua dist/wireshark/airpack ~/.local/lib/wireshark/plugins/",
+        )
+        .current_dir(repo())
+        .env("HOME", &home)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let cases = [
+        (
+            "hello/hello_ipv4.pcap",
+            "airpack_hello.sender",
+            "0x0102030405060708",
+        ),
+        ("downlink/seed_two_calls.pcap", "airpack_dl.layout", "seed"),
+        (
+            "downlink/compact_voice.pcap",
+            "airpack_dl.layout",
+            "compact",
+        ),
+        ("downlink/register_ok.pcap", "airpack_dlreg.type", "0x81"),
+        ("native_voice.pcap", "airpack.encoding", "native"),
+    ];
+    for (pcap, field, want) in cases {
+        let out = Command::new("tshark")
+            .env("HOME", &home)
+            .arg("-n")
+            .arg("-r")
+            .arg(repo().join("dist/wireshark/pcaps").join(pcap))
+            .args(["-T", "fields", "-e", field])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !err.contains("Lua"),
+            "{pcap}: {err}"
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.lines().next(), Some(want), "{pcap}: {text}");
+    }
+    let _ = std::fs::remove_dir_all(&home);
+}
