@@ -51,6 +51,9 @@ pub struct ValidateArgs {
     bin: Option<PathBuf>,
 }
 
+/// Measures one point of `n` calls.
+type PointRunner = fn(&ExperimentConfig, Setup, u32) -> Result<crate::experiment::Point>;
+
 /// Within one call or 10 % of the simulated capacity, whichever is larger.
 pub fn tolerance(sim: u32) -> f64 {
     (0.1 * f64::from(sim)).max(1.0)
@@ -286,10 +289,7 @@ pub fn main(a: ValidateArgs) -> Result<()> {
                 let dir = work.join(format!("{preset}-{codec}-{}", topo.replace(':', "")));
                 for air in &airs {
                     eprintln!("lab validate: {preset} {codec} {topo}: {air}");
-                    let (kind, runner): (
-                        Air,
-                        fn(&ExperimentConfig, Setup, u32) -> Result<crate::experiment::Point>,
-                    ) = match air.as_str() {
+                    let (kind, runner): (Air, PointRunner) = match air.as_str() {
                         "sim" => (Air::Ns3, |c, _, n| crate::validate_sim::sim_point(c, n)),
                         "ns3" => (Air::Ns3, run_point),
                         _ => (Air::Tc, run_point),

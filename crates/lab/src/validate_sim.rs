@@ -60,7 +60,7 @@ pub fn voice_flows(cfg: &ExperimentConfig, spec: &Spec) -> Result<Vec<VoiceFlow>
             .context("unknown node")
     };
     let interval_s = f64::from(spec.interval_ms) / 1000.0;
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(spec.seed ^ 0x5eed_0f_a1e);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(spec.seed ^ 0x5_eed0_fa1e);
     let mut flows = Vec::new();
     for c in &spec.calls {
         for (dir, from, to) in [
@@ -352,7 +352,7 @@ mod tests {
         let caps = captures(&c.topo.nodes, &flows, &recs, 160);
         assert_eq!(
             caps[&c.topo.nodes[0]].len(),
-            200 + 0,
+            200,
             "A sends 200, receives none"
         );
         assert_eq!(caps[&c.topo.nodes[2]].len(), 200 + 180);
