@@ -14,13 +14,18 @@
 -- first encoding whose framing adds up exactly (native: first byte 0x1X;
 -- then kau; then simplemux); force it when a capture is ambiguous.
 --
--- Use:  tshark -X lua_script:dist/wireshark/airpack.lua -r capture.pcap
--- Install: cp dist/wireshark/airpack.lua ~/.local/lib/wireshark/plugins/
+-- The other airpack formats have their own ports and files in airpack/ next
+-- to this one, loaded at the end of this file: airpack/hello.lua (neighbour
+-- hellos, UDP 4151), airpack/downlink.lua (downlink frames, seed and compact
+-- layouts, UDP 8888), airpack/dlreg.lua (downlink registration, UDP 8889).
 --
--- Extension points (formats designed elsewhere, layouts deliberately not
--- guessed here): see `airpack_register_format` at the end. Neighbour
--- hellos and downlink frames register there (a detect function and a
--- dissect function) once their sections exist in docs/wire-format.md.
+-- Use:  tshark -X lua_script:dist/wireshark/airpack.lua -r capture.pcap
+-- Install (the file and its directory together):
+--   cp -r dist/wireshark/airpack.lua dist/wireshark/airpack ~/.local/lib/wireshark/plugins/
+-- (Wireshark may load the files in airpack/ by itself too; each loads once.)
+--
+-- Extension point for a format carried in the bundles' own protocol numbers
+-- or port: `airpack_register_format` at the end.
 
 local p = Proto("airpack", "airpack bundle")
 
@@ -327,4 +332,11 @@ register_udp_port()
 -- frames); their layouts are being designed and are not guessed here.
 function airpack_register_format(name, detect, dissect)
     extra[#extra + 1] = { name = name, detect = detect, dissect = dissect }
+end
+
+-- The formats on their own ports (hellos, downlink frames and registration),
+-- from the airpack/ directory next to this file.
+local here = debug.getinfo(1, "S").source:match("^@(.*[/\\])") or ""
+for _, name in ipairs({ "hello", "downlink", "dlreg" }) do
+    dofile(here .. "airpack/" .. name .. ".lua")
 end

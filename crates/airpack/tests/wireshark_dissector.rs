@@ -11,9 +11,13 @@
 //! encoding and transport at a time, decode to exactly the bundles and inner
 //! packets the sending daemon counted.
 //!
+//! Hellos, downlink frames and registration messages (dist/wireshark/airpack/)
+//! are checked in `wireshark_formats/` (the same test binary).
+//!
 //! Needs tshark (scripts/setup.sh installs it); prints SKIP without it.
 
 mod common;
+mod wireshark_formats;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;

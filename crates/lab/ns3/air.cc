@@ -38,6 +38,11 @@
 //   wired I J RATE_BPS DELAY_US MAC_I MAC_J FD_I FD_J   a point-to-point cable
 //   flow I J PPS BYTES START_S STOP_S [unicast|bcast|wired]   sim mode: CBR of
 //                          BYTES-byte IP packets (bcast: counted at J)
+//   path K N0 N1 .. Nm     sim mode: flow K (0-based, in order) is relayed
+//                          N0 (= I) -> N1 -> .. -> Nm (= J) hop by hop (voice mode)
+//   packets PATH           sim mode: write one line per sent packet of every
+//                          unicast flow, `FLOW SEQ SENT_NS RECV_NS` (RECV -1 = lost),
+//                          at exit (voice mode)
 // Output: a JSON report on stdout at exit (lag, events, CPU, counters).
 
 #include "air.h"
@@ -57,6 +62,8 @@ std::vector<Ptr<FdNetDevice>> g_tap;
 std::vector<Mac48Address> g_lab_mac, g_air_mac;
 volatile sig_atomic_t g_stop = 0;
 std::string g_stats;
+bool g_voice = false;
+std::string g_packets;
 uint32_t g_stations = 0, g_associated = 0;
 } // namespace air
 
@@ -186,6 +193,27 @@ AirConfig Parse(const char* path)
                  w.rate_bps > 0 && w.delay_us >= 0;
             g_wired.push_back(w);
         }
+        else if (k == "path")
+        {
+            uint32_t f, x;
+            ok = bool(s >> f) && f < g_flows.size();
+            if (ok)
+            {
+                g_flows[f].path.clear();
+                while (s >> x)
+                {
+                    g_flows[f].path.push_back(x);
+                }
+                ok = g_flows[f].path.size() >= 2 && g_flows[f].path.front() == g_flows[f].from &&
+                     g_flows[f].path.back() == g_flows[f].to;
+            }
+            g_voice = true;
+        }
+        else if (k == "packets")
+        {
+            ok = bool(s >> g_packets);
+            g_voice = true;
+        }
         else if (k == "flow")
         {
             FlowCfg f;
@@ -223,6 +251,18 @@ AirConfig Parse(const char* path)
     {
         if (f.from >= n || f.to >= n)
             Fail("flow of an unknown node");
+        for (auto x : f.path)
+        {
+            if (x >= n)
+                Fail("path through an unknown node");
+        }
+        if (g_voice)
+        {
+            if (f.kind != FlowKind::Unicast || f.bytes < 8)
+                Fail("voice mode needs unicast flows of at least 8 bytes");
+            if (f.path.empty())
+                f.path = {f.from, f.to};
+        }
     }
     if (c.ap >= n)
     {
@@ -438,6 +478,7 @@ int main(int argc, char** argv)
         WriteStats();
     }
     FlushFiles();
+    WritePackets();
     std::printf("%s\n", Report(phy, tap, sim, wall, cpu, events).c_str());
     std::fflush(stdout);
     Simulator::Destroy();

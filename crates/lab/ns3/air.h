@@ -51,7 +51,17 @@ struct FlowCfg
     FlowKind kind = FlowKind::Unicast;
     uint64_t sent = 0, received = 0;
     double first = -1, last = -1;
+    // voice mode (`path`/`packets` directives): the nodes the flow's packets
+    // are relayed through (from .. to), and per packet its send and first
+    // receive time at `to` (ns; -1 = not received)
+    std::vector<uint32_t> path;
+    std::vector<int64_t> sent_ns, recv_ns;
 };
+
+// Voice mode: every flow packet carries its flow index and sequence number
+// in its first 8 bytes and is relayed hop by hop along the flow's path.
+extern bool g_voice;
+extern std::string g_packets; // where to write the per-packet records
 
 // One point-to-point cable between nodes a and b (taps `wiredK`).
 struct WiredCfg
@@ -111,6 +121,7 @@ void ConnectNode(uint32_t i);          // traces of node i's Wi-Fi device
 void AttachTap(Ptr<Node> node, uint32_t i);
 void SetupWired(NodeContainer& nodes, uint32_t queue);
 void StartFlows();
+void WritePackets(); // the per-packet records of voice mode
 std::vector<Ptr<WifiMacQueue>> Queues(uint32_t i);
 
 // air_obs.cc

@@ -89,6 +89,44 @@ void FlowReceived(FlowKind kind, uint32_t from, uint32_t to)
     }
 }
 
+// Voice mode: node i received flow packet p; relay it to the path's next
+// node, or record it at the flow's end.
+void VoiceReceived(uint32_t i, Ptr<const Packet> p, uint16_t proto)
+{
+    uint8_t h[8];
+    if (p->GetSize() < 8 || p->CopyData(h, 8) != 8)
+    {
+        return;
+    }
+    uint32_t k = uint32_t(h[0]) << 24 | uint32_t(h[1]) << 16 | uint32_t(h[2]) << 8 | h[3];
+    uint32_t seq = uint32_t(h[4]) << 24 | uint32_t(h[5]) << 16 | uint32_t(h[6]) << 8 | h[7];
+    if (k >= g_flows.size())
+    {
+        return;
+    }
+    FlowCfg& f = g_flows[k];
+    if (i == f.to)
+    {
+        if (seq < f.recv_ns.size() && f.recv_ns[seq] < 0)
+        {
+            f.recv_ns[seq] = Simulator::Now().GetNanoSeconds();
+            f.received++;
+            double now = Simulator::Now().GetSeconds();
+            f.first = f.first < 0 ? now : f.first;
+            f.last = now;
+        }
+        return;
+    }
+    for (size_t h2 = 0; h2 + 1 < f.path.size(); h2++)
+    {
+        if (f.path[h2] == i)
+        {
+            SendWifi(i, p->Copy(), g_air_mac[f.path[h2 + 1]], proto);
+            return;
+        }
+    }
+}
+
 // air -> tap (or flow accounting in sim mode)
 bool FromAir(uint32_t i,
              Ptr<NetDevice>,
@@ -115,6 +153,14 @@ bool FromAir(uint32_t i,
                            g_lab_mac[sender],
                            dst == g_air_mac[i] ? g_lab_mac[i] : dst,
                            proto);
+        return true;
+    }
+    if (g_voice)
+    {
+        if (!dst.IsGroup())
+        {
+            VoiceReceived(i, p, proto);
+        }
         return true;
     }
     FlowReceived(dst.IsGroup() ? FlowKind::Bcast : FlowKind::Unicast, sender, i);
@@ -226,7 +272,20 @@ void FlowSend(uint32_t k)
 {
     FlowCfg& f = g_flows[k];
     f.sent++;
-    if (f.kind == FlowKind::Wired)
+    if (g_voice)
+    {
+        uint32_t seq = f.sent_ns.size();
+        std::vector<uint8_t> b(f.bytes, 0);
+        for (int x = 0; x < 4; x++)
+        {
+            b[x] = uint8_t(k >> (24 - 8 * x));
+            b[4 + x] = uint8_t(seq >> (24 - 8 * x));
+        }
+        f.sent_ns.push_back(Simulator::Now().GetNanoSeconds());
+        f.recv_ns.push_back(-1);
+        SendWifi(f.from, Create<Packet>(b.data(), f.bytes), g_air_mac[f.path[1]], 0x0800);
+    }
+    else if (f.kind == FlowKind::Wired)
     {
         for (auto& w : g_wired)
         {
@@ -390,6 +449,34 @@ void SetupWired(NodeContainer& nodes, uint32_t queue)
             w.tap_b->SetPromiscReceiveCallback(MakeBoundCallback(&FromWiredTap, k, uint32_t(1)));
         }
     }
+}
+
+void WritePackets()
+{
+    if (g_packets.empty())
+    {
+        return;
+    }
+    FILE* out = std::fopen(g_packets.c_str(), "w");
+    if (!out)
+    {
+        std::fprintf(stderr, "airpack-ns3-air: cannot write %s\n", g_packets.c_str());
+        std::exit(2);
+    }
+    for (uint32_t k = 0; k < g_flows.size(); k++)
+    {
+        const FlowCfg& f = g_flows[k];
+        for (size_t q = 0; q < f.sent_ns.size(); q++)
+        {
+            std::fprintf(out,
+                         "%u %zu %lld %lld\n",
+                         k,
+                         q,
+                         (long long)f.sent_ns[q],
+                         (long long)f.recv_ns[q]);
+        }
+    }
+    std::fclose(out);
 }
 
 void StartFlows()

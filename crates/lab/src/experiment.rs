@@ -603,6 +603,12 @@ fn run_voips(cfg: &ExperimentConfig, mesh: &mut Mesh, dir: &Path, spec_path: &Pa
     Ok(results)
 }
 
+/// A point from merged call results alone (no daemons, no air counters):
+/// the pure simulation's points ([`crate::validate_sim`]).
+pub(crate) fn summarize_point(setup: Setup, n: u32, call_results: Value, t0: Instant) -> Point {
+    summarize(setup, n, call_results, 1.0, 0, 0, BTreeMap::new(), t0)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn summarize(
     setup: Setup,
@@ -699,7 +705,19 @@ pub fn point_line(p: &Point) -> String {
 /// (or `max_calls`), bisection between the last success and the first
 /// failure, and a confirming re-run of the capacity (walking down if the
 /// confirmation fails). Progress goes to stderr.
-pub fn capacity_search(cfg: &ExperimentConfig, setup: Setup, mut on_point: impl FnMut(&Point)) -> SetupResult {
+pub fn capacity_search(cfg: &ExperimentConfig, setup: Setup, on_point: impl FnMut(&Point)) -> SetupResult {
+    capacity_search_with(cfg, setup, run_point, on_point)
+}
+
+/// [`capacity_search`] with another point runner (the ns-3 air's pure
+/// simulation, [`crate::validate_sim::sim_point`]): the same search rule,
+/// seeds and re-measuring for every kind of point.
+pub fn capacity_search_with(
+    cfg: &ExperimentConfig,
+    setup: Setup,
+    run_point: impl Fn(&ExperimentConfig, Setup, u32) -> Result<Point>,
+    mut on_point: impl FnMut(&Point),
+) -> SetupResult {
     let mut res = SetupResult { setup, capacity: 0, capacity_at_least: false, error: None, points: Vec::new() };
     let mut measure = |n: u32, res: &mut SetupResult| -> Option<bool> {
         // a repeated call count gets another voice-activity seed (a confirming

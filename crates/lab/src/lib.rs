@@ -21,6 +21,8 @@ pub mod medium;
 pub mod netns;
 pub mod report;
 pub mod topology;
+pub mod validate;
+pub mod validate_sim;
 pub mod voip;
 
 use anyhow::{bail, Context, Result};
@@ -43,6 +45,9 @@ enum LabCmd {
     Run(RunArgs),
     /// Measure one point: N calls under one setup (prints the merged results).
     Point(PointArgs),
+    /// Validate the ns-3 air: voice capacity (no aggregation, CBR) in pure
+    /// ns-3 simulation vs emulated on the ns-3 air and on the tc air.
+    Validate(validate::ValidateArgs),
     /// Print the 802.11 airtime presets and single-hop capacities.
     Presets,
     /// Delete namespaces left by crashed lab runs (`--all`: every lab namespace).
@@ -244,6 +249,10 @@ pub fn main(args: LabArgs) -> Result<()> {
             Ok(())
         }
         LabCmd::Run(r) => run(r),
+        LabCmd::Validate(v) => {
+            prepare()?;
+            validate::main(v)
+        }
     }
 }
 

@@ -1,0 +1,398 @@
+//! `airpack lab validate` (issue 10 point 6): for each PHY preset, codec
+//! and topology, the voice capacity (no aggregation, CBR) in pure ns-3
+//! simulation ([`crate::validate_sim`]), emulated on the ns-3 air and
+//! emulated on the tc air, all found by the same search
+//! ([`crate::experiment::capacity_search_with`]); a row agrees when the
+//! ns-3 air is within one call or 10 % of the simulation, whichever is
+//! larger ([`agrees`]). Prints a markdown table and writes every point as
+//! JSON.
+//!
+//! Must not touch: how a point is measured or judged ([`crate::experiment`],
+//! [`crate::validate_sim`], `airpack-voice`).
+
+use crate::experiment::{
+    capacity_search_with, run_point, Client, ExperimentConfig, Setup, SetupResult,
+};
+use crate::topology::{Air, MediumOpts, Topology};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// `airpack lab validate` arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ValidateArgs {
+    /// PHY presets, comma separated.
+    #[arg(long, default_value = "b2")]
+    presets: String,
+    /// Codecs, comma separated (g729, g711).
+    #[arg(long, default_value = "g729,g711")]
+    codecs: String,
+    /// Topology presets, comma separated (`string:1..5` expands to string:1,...,string:5).
+    #[arg(long, default_value = "string:1..5,seed001")]
+    topologies: String,
+    /// Which capacities to measure: sim (pure ns-3), ns3 (emulated on the
+    /// ns-3 air), tc (emulated on the tc air).
+    #[arg(long, default_value = "sim,ns3,tc")]
+    airs: String,
+    /// Seconds of calls per point (simulated and emulated alike).
+    #[arg(long, default_value_t = 8.0)]
+    duration: f64,
+    /// Upper bound of the call search.
+    #[arg(long, default_value_t = 64)]
+    max_calls: u32,
+    /// JSON of the run (default: results/ns3-validation-<unix time>.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// string:1 and string:2, G.729 only (a few minutes).
+    #[arg(long)]
+    quick: bool,
+    /// The airpack binary to run in the namespaces (default: this executable).
+    #[arg(long, env = "AIRPACK_BIN")]
+    bin: Option<PathBuf>,
+}
+
+/// Measures one point of `n` calls.
+type PointRunner = fn(&ExperimentConfig, Setup, u32) -> Result<crate::experiment::Point>;
+
+/// Within one call or 10 % of the simulated capacity, whichever is larger.
+pub fn tolerance(sim: u32) -> f64 {
+    (0.1 * f64::from(sim)).max(1.0)
+}
+
+/// Whether an emulated capacity agrees with the simulated one (issue 10
+/// point 6's rule, [`tolerance`]).
+pub fn agrees(sim: u32, emulated: u32) -> bool {
+    (f64::from(emulated) - f64::from(sim)).abs() <= tolerance(sim) + 1e-9
+}
+
+/// Published single-hop capacity (calls; `../shared/reference/`: Gast's
+/// table after Cisco's 7920 guide), for 802.11b presets.
+pub fn published_single_hop(preset: &str, codec: &str) -> Option<u32> {
+    let (g711, g729) = match preset {
+        "b1" => (3, 6),
+        "b2" => (5, 8),
+        "b5.5" => (8, 10),
+        "b11" => (10, 11),
+        "b11s" => (13, 15),
+        _ => return None,
+    };
+    Some(if codec == "g711" { g711 } else { g729 })
+}
+
+/// Expand `string:1..5` ranges in a comma-separated topology list.
+pub fn expand_topologies(s: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for t in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        match t.strip_prefix("string:").and_then(|r| r.split_once("..")) {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (a.parse()?, b.parse()?);
+                if a > b {
+                    bail!("empty range {t}");
+                }
+                out.extend((a..=b).map(|k| format!("string:{k}")));
+            }
+            None => out.push(t.to_string()),
+        }
+    }
+    Ok(out)
+}
+
+/// One row: a preset, codec and topology, and its capacities.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// PHY preset.
+    pub preset: String,
+    /// Codec.
+    pub codec: String,
+    /// Topology preset.
+    pub topology: String,
+    /// Pure ns-3 simulation.
+    pub sim: Option<SetupResult>,
+    /// Emulated on the ns-3 air.
+    pub ns3: Option<SetupResult>,
+    /// Emulated on the tc air.
+    pub tc: Option<SetupResult>,
+    /// Published single-hop capacity (1-hop rows of 802.11b presets).
+    pub published: Option<u32>,
+    /// Whether the ns-3 air agrees with the simulation (None: not both measured).
+    pub agree: Option<bool>,
+}
+
+impl Row {
+    fn judge(&mut self) {
+        self.agree = match (&self.sim, &self.ns3) {
+            (Some(s), Some(e)) if s.error.is_none() && e.error.is_none() => {
+                Some(agrees(s.capacity, e.capacity))
+            }
+            _ => None,
+        };
+    }
+}
+
+fn cell(r: &Option<SetupResult>) -> String {
+    match r {
+        None => "-".into(),
+        Some(r) if r.error.is_some() => format!("error ({})", r.capacity),
+        Some(r) => format!(
+            "{}{}",
+            if r.capacity_at_least { ">= " } else { "" },
+            r.capacity
+        ),
+    }
+}
+
+/// Worst real-time lag p99 (ms) of the ns-3 air over a search's points.
+fn worst_lag(r: &Option<SetupResult>) -> String {
+    let lag = r
+        .iter()
+        .flat_map(|r| r.points.iter())
+        .filter_map(|p| p.air.map(|a| a.lag_p99_ms))
+        .fold(f64::NAN, f64::max);
+    if lag.is_nan() {
+        "-".into()
+    } else {
+        format!("{lag:.2}")
+    }
+}
+
+/// The markdown table of `rows`.
+pub fn table(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "| preset | codec | topology | pure ns-3 sim | ns-3 air | tc air | published | ns-3 air vs sim | worst air lag p99 (ms) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.preset,
+            r.codec,
+            r.topology,
+            cell(&r.sim),
+            cell(&r.ns3),
+            cell(&r.tc),
+            r.published
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "-".into()),
+            match r.agree {
+                Some(true) => "agree",
+                Some(false) => "DISAGREE",
+                None => "-",
+            },
+            worst_lag(&r.ns3)
+        ));
+    }
+    s
+}
+
+/// The run's JSON document.
+#[derive(Debug, Serialize)]
+struct Run<'a> {
+    command: String,
+    started_unix_s: u64,
+    duration_s: f64,
+    rule: &'static str,
+    rows: &'a [Row],
+}
+
+fn config(
+    a: &ValidateArgs,
+    preset: &str,
+    codec: &str,
+    topo: &str,
+    air: Air,
+    work: PathBuf,
+) -> Result<ExperimentConfig> {
+    let mut t = Topology::preset(topo)?;
+    t.air = air;
+    let phy =
+        crate::medium::preset(preset).with_context(|| format!("unknown PHY preset {preset:?}"))?;
+    Ok(ExperimentConfig {
+        bin: match &a.bin {
+            Some(b) => b.clone(),
+            None => std::env::current_exe().context("locate the airpack executable")?,
+        },
+        topo: t,
+        medium: MediumOpts {
+            phy,
+            queue_limit: 50,
+            loss_pct: 0.0,
+        },
+        codec: codec.into(),
+        interval_ms: 20,
+        vad: false,
+        duration_s: a.duration,
+        playout_ms: 60,
+        criterion: "mos".into(),
+        hold_time_us: 20000,
+        max_calls: a.max_calls,
+        seed: 1,
+        work_dir: work,
+        client: Client::Airpack,
+    })
+}
+
+/// Entry point of `airpack lab validate` (the caller has checked privileges).
+pub fn main(a: ValidateArgs) -> Result<()> {
+    let list = |s: &str| {
+        s.split(',')
+            .map(|x| x.trim().to_string())
+            .filter(|x| !x.is_empty())
+            .collect::<Vec<_>>()
+    };
+    let presets = list(&a.presets);
+    let (codecs, topologies) = if a.quick {
+        (
+            vec!["g729".to_string()],
+            vec!["string:1".to_string(), "string:2".to_string()],
+        )
+    } else {
+        (list(&a.codecs), expand_topologies(&a.topologies)?)
+    };
+    let airs = list(&a.airs);
+    for x in &airs {
+        if !matches!(x.as_str(), "sim" | "ns3" | "tc") {
+            bail!("unknown air {x:?} (sim, ns3, tc)");
+        }
+    }
+    for c in &codecs {
+        if !matches!(c.as_str(), "g729" | "g711") {
+            bail!("unknown codec {c:?} (g729, g711)");
+        }
+    }
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("results/ns3-validation-{secs}.json")));
+    let work = std::fs::canonicalize(".")?.join(out.with_extension("work"));
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let mut rows: Vec<Row> = Vec::new();
+    for preset in &presets {
+        for codec in &codecs {
+            for topo in &topologies {
+                let mut row = Row {
+                    preset: preset.clone(),
+                    codec: codec.clone(),
+                    topology: topo.clone(),
+                    sim: None,
+                    ns3: None,
+                    tc: None,
+                    published: if topo == "string:1" {
+                        published_single_hop(preset, codec)
+                    } else {
+                        None
+                    },
+                    agree: None,
+                };
+                let dir = work.join(format!("{preset}-{codec}-{}", topo.replace(':', "")));
+                for air in &airs {
+                    eprintln!("lab validate: {preset} {codec} {topo}: {air}");
+                    let (kind, runner): (Air, PointRunner) = match air.as_str() {
+                        "sim" => (Air::Ns3, |c, _, n| crate::validate_sim::sim_point(c, n)),
+                        "ns3" => (Air::Ns3, run_point),
+                        _ => (Air::Tc, run_point),
+                    };
+                    let cfg = config(&a, preset, codec, topo, kind, dir.join(air))?;
+                    let res = capacity_search_with(&cfg, Setup::Off, runner, |_| {});
+                    eprintln!(
+                        "lab validate: {preset} {codec} {topo}: {air} capacity {}",
+                        cell(&Some(res.clone()))
+                    );
+                    match air.as_str() {
+                        "sim" => row.sim = Some(res),
+                        "ns3" => row.ns3 = Some(res),
+                        _ => row.tc = Some(res),
+                    }
+                    if crate::netns::interrupted() {
+                        bail!("interrupted");
+                    }
+                }
+                row.judge();
+                rows.push(row);
+                // keep partial results
+                if let Some(p) = out.parent() {
+                    std::fs::create_dir_all(p)?;
+                }
+                let run = Run {
+                    command: command.clone(),
+                    started_unix_s: secs,
+                    duration_s: a.duration,
+                    rule: "agree: |ns-3 air - pure sim| <= max(1 call, 10 % of pure sim)",
+                    rows: &rows,
+                };
+                std::fs::write(&out, serde_json::to_vec_pretty(&run)?)?;
+            }
+        }
+    }
+    println!(
+        "\nVoice capacity, no aggregation, CBR, {} s per point (calls):\n",
+        a.duration
+    );
+    print!("{}", table(&rows));
+    println!("\nJSON: {}", out.display());
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agreement_is_one_call_or_ten_percent_whichever_is_larger() {
+        assert!(agrees(9, 8) && agrees(9, 10) && agrees(2, 1) && agrees(0, 1));
+        assert!(!agrees(9, 7) && !agrees(2, 0) && !agrees(3, 5));
+        // above 10 calls, 10 % is the larger tolerance
+        assert_eq!(tolerance(30), 3.0);
+        assert!(agrees(30, 27) && agrees(30, 33) && !agrees(30, 26) && !agrees(30, 34));
+        assert_eq!(tolerance(5), 1.0);
+    }
+
+    #[test]
+    fn topology_ranges_expand_and_published_numbers_come_from_the_reference() {
+        assert_eq!(
+            expand_topologies("string:1..3, seed001").unwrap(),
+            ["string:1", "string:2", "string:3", "seed001"]
+        );
+        assert!(expand_topologies("string:3..1").is_err());
+        assert_eq!(published_single_hop("b2", "g729"), Some(8));
+        assert_eq!(published_single_hop("b2", "g711"), Some(5));
+        assert_eq!(published_single_hop("a6", "g729"), None);
+    }
+
+    #[test]
+    fn rows_are_judged_only_when_both_capacities_were_measured() {
+        let res = |c: u32| SetupResult {
+            setup: Setup::Off,
+            capacity: c,
+            capacity_at_least: false,
+            error: None,
+            points: Vec::new(),
+        };
+        let mut r = Row {
+            preset: "b2".into(),
+            codec: "g729".into(),
+            topology: "string:1".into(),
+            sim: Some(res(9)),
+            ns3: Some(res(7)),
+            tc: None,
+            published: Some(8),
+            agree: None,
+        };
+        r.judge();
+        assert_eq!(r.agree, Some(false));
+        r.ns3 = Some(res(8));
+        r.judge();
+        assert_eq!(r.agree, Some(true));
+        r.ns3.as_mut().unwrap().error = Some("boom".into());
+        r.judge();
+        assert_eq!(r.agree, None);
+        let t = table(&[r]);
+        assert!(
+            t.contains("| b2 | g729 | string:1 | 9 | error (8) | - | 8 | - | - |"),
+            "{t}"
+        );
+    }
+}
