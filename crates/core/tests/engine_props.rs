@@ -155,7 +155,11 @@ fn case(
         PEERS,
     );
     (
-        prop_oneof![Just(LinkMode::Fixed), Just(LinkMode::HoldWhileBusy)],
+        prop_oneof![
+            Just(LinkMode::Fixed),
+            Just(LinkMode::HoldWhileBusy),
+            Just(LinkMode::Adaptive(Default::default()))
+        ],
         any::<bool>(),
         prop_oneof![1 => 1usize..PEERS, 4 => Just(PEERS)],
         1usize..64,
@@ -554,7 +558,7 @@ impl Model {
                     !q.iter().any(|x| x.opportunistic),
                     "opportunistic packet held while the link is idle"
                 );
-                if self.case.link_mode == LinkMode::HoldWhileBusy {
+                if self.case.link_mode != LinkMode::Fixed {
                     assert!(
                         q.is_empty(),
                         "hold-while-busy: nothing waits while the link is idle"

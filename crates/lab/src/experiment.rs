@@ -34,6 +34,9 @@ pub enum Setup {
     EndToEnd,
     /// Hop-by-hop with `link_mode = "hold-while-busy"`.
     HoldWhileBusy,
+    /// Hop-by-hop with `link_mode = "adaptive"`; on the ns-3 air each daemon
+    /// reads its node's `NODE.air` counters (`[medium] file`).
+    Adaptive,
 }
 
 impl Setup {
@@ -44,7 +47,8 @@ impl Setup {
             "hop-by-hop" | "hbh" => Setup::HopByHop,
             "end-to-end" | "e2e" => Setup::EndToEnd,
             "hold-while-busy" | "hwb" => Setup::HoldWhileBusy,
-            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy)"),
+            "adaptive" => Setup::Adaptive,
+            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive)"),
         })
     }
     /// Its name.
@@ -54,6 +58,7 @@ impl Setup {
             Setup::HopByHop => "hop-by-hop",
             Setup::EndToEnd => "end-to-end",
             Setup::HoldWhileBusy => "hold-while-busy",
+            Setup::Adaptive => "adaptive",
         }
     }
 }
@@ -239,16 +244,28 @@ pub fn voip_spec(cfg: &ExperimentConfig, mesh_addr: &dyn Fn(&str) -> String, n: 
 }
 
 /// The daemon config (daemon contract TOML) of `node` for `setup`, or None
-/// if the node runs no daemon in that setup.
-pub fn daemon_config(cfg: &ExperimentConfig, setup: Setup, node: &str, n: u32, socket: &Path) -> Option<String> {
+/// if the node runs no daemon in that setup. `air_file`: the node's medium
+/// counters file (ns-3 air), given to the adaptive setup's daemon.
+pub fn daemon_config(
+    cfg: &ExperimentConfig,
+    setup: Setup,
+    node: &str,
+    n: u32,
+    socket: &Path,
+    air_file: Option<&Path>,
+) -> Option<String> {
     let topo = &cfg.topo;
     let idx = |x: &str| topo.nodes.iter().position(|y| y == x).expect("known node");
     let addr = |x: &str| Topology::addr_of(idx(x)).to_string();
     let (mode, link_mode, peers): (&str, &str, Vec<(String, Option<String>)>) = match setup {
         Setup::Off => return None,
-        Setup::HopByHop | Setup::HoldWhileBusy => (
+        Setup::HopByHop | Setup::HoldWhileBusy | Setup::Adaptive => (
             "hop-by-hop",
-            if setup == Setup::HoldWhileBusy { "hold-while-busy" } else { "fixed" },
+            match setup {
+                Setup::HoldWhileBusy => "hold-while-busy",
+                Setup::Adaptive => "adaptive",
+                _ => "fixed",
+            },
             topo.neighbours(node).iter().map(|nb| (addr(nb), None)).collect(),
         ),
         Setup::EndToEnd => {
@@ -272,6 +289,9 @@ pub fn daemon_config(cfg: &ExperimentConfig, setup: Setup, node: &str, n: u32, s
         socket.display(),
         cfg.hold_time_us
     );
+    if let (Setup::Adaptive, Some(f)) = (setup, air_file) {
+        s.push_str(&format!("\n[medium]\nfile = \"{}\"\n", f.display()));
+    }
     for (a, allowed) in peers {
         s.push_str(&format!("\n[[peer]]\naddress = \"{a}\"\n"));
         if let Some(al) = allowed {
@@ -430,7 +450,7 @@ fn remeasure_reason(r: &Result<Point>) -> Option<String> {
 pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> {
     let t0 = Instant::now();
     let mut mesh = Mesh::build(&cfg.topo, &cfg.medium).context("build the emulated mesh")?;
-    if mesh.babel.is_some() && matches!(setup, Setup::HopByHop | Setup::HoldWhileBusy) {
+    if mesh.babel.is_some() && matches!(setup, Setup::HopByHop | Setup::HoldWhileBusy | Setup::Adaptive) {
         // the daemons' peers are the radio neighbours' IPv4 addresses, which
         // are babeld's next hops; its source check needs symmetric routes
         for (a, b) in mesh.asymmetric_installed_routes()? {
@@ -443,7 +463,8 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     let mut daemons: Vec<(String, PathBuf, Proc)> = Vec::new();
     for node in &cfg.topo.nodes {
         let sock = dir.join(format!("{node}.sock"));
-        let Some(conf) = daemon_config(cfg, setup, node, n, &sock) else { continue };
+        let air_file = mesh.ns3.as_ref().map(|a| a.obs_path(node));
+        let Some(conf) = daemon_config(cfg, setup, node, n, &sock, air_file.as_deref()) else { continue };
         let path = dir.join(format!("{node}.toml"));
         std::fs::write(&path, conf)?;
         let log = dir.join(format!("{node}.daemon.log"));
@@ -809,20 +830,23 @@ mod tests {
     fn configs_per_setup() {
         let c = cfg();
         let s = Path::new("/tmp/x.sock");
-        assert!(daemon_config(&c, Setup::Off, "C", 2, s).is_none());
-        let hbh = daemon_config(&c, Setup::HopByHop, "C", 2, s).unwrap();
+        assert!(daemon_config(&c, Setup::Off, "C", 2, s, None).is_none());
+        let hbh = daemon_config(&c, Setup::HopByHop, "C", 2, s, None).unwrap();
         assert_eq!(hbh.matches("[[peer]]").count(), 3, "{hbh}");
         assert!(hbh.contains("link_mode = \"fixed\""));
-        let hwb = daemon_config(&c, Setup::HoldWhileBusy, "A", 2, s).unwrap();
+        let ad = daemon_config(&c, Setup::Adaptive, "A", 2, s, Some(Path::new("/dev/shm/x/A.air"))).unwrap();
+        assert!(ad.contains("link_mode = \"adaptive\"") && ad.contains("[medium]\nfile = \"/dev/shm/x/A.air\""));
+        assert!(!daemon_config(&c, Setup::Adaptive, "A", 2, s, None).unwrap().contains("[medium]"));
+        let hwb = daemon_config(&c, Setup::HoldWhileBusy, "A", 2, s, None).unwrap();
         assert!(hwb.contains("hold-while-busy") && hwb.contains("10.201.0.3"), "{hwb}");
         // end-to-end: relay C runs nothing; D talks to A and B; A only to D
-        assert!(daemon_config(&c, Setup::EndToEnd, "C", 2, s).is_none());
-        let d = daemon_config(&c, Setup::EndToEnd, "D", 2, s).unwrap();
+        assert!(daemon_config(&c, Setup::EndToEnd, "C", 2, s, None).is_none());
+        let d = daemon_config(&c, Setup::EndToEnd, "D", 2, s, None).unwrap();
         assert!(d.contains("allowed_ips = [\"10.201.0.1/32\"]") && d.contains("10.201.0.2/32"), "{d}");
-        let a = daemon_config(&c, Setup::EndToEnd, "A", 1, s).unwrap();
+        let a = daemon_config(&c, Setup::EndToEnd, "A", 1, s, None).unwrap();
         assert_eq!(a.matches("[[peer]]").count(), 1);
         // one call: B is no endpoint
-        assert!(daemon_config(&c, Setup::EndToEnd, "B", 1, s).is_none());
+        assert!(daemon_config(&c, Setup::EndToEnd, "B", 1, s, None).is_none());
         for t in [hbh, hwb, d, a] {
             toml::from_str::<toml::Value>(&t).unwrap();
         }

@@ -38,6 +38,9 @@ pub struct Config {
     /// `[discovery]`: neighbour discovery with hellos (issue 11).
     #[serde(default)]
     pub discovery: DiscoverySection,
+    /// `[medium]`: busy-signal sources and the adaptive hold (issue 11).
+    #[serde(default)]
+    pub medium: MediumSection,
     /// `[ap]`: downlink multiplexer role (issue 14).
     #[serde(default)]
     pub ap: downlink::ApSection,
@@ -125,6 +128,9 @@ pub enum LinkModeCfg {
     Fixed,
     /// Also release as soon as the link is idle.
     HoldWhileBusy,
+    /// Hold only while the medium is busy or highly utilised, within a
+    /// per-flow delay budget (`[medium]`; issue 11 point 7).
+    Adaptive,
 }
 
 /// Bundle encodings as named in the file.
@@ -338,6 +344,47 @@ impl Default for DiscoverySection {
             key_id: 1,
             rate_mbps: 11.0,
             min_size: 128,
+        }
+    }
+}
+
+/// `[medium]`: where the daemon's busy signal comes from and the
+/// parameters of `link_mode = "adaptive"` (`docs/adaptive.md`, "Medium-aware
+/// hold"). The sockets' unsent bytes are always a source.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MediumSection {
+    /// Also count the root qdisc backlog of each of `daemon.interfaces`
+    /// (netlink RTM_GETQDISC, read off the loop).
+    pub qdisc: bool,
+    /// Least time between two qdisc reads while packets are held, µs.
+    pub qdisc_interval_us: u64,
+    /// A counters file in the lab's `NODE.air` format (`docs/lab.md` 2b),
+    /// the lab's stand-in for nl80211 survey data: channel busy/active time
+    /// deltas give the medium's utilisation, its MAC queue a backlog.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Least time between two reads of `file`, µs (its writer rewrites it
+    /// every 20 ms of simulated time).
+    pub file_interval_us: u64,
+    /// `link_mode = "adaptive"`: utilisation (0-1) at or above which
+    /// holding counts as cheap even without a backlog.
+    pub busy_utilisation: f64,
+    /// `link_mode = "adaptive"`: total hold a packet may accumulate over its
+    /// path, µs, split across hops by its TTL.
+    pub delay_budget_us: u64,
+}
+
+impl Default for MediumSection {
+    fn default() -> Self {
+        let a = airpack_core::engine::AdaptiveHold::default();
+        MediumSection {
+            qdisc: true,
+            qdisc_interval_us: 500,
+            file: None,
+            file_interval_us: 5_000,
+            busy_utilisation: f64::from(a.busy_utilisation) / 1000.0,
+            delay_budget_us: a.delay_budget,
         }
     }
 }
@@ -1194,6 +1241,7 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
     }
 
     check_discovery(&at, &config)?;
+    check_medium(&at, &config)?;
     let ap = downlink::check_ap(&at, &config)?;
     let station = downlink::check_station(&at, &config)?;
 
@@ -1287,6 +1335,10 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
     let link_mode = match a.link_mode {
         LinkModeCfg::Fixed => LinkMode::Fixed,
         LinkModeCfg::HoldWhileBusy => LinkMode::HoldWhileBusy,
+        LinkModeCfg::Adaptive => LinkMode::Adaptive(airpack_core::engine::AdaptiveHold {
+            delay_budget: config.medium.delay_budget_us,
+            busy_utilisation: (config.medium.busy_utilisation * 1000.0).round() as u16,
+        }),
     };
     let base = PeerConfig {
         encoding: a.encoding.into(),
@@ -1439,6 +1491,40 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
         station,
         config,
     })
+}
+
+/// `[medium]` checks.
+fn check_medium(at: &Located<'_>, config: &Config) -> anyhow::Result<()> {
+    let m = &config.medium;
+    let e = |key: &str, msg: String| at.err("medium", 0, key, msg);
+    if !(0.0..=1.0).contains(&m.busy_utilisation) {
+        return Err(e(
+            "busy_utilisation",
+            format!("{} must be in 0-1", m.busy_utilisation),
+        ));
+    }
+    if m.delay_budget_us > 1_000_000 {
+        return Err(e(
+            "delay_budget_us",
+            format!("{} must be at most 1000000", m.delay_budget_us),
+        ));
+    }
+    if !(100..=1_000_000).contains(&m.qdisc_interval_us) {
+        return Err(e(
+            "qdisc_interval_us",
+            format!("{} must be in 100-1000000", m.qdisc_interval_us),
+        ));
+    }
+    if !(100..=1_000_000).contains(&m.file_interval_us) {
+        return Err(e(
+            "file_interval_us",
+            format!("{} must be in 100-1000000", m.file_interval_us),
+        ));
+    }
+    if m.file.as_deref() == Some("") {
+        return Err(e("file", "must not be empty".into()));
+    }
+    Ok(())
 }
 
 /// `[discovery]` checks (only when enabled, except the key's syntax).
@@ -1601,6 +1687,7 @@ pub fn known_keys() -> Vec<String> {
     c.daemon.source_check = Some(SourceCheck::Route);
     c.daemon.cpu_latency_us = Some(0);
     c.discovery.key = Some("00".repeat(16));
+    c.medium.file = Some("/dev/shm/x.air".into());
     c.ap.key = Some("00".repeat(16));
     c.ap.unicast = Some("10.0.0.5:8888".into());
     c.station.key = Some("00".repeat(16));
@@ -1724,6 +1811,26 @@ mod tests {
             e.contains("test.toml:2") && e.contains("aggregation.encoding"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn medium_keys_and_adaptive_mode() {
+        let plan = p("[aggregation]\nlink_mode = \"adaptive\"\nhold_time_us = 10000\n[medium]\nfile = \"/dev/shm/x/A.air\"\nbusy_utilisation = 0.45\ndelay_budget_us = 30000\n").unwrap();
+        assert_eq!(
+            plan.engine.link_mode,
+            LinkMode::Adaptive(airpack_core::engine::AdaptiveHold {
+                delay_budget: 30_000,
+                busy_utilisation: 450
+            })
+        );
+        assert_eq!(plan.config.medium.file.as_deref(), Some("/dev/shm/x/A.air"));
+        assert!(plan.config.medium.qdisc);
+        let e = err("[medium]\nbusy_utilisation = 1.5\n");
+        assert!(e.contains("medium.busy_utilisation"), "{e}");
+        let e = err("[medium]\nqdisc_interval_us = 10\n");
+        assert!(e.contains("medium.qdisc_interval_us"), "{e}");
+        let e = err("[medium]\nsurvey = true\n");
+        assert!(e.contains("survey"), "{e}");
     }
 
     #[test]

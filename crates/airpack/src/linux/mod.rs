@@ -16,6 +16,8 @@
 //! `io::Error`, and send errors can be classified with [`ErrorKind::of`] so the
 //! daemon counts them by reason.
 
+pub mod busy;
+mod busy_medium;
 pub mod cbpf;
 pub mod ebpf;
 pub mod errqueue;

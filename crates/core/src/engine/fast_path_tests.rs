@@ -296,14 +296,21 @@ fn drain(a: &mut Engine, b: &mut Engine, now: u64, buf_a: &mut [u8], buf_b: &mut
     }
 }
 
-fn run(dynamic_marking: bool, which: u8, max_peers: usize, defaults: PeerConfig, ops: Vec<Op>) {
+fn run(
+    dynamic_marking: bool,
+    which: u8,
+    mode: u8,
+    max_peers: usize,
+    defaults: PeerConfig,
+    ops: Vec<Op>,
+) {
     let cfg = EngineConfig {
         max_peers,
         peer_defaults: defaults,
-        link_mode: if which % 2 == 0 {
-            LinkMode::Fixed
-        } else {
-            LinkMode::HoldWhileBusy
+        link_mode: match mode {
+            0 => LinkMode::Fixed,
+            1 => LinkMode::HoldWhileBusy,
+            _ => LinkMode::Adaptive(Default::default()),
         },
         classifier: classifier(which),
         dynamic_marking,
@@ -370,11 +377,12 @@ proptest! {
     fn fast_path_matches_general_path(
         dynamic_marking in any::<bool>(),
         which in 0u8..4,
+        mode in 0u8..3,
         max_peers in prop_oneof![1 => 1usize..PEERS as usize, 3 => Just(PEERS as usize)],
         defaults in peer_config(),
         ops in prop::collection::vec(op(), 1..200),
     ) {
-        run(dynamic_marking, which, max_peers, defaults, ops);
+        run(dynamic_marking, which, mode, max_peers, defaults, ops);
     }
 }
 

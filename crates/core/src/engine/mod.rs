@@ -13,6 +13,7 @@
 //! ```text
 //! on packet:     engine.handle_packet(now, peer, bytes, mark)
 //! on link state: engine.set_link_busy(now, busy)
+//!            or: engine.set_medium(now, utilisation_permille, busy)
 //! on timer:      engine.handle_timeout(now)
 //! after each:    while let Some(t) = engine.poll_transmit(now, &mut buf) { send(&buf[..t.len]) }
 //!                arm timer at engine.poll_timeout()
@@ -28,9 +29,13 @@
 //!   `hold_time` (Timeout); a bundle of the whole queue, outer overhead
 //!   included, reaches `min_size` or reaches/exceeds `max_size`, or the queue
 //!   holds `max_packets` (Size); the link is idle and the mode is
-//!   [`LinkMode::HoldWhileBusy`] or the queue holds an opportunistic packet
-//!   (Idle); [`Engine::flush`] or [`Engine::remove_peer`] (Flush); the peer
+//!   [`LinkMode::HoldWhileBusy`] or [`LinkMode::Adaptive`], or the queue
+//!   holds an opportunistic packet (Idle); [`Engine::flush`] or [`Engine::remove_peer`] (Flush); the peer
 //!   does not accept bundles (NotAccepted, every packet alone at once).
+//! * [`LinkMode::Adaptive`] (see [`policy`]): the link counts as busy when
+//!   the driver says so or the medium's utilisation (`set_medium`) reaches a
+//!   threshold, and a queue's deadline is also bounded by each queued
+//!   packet's share of the per-flow delay budget (Timeout).
 //! * Opportunistic packets that joined a bundle while the link was busy are
 //!   still bounded by the peer's hold time, so a driver that never reports an
 //!   idle link cannot strand them.
@@ -54,11 +59,13 @@ mod deadlines;
 #[cfg(test)]
 mod fast_path_tests;
 mod fifo;
+pub mod policy;
 pub mod stats;
 mod table;
 
 use classify::Udp4Rules;
 pub use classify::{Classifier, Rule, TrafficClass};
+pub use policy::AdaptiveHold;
 pub use stats::{Counters, DropReason, Histogram, Stats};
 
 use crate::wire::{
@@ -85,6 +92,10 @@ pub enum LinkMode {
     /// Seed 004 / seed 000: additionally release as soon as the link is idle,
     /// so at low load nothing waits.
     HoldWhileBusy,
+    /// Issue 11: hold only while holding is free or cheap (the medium is
+    /// busy, or its utilisation is high), never beyond the hold time nor a
+    /// packet's share of a per-flow delay budget. See [`policy`].
+    Adaptive(AdaptiveHold),
 }
 
 /// Per-peer aggregation parameters.
@@ -340,6 +351,11 @@ struct Slot {
     /// `calm` in the native encoding; see `Slot::sync_calm` and `Slot::sync`.
     fast_len: usize,
     fast_cost: usize,
+    /// [`LinkMode::Adaptive`]: no later than the earliest time a queued
+    /// packet's delay-budget share runs out (`Micros::MAX` in other modes).
+    /// Set when a packet joins (`Engine::note_budget`); after a partial send
+    /// it may be earlier than needed, which only releases early.
+    budget_due: Micros,
     stats: Stats,
 }
 
@@ -373,6 +389,7 @@ impl Slot {
             calm: false,
             fast_len: 0,
             fast_cost: 0,
+            budget_due: Micros::MAX,
             stats: Stats::default(),
         }
         .synced()
@@ -632,16 +649,18 @@ impl Slot {
         if self.size_ready() {
             return Some(Reason::Size);
         }
-        if !link_busy && (mode == LinkMode::HoldWhileBusy || self.opportunistic > 0) {
+        if !link_busy && (mode != LinkMode::Fixed || self.opportunistic > 0) {
             return Some(Reason::Idle);
         }
         None
     }
 
     fn deadline(&self) -> Option<Micros> {
-        self.q
-            .front()
-            .map(|e| e.arrival.saturating_add(self.cfg.hold_time))
+        self.q.front().map(|e| {
+            e.arrival
+                .saturating_add(self.cfg.hold_time)
+                .min(self.budget_due)
+        })
     }
 }
 
@@ -792,6 +811,12 @@ pub struct Engine {
     bypass_bytes: ByteFifo,
     bypass_turn: bool,
     link_busy: bool,
+    /// The driver's busy signal (`set_link_busy`, `set_medium`); `link_busy`
+    /// is it or `utilisation_high`.
+    medium_busy: bool,
+    /// [`LinkMode::Adaptive`] and the last utilisation reported by
+    /// `set_medium` reached the mode's threshold.
+    utilisation_high: bool,
     /// `!link_busy && config.link_mode == LinkMode::Fixed`.
     calm_link: bool,
     /// `poll_transmit` has nothing to send while `now` is before this: 0 when
@@ -878,6 +903,8 @@ impl Engine {
             bypass_bytes: ByteFifo::default(),
             bypass_turn: false,
             link_busy: false,
+            medium_busy: false,
+            utilisation_high: false,
             now: 0,
             retired: Stats::default(),
         }
@@ -898,6 +925,9 @@ impl Engine {
     pub fn reconfigure(&mut self, config: EngineConfig) {
         self.udp4_rules = Udp4Rules::new(&config.classifier);
         self.config = config;
+        if !self.adaptive() {
+            self.leave_adaptive();
+        }
         self.calm_link = !self.link_busy && self.config.link_mode == LinkMode::Fixed;
         for i in 0..self.slots.len() {
             let s = &self.slots[i];
@@ -1046,6 +1076,9 @@ impl Engine {
             true,
         );
         match pushed {
+            Some(front_changed) if matches!(self.config.link_mode, LinkMode::Adaptive(_)) => {
+                self.note_budget(i, packet, front_changed);
+            }
             Some(false)
                 if !s.refresh_after_push(self.calm_link, self.link_busy, self.config.link_mode) => {
             }
@@ -1143,6 +1176,12 @@ impl Engine {
     /// opportunistic packets in every mode and for every packet in
     /// [`LinkMode::HoldWhileBusy`].
     pub fn set_link_busy(&mut self, now: Micros, busy: bool) {
+        self.medium_busy = busy;
+        self.apply_link_busy(now, busy || self.utilisation_high);
+    }
+
+    /// `set_link_busy` with the combined signal.
+    fn apply_link_busy(&mut self, now: Micros, busy: bool) {
         self.advance(now);
         if busy == self.link_busy {
             return;
@@ -1475,6 +1514,9 @@ impl Engine {
             carry,
         );
         match pushed {
+            Some(front_changed) if matches!(self.config.link_mode, LinkMode::Adaptive(_)) => {
+                self.note_budget(i, packet, front_changed);
+            }
             Some(false)
                 if !s.refresh_after_push(self.calm_link, self.link_busy, self.config.link_mode) => {
             }
@@ -1521,6 +1563,11 @@ impl Engine {
             carry,
         );
         debug_assert!(pushed.is_some(), "room was made");
+        if self.adaptive() {
+            // (Drops may have emptied the queue: the pushed packet may be alone.)
+            let alone = self.slots[i].q.len() == 1;
+            self.note_budget(i, packet, alone);
+        }
         // The front may have changed with the drops.
         self.refresh(i, true);
         Verdict::Queued(TrafficClass::Bundle)
@@ -1667,7 +1714,7 @@ impl Engine {
         if self.link_busy
             && !s.in_wake
             && !s.q.is_empty()
-            && (self.config.link_mode == LinkMode::HoldWhileBusy || s.opportunistic > 0)
+            && (self.config.link_mode != LinkMode::Fixed || s.opportunistic > 0)
         {
             s.in_wake = true;
             self.wake.push(i as u32);

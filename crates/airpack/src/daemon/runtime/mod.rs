@@ -43,6 +43,7 @@ use std::os::fd::AsRawFd;
 use tracing::{debug, error, info, warn};
 
 mod ap;
+mod busy;
 mod datapath;
 mod discovery;
 mod lookups;
@@ -142,6 +143,10 @@ pub struct Daemon {
     /// encodings and, for link-local ones, their interface.
     peers: HashMap<IpAddr, PeerEntry>,
     link_busy: bool,
+    /// Busy-signal sources besides SIOCOUTQ (`[medium]`).
+    busy_sources: busy::BusySources,
+    /// The last signal given to the engine.
+    medium: busy::Sample,
     links: Vec<Link>,
     /// No `daemon.interfaces` configured: steer the interfaces of the routes
     /// to the peers, re-evaluated when routes change.
@@ -223,9 +228,10 @@ impl Daemon {
             })?;
         }
         let now = monotonic_micros();
-        if plan.config.aggregation.link_mode == LinkModeCfg::HoldWhileBusy {
+        if busy::medium_aware(&plan) {
             engine.set_link_busy(now, false);
         }
+        let busy_sources = busy::BusySources::new(&plan);
 
         poller.add(tun.as_raw_fd(), TOK_TUN, Interest::READ)?;
         sock.register(&poller)?;
@@ -322,6 +328,8 @@ impl Daemon {
             counters: DaemonCounters::default(),
             peers,
             link_busy: false,
+            busy_sources,
+            medium: busy::Sample::default(),
             links,
             steer_auto,
             started: now,
@@ -418,8 +426,9 @@ impl Daemon {
         }
     }
 
+    /// The link mode uses the busy signal (hold-while-busy or adaptive).
     fn hold_while_busy(&self) -> bool {
-        self.plan.config.aggregation.link_mode == LinkModeCfg::HoldWhileBusy
+        busy::medium_aware(&self.plan)
     }
 
     /// Reads the link-busy signal and tells the engine when it changed.
@@ -427,13 +436,19 @@ impl Daemon {
         if !self.hold_while_busy() {
             return false;
         }
-        let busy = self.sock.outq() > 0;
+        let held = self.engine.queued().0 > 0;
+        let m = self.busy_sources.sample(now, self.sock.outq(), held);
+        if m == self.medium {
+            return false;
+        }
+        self.medium = m;
+        self.engine.set_medium(now, m.utilisation, m.busy);
+        let busy = self.engine.link_busy();
         if busy == self.link_busy {
             return false;
         }
         self.link_busy = busy;
         self.counters.busy_transitions += 1;
-        self.engine.set_link_busy(now, busy);
         true
     }
 
@@ -626,5 +641,6 @@ fn link_mode_name(m: LinkModeCfg) -> &'static str {
     match m {
         LinkModeCfg::Fixed => "fixed",
         LinkModeCfg::HoldWhileBusy => "hold-while-busy",
+        LinkModeCfg::Adaptive => "adaptive",
     }
 }

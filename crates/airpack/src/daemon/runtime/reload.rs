@@ -6,7 +6,6 @@
 use super::peers::peer_map;
 use super::routing::{auto_interfaces, SteerKey};
 use super::Daemon;
-use crate::daemon::config::LinkModeCfg;
 use crate::linux::Steering;
 use tracing::{error, info, warn};
 
@@ -109,9 +108,13 @@ impl Daemon {
                 error!("reload: engine refused peer {}: {}", p.address, r.reason());
             }
         }
-        if self.hold_while_busy()
-            != (new.config.aggregation.link_mode == LinkModeCfg::HoldWhileBusy)
+        if self.hold_while_busy() != super::busy::medium_aware(&new)
+            || self.plan.config.medium != new.config.medium
+            || self.plan.config.daemon.interfaces != new.config.daemon.interfaces
         {
+            // Sources as the new configuration says (the qdisc reader restarts).
+            self.busy_sources = super::busy::BusySources::new(&new);
+            self.medium = Default::default();
             self.link_busy = false;
             self.engine.set_link_busy(now, false);
         }

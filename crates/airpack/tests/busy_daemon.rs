@@ -1,0 +1,116 @@
+//! `link_mode = "adaptive"` in the daemon, driven by a medium counters file
+//! (`[medium] file`, the lab's `NODE.air` format) that the test writes: an
+//! idle medium makes no packet wait; a medium reported 80 % utilised (and no
+//! backlog anywhere) makes packets wait for company up to the hold time.
+//!
+//! Needs root, `ip` and `tc` (see `common::can_run`); namespaces and
+//! addresses as in the other daemon tests. The outcome does not depend on
+//! timing: any two snapshots the writer leaves give the same utilisation.
+
+mod common;
+use common::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn snapshot(path: &std::path::Path, k: u64, busy_per_window: u64) {
+    let t = k * 20_000;
+    let text = format!(
+        "airpack-air 1\nnode A\nmac 02:00:00:00:00:01\ntime_us {t}\nactive_us {t}\nbusy_us {}\ntx_us 0\nrx_us 0\nqueue_packets 0\nqueue_bytes 0\ntx_msdus 0\nretries 0\ntx_failed 0\nqueue_drops 0\n",
+        k * busy_per_window
+    );
+    let tmp = path.with_extension("air.tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[test]
+fn adaptive_holds_only_on_a_utilised_medium() {
+    if !can_run("adaptive_holds_only_on_a_utilised_medium") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("airpack-busyd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let air = dir.join("A.air");
+    snapshot(&air, 1, 0);
+    let mut net = Net::new("bsy");
+    let a = net.ns("a");
+    let b = net.ns("b");
+    net.link(&a, "va", "10.100.0.1/24", &b, "vb", "10.100.0.2/24");
+    let cfg_a = format!(
+        "[aggregation]\nhold_time_us = 10000\nlink_mode = \"adaptive\"\n[medium]\nqdisc = false\nfile = \"{}\"\nfile_interval_us = 1000\nbusy_utilisation = 0.5\n{VOICE_CLASS}[[peer]]\naddress = \"10.100.0.2\"\n",
+        air.display()
+    );
+    let cfg_b = format!("[aggregation]\nlink_mode = \"adaptive\"\n{VOICE_CLASS}[[peer]]\naddress = \"10.100.0.1\"\n");
+    let mut da = net.daemon(&a, &cfg_a, &[]);
+    let mut db = net.daemon(&b, &cfg_b, &[]);
+    let l = Load {
+        src: "10.100.0.1".parse().unwrap(),
+        dst: "10.100.0.2".parse().unwrap(),
+        src_port: 17000,
+        dst_port: 20000,
+        flows: 1,
+        per_flow: 50,
+        payload_len: 32,
+        pps: 50,
+    };
+    let run = |l: &Load| {
+        let rx = receive_load(
+            &b,
+            l.clone(),
+            l.total(),
+            Duration::from_secs(3),
+            Duration::from_secs(10),
+        );
+        assert_eq!(send_load(&a, l.clone()).join().unwrap(), l.total());
+        rx.join().unwrap().assert_complete(1, l.per_flow);
+    };
+
+    // Idle medium (one snapshot, no backlog): nothing waits.
+    run(&l);
+    let t = da.stats()["total"].clone();
+    assert_eq!(
+        t["sent_on_timeout"], 0,
+        "an idle medium must not make packets wait: {t}"
+    );
+
+    // 80 % utilised: a writer publishes a new snapshot every 2 ms.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, air) = (stop.clone(), air.clone());
+        std::thread::spawn(move || {
+            let mut k = 2;
+            while !stop.load(Ordering::Relaxed) {
+                snapshot(&air, k, 16_000);
+                k += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    let l2 = Load {
+        src_port: 18000,
+        dst_port: 21000,
+        ..l
+    };
+    run(&l2);
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let t2 = da.stats()["total"].clone();
+    let timeouts = t2["sent_on_timeout"].as_u64().unwrap();
+    // One flow at 50 packets/s and a 10 ms hold: each held packet leaves
+    // alone at its hold time (the first ones may leave before the daemon
+    // has read two snapshots).
+    assert!(
+        timeouts >= l2.total() / 2,
+        "utilised medium: {timeouts} timeouts of {}: {t2}",
+        l2.total()
+    );
+    assert!(
+        t2["daemon"]["busy_transitions"].as_u64().unwrap() > 0,
+        "{}",
+        t2["daemon"]
+    );
+    assert_eq!(da.stop(), 0);
+    assert_eq!(db.stop(), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
