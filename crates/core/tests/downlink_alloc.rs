@@ -9,43 +9,9 @@
 use airpack_core::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
 use airpack_core::downlink::mux::{Mux, MuxConfig, Verdict};
 use airpack_core::wire::ip;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+mod alloc_counter;
+use alloc_counter::allocs;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::atomic::{AtomicU64, Ordering};
-
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// Set on the test's thread only (const-initialised: reading it never allocates).
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-fn count() {
-    if COUNTING.with(Cell::get) {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: forwards every call unchanged to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        System.alloc(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        System.realloc(ptr, layout, new_size)
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 const STA: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 5);
 
@@ -101,11 +67,9 @@ fn steady_state_does_not_allocate() {
         }
     };
     run(&mut mux, &mut demux, 1, 20, &mut delivered);
-    COUNTING.with(|c| c.set(true));
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = allocs();
     run(&mut mux, &mut demux, 20, 520, &mut delivered);
-    let after = ALLOCS.load(Ordering::Relaxed);
-    COUNTING.with(|c| c.set(false));
+    let after = allocs();
     assert_eq!(delivered, 519 * u64::from(calls), "every packet delivered");
     assert!(
         mux.stats().compressed_entries > 15_000,

@@ -7,43 +7,9 @@
 use airpack_core::auth::{tag, verify, Domain, Key, ReplayWindow};
 use airpack_core::neighbor::hello::{Encodings, HelloHeader, HelloWriter, NeighborEntry};
 use airpack_core::neighbor::table::{Config, Table};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+mod alloc_counter;
+use alloc_counter::allocs;
 use std::net::IpAddr;
-
-struct Counting;
-
-thread_local! {
-    // Per thread, as in engine_alloc.rs (libtest's own threads allocate
-    // while a test runs); const-initialised, so reading it never allocates.
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count() {
-    ALLOCS.with(|c| c.set(c.get() + 1));
-}
-
-fn allocs() -> u64 {
-    ALLOCS.with(Cell::get)
-}
-
-// SAFETY: forwards every call unchanged to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        System.alloc(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        System.realloc(ptr, layout, new_size)
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 /// A keyed hello from `sender` listing node 1 into `buf`; returns its length.
 fn hello(buf: &mut [u8], key: &Key, sender: u64, seq: u64, us: IpAddr) -> usize {
