@@ -5,6 +5,9 @@
 //! nonblocking and carry the daemon's bypass mark, so what the daemon sends
 //! is never steered back into its own TUN.
 //!
+//! Also owns the multicast socket options (`mreqn`, `join_v6`, `set_int`) that
+//! neighbour discovery uses too.
+//!
 //! Must not touch: what goes into the datagrams (the runtime and the core).
 
 use nix::sys::socket::{self as ns, sockopt};
@@ -55,7 +58,7 @@ fn any(v6: bool, port: u16) -> SocketAddr {
 }
 
 /// IP_ADD_MEMBERSHIP / IP_MULTICAST_IF by interface index (`ip_mreqn`).
-fn mreqn(fd: RawFd, opt: libc::c_int, group: Ipv4Addr, ifindex: u32) -> io::Result<()> {
+pub(crate) fn mreqn(fd: RawFd, opt: libc::c_int, group: Ipv4Addr, ifindex: u32) -> io::Result<()> {
     let m = libc::ip_mreqn {
         imr_multiaddr: libc::in_addr {
             s_addr: u32::from_ne_bytes(group.octets()),
@@ -80,7 +83,12 @@ fn mreqn(fd: RawFd, opt: libc::c_int, group: Ipv4Addr, ifindex: u32) -> io::Resu
     }
 }
 
-fn set_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
+pub(crate) fn set_int(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: a valid socket and an int option value the kernel copies.
     let r = unsafe {
         libc::setsockopt(
@@ -98,7 +106,7 @@ fn set_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> i
     }
 }
 
-fn join_v6(fd: RawFd, group: Ipv6Addr, ifindex: u32) -> io::Result<()> {
+pub(crate) fn join_v6(fd: RawFd, group: Ipv6Addr, ifindex: u32) -> io::Result<()> {
     let m = libc::ipv6_mreq {
         ipv6mr_multiaddr: libc::in6_addr {
             s6_addr: group.octets(),

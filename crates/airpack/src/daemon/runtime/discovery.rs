@@ -17,6 +17,7 @@ use super::peers::PeerEntry;
 use super::Daemon;
 use crate::daemon::config::{is_link_local_v6, Plan, Transport};
 use crate::linux;
+use crate::linux::mcast::{join_v6, mreqn, set_int};
 use airpack_core::auth::Key;
 use airpack_core::neighbor::hello::Encodings;
 use airpack_core::neighbor::quality::AirModel;
@@ -135,76 +136,6 @@ fn epoch_micros() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
-}
-
-/// IP_ADD_MEMBERSHIP / IP_MULTICAST_IF by interface index (`ip_mreqn`).
-fn mreqn(fd: RawFd, opt: libc::c_int, group: Ipv4Addr, ifindex: u32) -> io::Result<()> {
-    let m = libc::ip_mreqn {
-        imr_multiaddr: libc::in_addr {
-            s_addr: u32::from_ne_bytes(group.octets()),
-        },
-        imr_address: libc::in_addr { s_addr: 0 },
-        imr_ifindex: ifindex as libc::c_int,
-    };
-    // SAFETY: a valid socket and a properly sized ip_mreqn the kernel copies.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_IP,
-            opt,
-            (&m as *const libc::ip_mreqn).cast(),
-            std::mem::size_of::<libc::ip_mreqn>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// An integer socket option nix does not name.
-fn set_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
-    // SAFETY: a valid socket and an int option value the kernel copies.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// IPV6_ADD_MEMBERSHIP on interface `ifindex`.
-fn join_v6(fd: RawFd, group: Ipv6Addr, ifindex: u32) -> io::Result<()> {
-    let m = libc::ipv6_mreq {
-        ipv6mr_multiaddr: libc::in6_addr {
-            s6_addr: group.octets(),
-        },
-        ipv6mr_interface: ifindex,
-    };
-    // SAFETY: a valid socket and a properly sized ipv6_mreq the kernel copies.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_IPV6,
-            libc::IPV6_ADD_MEMBERSHIP,
-            (&m as *const libc::ipv6_mreq).cast(),
-            std::mem::size_of::<libc::ipv6_mreq>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 /// A nonblocking IPv6 UDP socket on `ifname` only, bound to `port`, member
