@@ -203,44 +203,7 @@ fn send_udp(ns: &str, src: Ipv4Addr, dst: Ipv4Addr, tos: u8, tags: std::ops::Ran
 
 /// From `ns`: raw protocol-253 payloads from `src` to `dst` with outer TOS `tos`.
 fn send_253(ns: &str, src: Ipv4Addr, dst: Ipv4Addr, tos: u8, payloads: Vec<Vec<u8>>) {
-    in_ns(ns, move || {
-        // SAFETY: plain socket(2).
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, 253) };
-        assert!(fd >= 0);
-        setsockopt(fd, libc::IPPROTO_IP, libc::IP_TOS, i32::from(tos));
-        let mk = |a: Ipv4Addr| libc::sockaddr_in {
-            sin_family: libc::AF_INET as u16,
-            sin_port: 0,
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(a).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
-        let (sa, da) = (mk(src), mk(dst));
-        // SAFETY: valid sockaddr_in.
-        assert_eq!(
-            unsafe { libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), 16) },
-            0
-        );
-        for p in payloads {
-            // SAFETY: valid buffer and sockaddr.
-            let n = unsafe {
-                libc::sendto(
-                    fd,
-                    p.as_ptr().cast(),
-                    p.len(),
-                    0,
-                    (&da as *const libc::sockaddr_in).cast(),
-                    16,
-                )
-            };
-            assert!(n >= 0, "sendto: {}", std::io::Error::last_os_error());
-        }
-        // SAFETY: fd opened above.
-        unsafe { libc::close(fd) };
-    })
-    .join()
-    .unwrap();
+    send_raw_tos(ns, src, dst, 253, tos, payloads)
 }
 
 /// A UDP/IPv4 packet to `PORT` whose payload starts with `tag`.

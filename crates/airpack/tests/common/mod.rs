@@ -667,10 +667,34 @@ pub fn send_raw(
     proto: u8,
     payloads: Vec<Vec<u8>>,
 ) {
+    send_raw_tos(ns, src, dst, proto, 0, payloads)
+}
+
+/// [`send_raw`] with the outer header's TOS byte set to `tos`.
+pub fn send_raw_tos(
+    ns: &str,
+    src: std::net::Ipv4Addr,
+    dst: std::net::Ipv4Addr,
+    proto: u8,
+    tos: u8,
+    payloads: Vec<Vec<u8>>,
+) {
     in_ns(ns, move || {
         // SAFETY: plain socket(2).
         let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, proto as i32) };
         assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
+        let tos = libc::c_int::from(tos);
+        // SAFETY: a valid socket and an int option value.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::IPPROTO_IP,
+                libc::IP_TOS,
+                (&tos as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(r, 0, "IP_TOS: {}", std::io::Error::last_os_error());
         let bind = libc::sockaddr_in {
             sin_family: libc::AF_INET as u16,
             sin_port: 0,
