@@ -753,6 +753,36 @@ mod tests {
         }
     }
 
+    /// The header CI's fuzzer found (ip_inspect, 2026-11-24): its other words
+    /// sum to 0xffff, so both ones'-complement zeros are valid checksums.
+    /// `inspect` accepts either; `emit_ipv4_header` writes 0x0000.
+    #[test]
+    fn both_checksum_zeros_accepted_emit_writes_0000() {
+        let mut p = vec![
+            0x45, 0x40, 0x00, 0x18, 0x0c, 0x00, 0x00, 0x00, 0x00, 0xd0, 0xff, 0xff, 0x01, 0xbf,
+            0xff, 0xff, 0x46, 0x19, 0x65, 0xff, 0xf8, 0xfa, 0xff, 0x65,
+        ];
+        assert!(inspect(&p).is_ok());
+        let mut h = [0u8; 20];
+        emit_ipv4_header(
+            &mut h,
+            Ipv4Addr::new(1, 191, 255, 255),
+            Ipv4Addr::new(70, 25, 101, 255),
+            0xd0,
+            16,
+            0,
+            0x0c00,
+            4,
+        );
+        assert_eq!(h[10..12], [0, 0]);
+        assert_eq!(h[..10], p[..10]);
+        assert_eq!(h[12..], p[12..20]);
+        p[10..12].copy_from_slice(&[0, 0]);
+        assert!(inspect(&p).is_ok());
+        p[10..12].copy_from_slice(&[0, 1]);
+        assert!(inspect(&p).is_err());
+    }
+
     #[test]
     fn checksum_odd_length_pads() {
         assert_eq!(checksum(&[0x01]), !0x0100);
