@@ -41,7 +41,7 @@ count() {
         grab { incl[callee] += $NF; grab = 0 }
         END {
             for (f in incl) {
-                if (f ~ /Engine::next_bundle$/) nb += incl[f]
+                if (f ~ /Engine>?::next_bundle$/) nb += incl[f]
                 if (f ~ /wire::native::decode$/) dc += incl[f]
             }
             print total, nb + 0, dc + 0

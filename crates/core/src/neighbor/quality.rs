@@ -310,7 +310,11 @@ mod tests {
         assert!(close(share, 0.787, 0.001), "{share}");
         let ber8 = ber_from_delivery(0.8, 98);
         assert_eq!(m.best_size(ber8, 128, 1500), 430);
-        assert!(close(m.goodput(1500, ber8) / m.goodput(430, ber8), 0.344, 0.001));
+        assert!(close(
+            m.goodput(1500, ber8) / m.goodput(430, ber8),
+            0.344,
+            0.001
+        ));
         assert_eq!(m.best_size(ber_from_delivery(0.5, 98), 128, 1500), 168);
         assert_eq!(m.best_size(ber_from_delivery(0.99, 98), 128, 1500), 1500);
         assert_eq!(m.best_size(ber_from_delivery(0.99, 98), 128, 65_535), 3302);
