@@ -402,7 +402,10 @@ fn sighup_reloads_without_losing_queued_packets() {
         .lines()
         .find(|l| l.contains("configuration reloaded"))
         .unwrap_or_else(|| panic!("no reload line: {text}"));
-    assert!(line.contains("aggregation.hold_time_us 400000 -> 300000"), "{line}");
+    assert!(
+        line.contains("aggregation.hold_time_us 400000 -> 300000"),
+        "{line}"
+    );
     assert!(line.contains("class rules "), "{line}");
     let log = rx.join().unwrap();
     log.assert_complete(l.flows, 1);

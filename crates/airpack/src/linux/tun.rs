@@ -100,7 +100,13 @@ pub fn txqueuelen(name: &str) -> io::Result<u32> {
     let sock = ioctl_socket()?;
     let mut req = IfReq::new(name)?;
     // SAFETY: SIOCGIFTXQLEN fills a struct ifreq we own.
-    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFTXQLEN as libc::Ioctl, &mut req) })?;
+    cvt(unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCGIFTXQLEN as libc::Ioctl,
+            &mut req,
+        )
+    })?;
     Ok(i32::from_ne_bytes([req.data[0], req.data[1], req.data[2], req.data[3]]).max(0) as u32)
 }
 
@@ -109,7 +115,13 @@ pub fn set_link_up(name: &str, up: bool) -> io::Result<()> {
     let sock = ioctl_socket()?;
     let mut req = IfReq::new(name)?;
     // SAFETY: SIOCGIFFLAGS fills the flags of a struct ifreq we own.
-    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as libc::Ioctl, &mut req) })?;
+    cvt(unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCGIFFLAGS as libc::Ioctl,
+            &mut req,
+        )
+    })?;
     let mut flags = req.short();
     if up {
         flags |= libc::IFF_UP as i16;
@@ -118,7 +130,13 @@ pub fn set_link_up(name: &str, up: bool) -> io::Result<()> {
     }
     req.set_short(flags);
     // SAFETY: SIOCSIFFLAGS reads a struct ifreq we own.
-    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as libc::Ioctl, &mut req) })?;
+    cvt(unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCSIFFLAGS as libc::Ioctl,
+            &mut req,
+        )
+    })?;
     Ok(())
 }
 
@@ -128,7 +146,13 @@ pub fn link_up(name: &str) -> io::Result<Option<bool>> {
     let sock = ioctl_socket()?;
     let mut req = IfReq::new(name)?;
     // SAFETY: SIOCGIFFLAGS fills the flags of a struct ifreq we own.
-    match cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as libc::Ioctl, &mut req) }) {
+    match cvt(unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCGIFFLAGS as libc::Ioctl,
+            &mut req,
+        )
+    }) {
         Ok(_) => {
             let f = req.short() as i32;
             Ok(Some(f & libc::IFF_UP != 0 && f & libc::IFF_RUNNING != 0))

@@ -130,6 +130,9 @@ impl Daemon {
         } else {
             changed.join("; ")
         };
-        info!(peers = self.plan.peers.len(), "configuration reloaded: {changed}");
+        info!(
+            peers = self.plan.peers.len(),
+            "configuration reloaded: {changed}"
+        );
     }
 }

@@ -317,12 +317,7 @@ fn render(s: Snapshot, tun: Option<LinkStats>) -> (bool, Vec<u8>) {
             for (k, v) in &s.downlink {
                 head.insert((*k).into(), v.clone());
             }
-            stats::write_with_peers(
-                &mut out,
-                &head,
-                s.peers.len(),
-                |i| stats_peer(&s.peers[i]),
-            );
+            stats::write_with_peers(&mut out, &head, s.peers.len(), |i| stats_peer(&s.peers[i]));
         }
         Request::Metrics => {
             let head = Value::Object(stats_head(&s, tun.as_ref()));
