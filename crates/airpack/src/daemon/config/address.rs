@@ -3,6 +3,7 @@
 //! [`Plan`] that `airpack run` executes. Pure data; built by `validate.rs`.
 
 use super::*;
+use airpack_core::prefix::PrefixTable;
 
 /// A peer address as written: `10.0.0.2`, `fd00::2`, or a link-local IPv6
 /// address with its interface, `fe80::2%wlan0` (the interface is required
@@ -163,25 +164,29 @@ impl fmt::Display for Cidr {
     }
 }
 
-/// Longest-prefix match table over the peers' `allowed_ips` (end-to-end).
-/// Bounded by the configuration; lookups walk a list sorted longest first.
+/// Longest-prefix match table over the peers' `allowed_ips` (end-to-end):
+/// a trie for lookups ([`PrefixTable`]), the list for reports and routes.
 #[derive(Clone, Debug, Default)]
 pub struct AllowedIps {
     entries: Vec<(Cidr, IpAddr)>,
+    trie: PrefixTable<IpAddr>,
 }
 
 impl AllowedIps {
-    /// Builds the table; entries with longer prefixes win.
+    /// Builds the table; entries with longer prefixes win. Validation has
+    /// refused a prefix claimed by two peers, so equal prefixes do not occur.
     pub fn new(mut entries: Vec<(Cidr, IpAddr)>) -> Self {
         entries.sort_by_key(|e| std::cmp::Reverse(e.0.prefix));
-        AllowedIps { entries }
+        let mut trie = PrefixTable::new();
+        for (c, p) in &entries {
+            trie.insert(c.addr, c.prefix, *p)
+                .expect("validated prefix lengths, at most a few thousand prefixes");
+        }
+        AllowedIps { entries, trie }
     }
     /// The endpoint for `dst`, if any prefix contains it.
     pub fn lookup(&self, dst: IpAddr) -> Option<IpAddr> {
-        self.entries
-            .iter()
-            .find(|(c, _)| c.contains(dst))
-            .map(|(_, p)| *p)
+        self.trie.lookup(dst)
     }
     /// Every prefix with its endpoint, longest prefixes first.
     pub fn entries(&self) -> impl Iterator<Item = (Cidr, IpAddr)> + '_ {
