@@ -414,3 +414,77 @@ fn udp_transport_refuses_a_bundle_nested_in_a_bundle() {
     assert_eq!(t["inner_errors"]["nested"], 1, "{t}");
     assert_eq!(t["packets_received"], 1, "{t}");
 }
+
+/// Issue 11, point 3: with a mesh key (`discovery.key`) a daemon takes only
+/// bundles whose authentication trailer matches and whose sequence number is
+/// new for its node: a stranger's bundle (no key, another key, or a changed
+/// byte) and a recorded bundle sent again are dropped and counted, and two
+/// keyed daemons bundle to each other as before.
+#[test]
+fn with_a_mesh_key_only_sealed_fresh_bundles_are_taken() {
+    use airpack_core::auth::Key;
+    use airpack_core::wire::sealed;
+    if !can_run("with_a_mesh_key_only_sealed_fresh_bundles_are_taken") {
+        return;
+    }
+    const KEY: &str = "000102030405060708090a0b0c0d0e0f";
+    let keyed = |iface: &str, peer: Ipv4Addr| {
+        cfg(iface, "", &peer.to_string(), "") + &format!("[discovery]\nkey = \"{KEY}\"\n")
+    };
+    let (net, a, b, ip_a, ip_b) = two("wkey", 96);
+    let db = net.daemon(&b, &keyed("vb", ip_a), &[]);
+    let key = Key::from_hex(KEY).unwrap();
+    let sealed_bundle = |k: &Key, seq: u64, tags: std::ops::Range<u32>| {
+        let pkts: Vec<Vec<u8>> = tags.map(|t| inner4(ip_a, ip_b, t)).collect();
+        let mut buf = bundle(Encoding::Native, &pkts);
+        let n = buf.len();
+        buf.resize(n + sealed::TRAILER_LEN, 0);
+        assert_eq!(sealed::seal(k, 7, seq, &mut buf, n), Some(buf.len()));
+        buf
+    };
+    let good: Vec<Vec<u8>> = (0..4u32)
+        .map(|k| sealed_bundle(&key, u64::from(k) + 1, k * 10..k * 10 + 5))
+        .collect();
+    let mut changed = sealed_bundle(&key, 5, 100..105);
+    changed[30] ^= 1;
+    let plain = bundle(
+        Encoding::Native,
+        &(200..205)
+            .map(|t| inner4(ip_a, ip_b, t))
+            .collect::<Vec<_>>(),
+    );
+    let other_key = sealed_bundle(&Key::from_bytes([9; 16]), 6, 300..305);
+    let mut sends = good.clone();
+    sends.extend([good[1].clone(), changed, plain, other_key]);
+    let rcv = udp_receiver(&b, false, Duration::from_secs(3));
+    send_253(&a, ip_a, ip_b, 0, sends);
+    let mut tags: Vec<u32> = rcv.join().unwrap().iter().map(|g| g.0).collect();
+    tags.sort();
+    let want: Vec<u32> = (0..4).flat_map(|k| k * 10..k * 10 + 5).collect();
+    assert_eq!(tags, want);
+    let s = db.stats();
+    let t = &s["total"];
+    assert_eq!(t["bundles_received"], 4, "{t}");
+    assert_eq!(t["daemon"]["rx_rejected"]["auth_failed"], 3, "{t}");
+    assert_eq!(t["daemon"]["rx_rejected"]["replayed"], 1, "{t}");
+    assert_eq!(s["accounting"]["receive"]["balanced"], true, "{s}");
+
+    // Two keyed daemons: A's bundles are sealed and B takes every packet.
+    let da = net.daemon(&a, &keyed("va", ip_b), &[]);
+    let rcv = udp_receiver(&b, false, Duration::from_secs(3));
+    send_udp(&a, ip_a, ip_b, 0xb8, 1000..1020);
+    let mut tags: Vec<u32> = rcv.join().unwrap().iter().map(|g| g.0).collect();
+    tags.sort();
+    assert_eq!(tags, (1000..1020).collect::<Vec<_>>());
+    let sa = da.stats();
+    let bundles_sent = sa["total"]["daemon"]["bundles_sent"].as_u64().unwrap();
+    assert!(bundles_sent >= 1, "{sa}");
+    let t = &db.stats()["total"];
+    assert_eq!(
+        t["bundles_received"].as_u64().unwrap(),
+        4 + bundles_sent,
+        "{t}"
+    );
+    assert_eq!(t["daemon"]["rx_rejected"]["auth_failed"], 3, "{t}");
+    assert_eq!(t["daemon"]["rx_rejected"]["replayed"], 1, "{t}");
+}

@@ -1,13 +1,14 @@
 //! Deterministic cost of authenticating one bundle, for callgrind: N times,
-//! the sender's tag over (domain label, 8-byte sequence number, LEN-byte
-//! bundle) and the receiver's verify over the same bytes plus its replay
-//! window update, as a bundle MAC would be used (`airpack_core::auth`).
+//! the sender's `wire::sealed::seal` of a LEN-byte bundle (tag over domain
+//! label, node, sequence number, bundle) and the receiver's `sealed::open`
+//! plus its replay window update, as the daemon does with a mesh key.
 //!
 //! Usage: `auth_count LEN N`. Instructions per bundle are the difference
 //! between two runs with different N divided by the difference in N (setup
 //! cancels out); the command is in docs/performance.md ("Authentication").
 
-use airpack_core::auth::{tag, verify, Domain, Key, ReplayWindow};
+use airpack_core::auth::{Key, ReplayWindow};
+use airpack_core::wire::sealed;
 use std::hint::black_box;
 
 fn main() {
@@ -15,22 +16,19 @@ fn main() {
     let len: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(300);
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100_000);
     let key = Key::from_bytes(*b"0123456789abcdef");
-    let bundle: Vec<u8> = (0..len).map(|i| (i * 31) as u8).collect();
+    let mut buf: Vec<u8> = (0..len + sealed::TRAILER_LEN)
+        .map(|i| (i * 31) as u8)
+        .collect();
     let mut window = ReplayWindow::<16>::new();
     let mut ok = 0u64;
     for seq in 0..n {
-        let s = seq.to_be_bytes();
         // Sender.
-        let t = tag(black_box(&key), &[Domain::BUNDLE, &s, black_box(&bundle)]);
+        let m = sealed::seal(black_box(&key), 7, seq, black_box(&mut buf), len).unwrap();
         // Receiver.
-        let t = black_box(t);
-        if verify(
-            black_box(&key),
-            &[Domain::BUNDLE, &s, black_box(&bundle)],
-            &t,
-        ) && window.check_and_update(black_box(seq)).is_ok()
-        {
-            ok += 1;
+        if let Ok(o) = sealed::open(black_box(&key), black_box(&buf[..m])) {
+            if window.check_and_update(black_box(o.seq)).is_ok() {
+                ok += 1;
+            }
         }
     }
     assert_eq!(ok, n);

@@ -104,7 +104,11 @@ impl Accounting {
                 engine.inner_errors[r.index()],
             ));
         }
-        let mut datagrams_dropped = vec![("unknown_peer".to_owned(), d.rx_unknown_peer)];
+        let mut datagrams_dropped = vec![
+            ("unknown_peer".to_owned(), d.rx_unknown_peer),
+            ("auth_failed".to_owned(), d.rx_auth_failed),
+            ("replayed".to_owned(), d.rx_replayed),
+        ];
         for r in DecodeError::ALL {
             datagrams_dropped.push((
                 format!("decode_{}", r.reason()),

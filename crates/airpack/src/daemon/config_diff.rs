@@ -9,12 +9,22 @@ use super::config::Config;
 use toml::Value;
 
 /// The differences between `old` and `new`, one short phrase each, in file
-/// order (`[daemon]`, `[aggregation]`, classes, peers by address). Empty when
+/// order (`[daemon]`, `[aggregation]`, the other tables, classes, peers by
+/// address; keys only as set or unset). Empty when
 /// nothing changed.
 pub fn changes(old: &Config, new: &Config) -> Vec<String> {
     let (o, n) = (as_table(old), as_table(new));
     let mut out = Vec::new();
-    for section in ["daemon", "aggregation"] {
+    // Every table section (a section the schema lacks compares as unset).
+    for section in [
+        "daemon",
+        "aggregation",
+        "discovery",
+        "medium",
+        "ap",
+        "station",
+        "gateway",
+    ] {
         leaves(section, o.get(section), n.get(section), &mut out);
     }
     let rules = |t: &toml::Table| t.get("class").and_then(Value::as_array).map_or(0, Vec::len);
@@ -77,6 +87,11 @@ fn leaves(path: &str, o: Option<&Value>, n: Option<&Value>, out: &mut Vec<String
                 leaves(&p, a.get(k), b.get(k), out);
             }
         }
+        // Keys are secrets: say that they changed, never what they are.
+        _ if path == "key" || path.ends_with(".key") => {
+            let s = |v: Option<&Value>| if v.is_some() { "(set)" } else { "(unset)" };
+            out.push(format!("{path} {} -> {} (secret, not shown)", s(o), s(n)));
+        }
         _ => {
             let s = |v: Option<&Value>| v.map_or_else(|| "(unset)".to_owned(), show);
             out.push(format!("{path} {} -> {}", s(o), s(n)));
@@ -103,6 +118,17 @@ mod tests {
     fn identical_configurations_have_no_changes() {
         let a = cfg("[aggregation]\nhold_time_us = 2000\n[[peer]]\naddress = \"10.0.0.2\"\n");
         assert!(changes(&a, &a.clone()).is_empty());
+    }
+
+    #[test]
+    fn never_shows_a_key() {
+        let a = cfg("[discovery]\nkey = \"000102030405060708090a0b0c0d0e0f\"\n");
+        let b = cfg("[discovery]\nkey = \"ffeeddccbbaa99887766554433221100\"\n");
+        let d = changes(&a, &b);
+        assert_eq!(d, ["discovery.key (set) -> (set) (secret, not shown)"]);
+        let d = changes(&cfg(""), &a);
+        assert_eq!(d, ["discovery.key (unset) -> (set) (secret, not shown)"]);
+        assert!(!format!("{d:?}").contains("0001"));
     }
 
     #[test]

@@ -141,7 +141,7 @@ pub const META: &[Meta] = &[
     m("daemon.shutdown_discarded", C, "Packets read from the TUN at stop after the bounded drain, discarded."),
     m("daemon.rx_datagrams", C, "Datagrams read from the bundle sockets."),
     m("daemon.rx_errors", C, "Bundle-socket receive errors (bad outer header, ...)."),
-    map("daemon.rx_rejected", "reason", "Received bundles or inner packets rejected by the daemon: unknown_peer (bundles), spoofed_source (inner packets)."),
+    map("daemon.rx_rejected", "reason", "Received bundles or inner packets rejected by the daemon: unknown_peer, auth_failed, replayed (bundles), spoofed_source (inner packets)."),
     m("daemon.route_changes", C, "Route or link change notifications that invalidated the next-hop cache."),
     m("daemon.link_transitions", C, "Up/down transitions of the configured interfaces."),
     m("daemon.steering_changes", C, "Changes of the set of steered interfaces."),

@@ -80,6 +80,10 @@ pub struct DaemonCounters {
     pub rx_unknown_peer: u64,
     /// Inner packets whose source address that peer may not send.
     pub rx_spoofed_source: u64,
+    /// Received bundles without a valid authentication tag (a mesh key is set).
+    pub rx_auth_failed: u64,
+    /// Received bundles with a valid tag seen before (replays).
+    pub rx_replayed: u64,
     /// Bundle-socket receive errors (bad outer header, ...).
     pub rx_errors: u64,
     /// Route/link change notifications that invalidated the next-hop cache.
@@ -127,6 +131,8 @@ impl Default for DaemonCounters {
             rx_datagrams: 0,
             rx_unknown_peer: 0,
             rx_spoofed_source: 0,
+            rx_auth_failed: 0,
+            rx_replayed: 0,
             rx_errors: 0,
             route_changes: 0,
             link_transitions: 0,
@@ -217,6 +223,8 @@ pub fn daemon_json(c: &DaemonCounters) -> Value {
         "rx_rejected": {
             "unknown_peer": c.rx_unknown_peer,
             "spoofed_source": c.rx_spoofed_source,
+            "auth_failed": c.rx_auth_failed,
+            "replayed": c.rx_replayed,
         },
         "route_changes": c.route_changes,
         "link_transitions": c.link_transitions,

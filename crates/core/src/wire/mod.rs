@@ -17,6 +17,7 @@ mod bundle;
 pub mod ip;
 pub mod kau;
 pub mod native;
+pub mod sealed;
 pub mod simplemux;
 
 pub(crate) use bundle::check_inner;

@@ -236,16 +236,28 @@ pub struct Plan {
     pub ap: Option<downlink::ApPlan>,
     /// `[station]`, validated (None: role off).
     pub station: Option<downlink::StationPlan>,
+    /// The mesh key (`discovery.key`): when set, bundles carry an
+    /// authentication trailer (`airpack_core::wire::sealed`) and unsealed
+    /// or replayed bundles are refused.
+    pub bundle_key: Option<airpack_core::auth::Key>,
 }
 
 impl Plan {
-    /// Outer header bytes in front of a bundle payload for a peer of this family.
-    pub fn outer_overhead(transport: Transport, peer: IpAddr) -> usize {
+    /// Bytes a bundle payload carries beyond its encoding for a peer of this
+    /// family: the outer header in front, and with a mesh key (`keyed`) the
+    /// authentication trailer behind.
+    pub fn outer_overhead(transport: Transport, peer: IpAddr, keyed: bool) -> usize {
         let ip = if peer.is_ipv4() { 20 } else { 40 };
-        match transport {
-            Transport::Ip => ip,
-            Transport::Udp => ip + 8,
-        }
+        let trailer = if keyed {
+            airpack_core::wire::sealed::TRAILER_LEN
+        } else {
+            0
+        };
+        trailer
+            + match transport {
+                Transport::Ip => ip,
+                Transport::Udp => ip + 8,
+            }
     }
 
     /// The largest `max_size` over defaults and peers (buffer sizing).

@@ -138,6 +138,13 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
     }
 
     check_discovery(&at, &config)?;
+    // Syntax checked by check_discovery.
+    let bundle_key = config
+        .discovery
+        .key
+        .as_deref()
+        .and_then(|k| airpack_core::auth::Key::from_hex(k).ok());
+    let keyed = bundle_key.is_some();
     check_medium(&at, &config)?;
     let ap = downlink::check_ap(&at, &config)?;
     let station = downlink::check_station(&at, &config)?;
@@ -244,7 +251,7 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
         min_size: a.min_size,
         max_size: a.max_size,
         max_packets: a.max_packets,
-        outer_overhead: Plan::outer_overhead(d.transport, IpAddr::V4([0, 0, 0, 0].into())),
+        outer_overhead: Plan::outer_overhead(d.transport, IpAddr::V4([0, 0, 0, 0].into()), keyed),
         queue_limit_bytes: a.queue_limit_bytes,
         queue_limit_packets: a.queue_limit_packets,
     };
@@ -321,7 +328,7 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
         if let Some(x) = p.queue_limit_packets {
             pc.queue_limit_packets = x;
         }
-        pc.outer_overhead = Plan::outer_overhead(d.transport, p.address.ip);
+        pc.outer_overhead = Plan::outer_overhead(d.transport, p.address.ip, keyed);
         check_sizes(
             &at,
             "peer",
@@ -386,6 +393,7 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
         prometheus,
         ap,
         station,
+        bundle_key,
         config,
     })
 }

@@ -8,6 +8,7 @@
 //!
 //! Must not touch: configuration, steering, the lifecycle.
 
+use super::bundle_auth::Refused;
 use super::peers::source_allowed;
 use super::sockets::send_out;
 use super::{Daemon, Dest, BATCH, TOK_B4, TOK_B6, TOK_U4};
@@ -202,6 +203,18 @@ impl Daemon {
             trace!(%src, scope, "bundle from unknown peer dropped");
             return;
         };
+        let end = match self.auth.as_mut().map(|a| a.open(&self.rx_buf[start..end])) {
+            None => end,
+            Some(Ok(len)) => start + len,
+            Some(Err(r)) => {
+                match r {
+                    Refused::BadTag => self.counters.rx_auth_failed += 1,
+                    Refused::Replayed => self.counters.rx_replayed += 1,
+                }
+                trace!(%src, ?r, "bundle refused by authentication");
+                return;
+            }
+        };
         // Take the buffer out so the bundle view can borrow it while the
         // checks below use the resolver (no allocation: the Vec moves).
         let mut rx = std::mem::take(&mut self.rx_buf);
@@ -267,7 +280,12 @@ impl Daemon {
     /// packets went: sent, or lost with the errno's reason (in the daemon's
     /// totals and, per peer, in the engine's `send_failed_packets`).
     pub(super) fn send_transmit(&mut self, t: &Transmit) {
-        let data = &self.tx_buf[..t.len.min(self.tx_buf.len())];
+        let mut len = t.len.min(self.tx_buf.len());
+        if let (Some(a), TransmitKind::Bundle { .. }) = (self.auth.as_mut(), t.kind) {
+            // Room is reserved: the trailer is in every peer's outer_overhead.
+            len = a.seal(&mut self.tx_buf, len).unwrap_or(len);
+        }
+        let data = &self.tx_buf[..len];
         let r = send_out(&self.sock, &self.peers, t, data, &mut self.counters);
         let packets = match t.kind {
             TransmitKind::Bundle { packets, .. } => u64::from(packets),

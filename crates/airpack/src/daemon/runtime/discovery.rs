@@ -116,7 +116,7 @@ fn ours() -> Encodings {
 }
 
 /// 8 random bytes from the kernel (ids must differ between nodes).
-fn random_u64() -> u64 {
+pub(super) fn random_u64() -> u64 {
     let mut b = [0u8; 8];
     // SAFETY: getrandom writes at most b.len() bytes into b.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
@@ -132,7 +132,7 @@ fn random_u64() -> u64 {
 
 /// µs since the Unix epoch: the first hello's sequence number, so it grows
 /// across restarts (replay windows of keyed neighbours).
-fn epoch_micros() -> u64 {
+pub(super) fn epoch_micros() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
@@ -481,7 +481,8 @@ impl Daemon {
         let mut cfg = self.plan.engine.peer_defaults.clone();
         let enc = ours().common(p.encodings);
         let transport: Transport = self.plan.config.daemon.transport;
-        cfg.outer_overhead = Plan::outer_overhead(transport, p.addr);
+        let keyed = self.plan.bundle_key.is_some();
+        cfg.outer_overhead = Plan::outer_overhead(transport, p.addr, keyed);
         cfg.max_size = cfg.max_size.min(usize::from(p.max_bundle));
         cfg.min_size = cfg.min_size.min(cfg.max_size);
         // Bundles only when it accepts one of our encodings and asks for a

@@ -43,6 +43,7 @@ use std::os::fd::AsRawFd;
 use tracing::{debug, error, info, warn};
 
 mod ap;
+mod bundle_auth;
 mod busy;
 mod datapath;
 mod discovery;
@@ -158,6 +159,8 @@ pub struct Daemon {
     ap: Option<ap::Ap>,
     /// The downlink demultiplexer role (`[station]`), if enabled.
     station: Option<station::Station>,
+    /// Bundle authentication (a mesh key is set).
+    auth: Option<bundle_auth::BundleAuth>,
     tun_buf: Vec<u8>,
     tx_buf: Vec<u8>,
     rx_buf: Vec<u8>,
@@ -336,6 +339,7 @@ impl Daemon {
             discovery,
             ap,
             station,
+            auth: auth_for(&plan),
             tun_buf: vec![0; BUF],
             tx_buf: vec![0; BUF],
             rx_buf: vec![0; BUF],
@@ -643,4 +647,13 @@ fn link_mode_name(m: LinkModeCfg) -> &'static str {
         LinkModeCfg::HoldWhileBusy => "hold-while-busy",
         LinkModeCfg::Adaptive => "adaptive",
     }
+}
+
+/// Bundle authentication for `plan`'s mesh key, remembering as many sending
+/// nodes as the daemon may have peers and neighbours (twice, for restarts).
+fn auth_for(plan: &Plan) -> Option<bundle_auth::BundleAuth> {
+    let c = &plan.config;
+    plan.bundle_key.clone().map(|k| {
+        bundle_auth::BundleAuth::new(k, 2 * (c.aggregation.max_peers + c.discovery.max_neighbors))
+    })
 }

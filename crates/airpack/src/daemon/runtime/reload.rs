@@ -118,6 +118,12 @@ impl Daemon {
             self.link_busy = false;
             self.engine.set_link_busy(now, false);
         }
+        match (&self.auth, &new.bundle_key) {
+            (Some(a), Some(k)) if a.uses_key(k) => {}
+            (None, None) => {}
+            // New windows too: the config diff below names the key change.
+            _ => self.auth = super::auth_for(&new),
+        }
         self.peers = peer_map(&new);
         self.resolver.invalidate();
         self.lookups.invalidate();
