@@ -268,16 +268,20 @@ mod tests {
     #[test]
     fn bounds_of_the_presets() {
         let b = |p: &str, c: &str| bound(&CellSpec::parse(p).unwrap().unwrap(), c).unwrap();
-        assert_eq!(b("cell:b11:11", "g729").0, 11);
-        assert!(
-            b("cell:b11:11", "g729").1 >= 22,
-            "{:?}",
-            b("cell:b11:11", "g729")
+        assert_eq!(b("cell:b11:11", "g729"), (11, 22));
+        assert_eq!(
+            b("cell:b11:2:2", "g729"),
+            (11, 20),
+            "K does not change the airtime"
         );
-        assert!(
-            b("cell:b11:2", "g711").1 < b("cell:b11:2", "g711").0,
-            "G.711 at 2 Mbit/s is below unicast"
+        assert_eq!(b("cell:b11:11", "g711"), (10, 17));
+        assert_eq!(b("cell:b11:2", "g711"), (10, 11));
+        assert_eq!(
+            b("cell:b11:1", "g711"),
+            (10, 8),
+            "G.711 with multicast at 1 Mbit/s is below unicast"
         );
+        assert!(bound(&CellSpec::parse("cell:b11").unwrap().unwrap(), "g723").is_err());
     }
 
     #[test]

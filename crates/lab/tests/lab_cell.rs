@@ -3,18 +3,24 @@
 //! point of 3 G.729 CBR calls (802.11b 11 Mbit/s, multicast at 11 Mbit/s)
 //! runs with downlink multiplexing off and on:
 //! - off: every call supported, no daemon;
-//! - on: the AP registered the 3 stations, multiplexed the downlink into
-//!   multicast frames (fewer frames than packets), the stations rebuilt
+//! - on: the AP registered the 3 stations and sent the downlink in
+//!   multicast frames (at this light load mostly one packet per frame: the
+//!   idle release), each station received every frame, skipped the other
+//!   stations' packets and rebuilt
 //!   their packets (every call supported), nothing was dropped inside the
 //!   multiplexer or demultiplexers.
 //!
 //! Needs root, ip/tc/nft, Debian's libns3-dev + g++ (the ns-3 air) and the
 //! `airpack` binary (AIRPACK_BIN, or `airpack` beside this test's target
 //! directory); prints SKIP otherwise. No timing assertions: 3 calls use
-//! about a quarter of the air.
+//! about a quarter of the air, and the quality checks (supported, no
+//! drops) are made on a point whose senders and air kept real time
+//! (re-measured up to 3 times, else SKIP for those checks only).
 
 use airpack_lab::air_ns3;
-use airpack_lab::experiment::{point_line, run_point, ExperimentConfig, Setup};
+use airpack_lab::experiment::{
+    point_line, run_point, ExperimentConfig, Point, Setup, MAX_SEND_LAG_MS,
+};
 use airpack_lab::medium::preset;
 use airpack_lab::netns;
 use airpack_lab::topology::{MediumOpts, Topology};
@@ -83,6 +89,28 @@ fn cell_preset_scales_with_the_calls() {
     );
 }
 
+/// A point, measured again (at most 3 tries) while its senders lagged more
+/// than the lab allows or its air fell behind real time: a loaded machine
+/// is not a measurement of the cell. Returns the point and whether it is a
+/// valid measurement (if not, the quality checks print SKIP).
+fn measure(cfg: &ExperimentConfig, setup: Setup) -> (Point, bool) {
+    let mut last = None;
+    for _ in 0..3 {
+        let p = run_point(cfg, setup, 3).expect("point");
+        eprintln!("{}", point_line(&p));
+        let valid = p.max_send_lag_ms <= MAX_SEND_LAG_MS && p.air.is_some_and(|a| a.kept_up());
+        if valid {
+            return (p, true);
+        }
+        last = Some(p);
+    }
+    eprintln!(
+        "SKIP lab_cell quality check of {}: senders or the ns-3 air lagged on every try (machine busy)",
+        setup.name()
+    );
+    (last.expect("a point"), false)
+}
+
 #[test]
 fn a_short_cell_point_runs_with_multiplexing_off_and_on() {
     let Some(bin) = ready() else { return };
@@ -108,17 +136,18 @@ fn a_short_cell_point_runs_with_multiplexing_off_and_on() {
         work_dir: work.clone(),
         client: Default::default(),
     };
-    let off = run_point(&cfg, Setup::Off, 3).expect("off point");
-    eprintln!("{}", point_line(&off));
-    assert!(
-        off.supported,
-        "3 calls without multiplexing: {}",
-        point_line(&off)
-    );
+    let (off, off_valid) = measure(&cfg, Setup::Off);
     assert!(off.downlink.is_empty());
+    if off_valid {
+        assert!(
+            off.supported,
+            "3 calls without multiplexing: {}",
+            point_line(&off)
+        );
+    }
 
-    let on = run_point(&cfg, Setup::DownlinkMux, 3).expect("downlink-mux point");
-    eprintln!("{}", point_line(&on));
+    let (on, on_valid) = measure(&cfg, Setup::DownlinkMux);
+    // what the roles did does not depend on the machine's load
     let ap = &on.downlink["AP.ap"];
     assert_eq!(ap["stations"], 3, "{ap}");
     let (packets, frames) = (
@@ -133,20 +162,29 @@ fn a_short_cell_point_runs_with_multiplexing_off_and_on() {
     for s in ["S1", "S2", "S3"] {
         let st = &on.downlink[&format!("{s}.station")];
         assert_eq!(st["registered"], true, "{s}: {st}");
+        // every frame reaches every station: the others' packets are skipped
+        let others = st["packets_for_others"].as_u64().unwrap();
+        assert!(
+            others >= 2 * 150 * 9 / 10,
+            "{s} saw the other stations' packets: {st}"
+        );
         assert!(
             st["packets"].as_u64().unwrap() >= 150 * 9 / 10,
             "{s} rebuilt its packets: {st}"
         );
     }
-    assert_eq!(
-        on.downlink_drops, 0,
-        "drops inside the mux/demux: {:?}",
-        on.downlink
-    );
-    assert!(
-        on.supported,
-        "3 calls with multiplexing: {}",
-        point_line(&on)
-    );
+    // quality and loss only from a point that measured the air, not the load
+    if on_valid {
+        assert_eq!(
+            on.downlink_drops, 0,
+            "drops inside the mux/demux: {:?}",
+            on.downlink
+        );
+        assert!(
+            on.supported,
+            "3 calls with multiplexing: {}",
+            point_line(&on)
+        );
+    }
     let _ = std::fs::remove_dir_all(&work);
 }
