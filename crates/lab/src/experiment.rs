@@ -980,6 +980,40 @@ mod tests {
     }
 
     #[test]
+    fn downlink_configs_in_a_cell() {
+        let mut c = cfg();
+        c.topo = crate::cell::CellSpec::parse("cell:b11:11:2").unwrap().unwrap().topology(3);
+        let s = Path::new("/tmp/x.sock");
+        let f = Path::new("/dev/shm/x/AP.air");
+        let ap = daemon_config(&c, Setup::DownlinkMux, "AP", 3, s, Some(f)).unwrap();
+        assert!(ap.contains("[ap]") && ap.contains("idle_release = true") && ap.contains("file = \"/dev/shm/x/AP.air\""), "{ap}");
+        let ap = daemon_config(&c, Setup::DownlinkMuxInterval, "AP", 3, s, Some(f)).unwrap();
+        assert!(ap.contains("idle_release = false") && !ap.contains("[medium]"), "{ap}");
+        // S1 carries calls 0 and 1 (ports 16000, 16002), S2 call 2
+        let s1 = daemon_config(&c, Setup::DownlinkMux, "S1", 3, s, None).unwrap();
+        assert!(s1.contains("ports = \"16000-16002\"") && s1.contains("ap = \"10.201.0.1\""), "{s1}");
+        let s2 = daemon_config(&c, Setup::DownlinkMux, "S2", 3, s, None).unwrap();
+        assert!(s2.contains("ports = 16004"), "{s2}");
+        assert!(daemon_config(&c, Setup::DownlinkMux, "O1", 3, s, None).is_none(), "outer nodes run nothing");
+        assert!(daemon_config(&c, Setup::Off, "AP", 3, s, None).is_none());
+        for t in [ap, s1, s2] {
+            toml::from_str::<toml::Value>(&t).unwrap();
+        }
+        // no access point, no downlink daemons
+        assert!(daemon_config(&cfg(), Setup::DownlinkMux, "C", 2, s, None).is_none());
+        assert_eq!(Setup::parse("mux").unwrap(), Setup::DownlinkMux);
+        assert!(Setup::DownlinkMuxInterval.downlink() && !Setup::HopByHop.downlink());
+    }
+
+    #[test]
+    fn mux_drops_count_the_roles_packet_losses_only() {
+        let mut d = BTreeMap::new();
+        d.insert("AP.ap".to_string(), json!({"drops": {"queue_full": 2, "registration_bad_tag": 9}}));
+        d.insert("S1.station".to_string(), json!({"drops": {"no_context": 3, "not_from_ap": 7, "bad_entry": 1}, "lost_frames": 40}));
+        assert_eq!(downlink_drops(&d), 6);
+    }
+
+    #[test]
     fn spec_alternates_call_pairs() {
         let c = cfg();
         let spec = voip_spec(&c, &|n: &str| format!("addr-{n}"), 3, 42);
