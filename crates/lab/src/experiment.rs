@@ -37,6 +37,13 @@ pub enum Setup {
     /// Hop-by-hop with `link_mode = "adaptive"`; on the ns-3 air each daemon
     /// reads its node's `NODE.air` counters (`[medium] file`).
     Adaptive,
+    /// Infrastructure cell ([`crate::cell`]): `[ap]` on the access point,
+    /// `[station]` on every station of a call; a lone packet leaves at once
+    /// while the AP's medium is idle (its `NODE.air` file on the ns-3 air).
+    DownlinkMux,
+    /// As [`Setup::DownlinkMux`] without the idle release: one frame per
+    /// 20 ms interval (or when full).
+    DownlinkMuxInterval,
 }
 
 impl Setup {
@@ -48,7 +55,9 @@ impl Setup {
             "end-to-end" | "e2e" => Setup::EndToEnd,
             "hold-while-busy" | "hwb" => Setup::HoldWhileBusy,
             "adaptive" => Setup::Adaptive,
-            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive)"),
+            "downlink-mux" | "mux" => Setup::DownlinkMux,
+            "downlink-mux-interval" | "mux-interval" => Setup::DownlinkMuxInterval,
+            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, downlink-mux, downlink-mux-interval)"),
         })
     }
     /// Its name.
@@ -59,7 +68,13 @@ impl Setup {
             Setup::EndToEnd => "end-to-end",
             Setup::HoldWhileBusy => "hold-while-busy",
             Setup::Adaptive => "adaptive",
+            Setup::DownlinkMux => "downlink-mux",
+            Setup::DownlinkMuxInterval => "downlink-mux-interval",
         }
+    }
+    /// The downlink-multiplexing setups (a cell's AP and stations run daemons).
+    pub fn downlink(self) -> bool {
+        matches!(self, Setup::DownlinkMux | Setup::DownlinkMuxInterval)
     }
 }
 
@@ -177,6 +192,14 @@ pub struct Point {
     /// and the phones' own RTCP summaries.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signalling: Option<Value>,
+    /// Downlink-multiplexing setups: each daemon's `ap` / `station` object
+    /// of `airpack stats --json`, keyed `NODE.ap` / `NODE.station`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub downlink: BTreeMap<String, Value>,
+    /// Packets lost inside the multiplexer and demultiplexers (the sum of
+    /// their `drops` other than refused registrations; frames lost on the
+    /// air are the stations' `lost_frames`, not counted here).
+    pub downlink_drops: u64,
     /// The ns-3 air's real-time discipline during the point (None on the tc
     /// air): a point whose air lagged more than
     /// [`crate::air_ns3::MAX_LAG_P99_MS`] p99 is re-measured.
@@ -259,6 +282,30 @@ pub fn daemon_config(
     let addr = |x: &str| Topology::addr_of(idx(x)).to_string();
     let (mode, link_mode, peers): (&str, &str, Vec<(String, Option<String>)>) = match setup {
         Setup::Off => return None,
+        Setup::DownlinkMux | Setup::DownlinkMuxInterval => {
+            let sock = socket.to_string_lossy();
+            let ap = topo.wifi.ap.as_deref()?;
+            if node == ap {
+                let release = if setup == Setup::DownlinkMux { crate::cell::Release::Medium } else { crate::cell::Release::Interval };
+                let f = air_file.map(|f| f.to_string_lossy().into_owned());
+                return Some(crate::cell::ap_config(&sock, f.as_deref(), release));
+            }
+            if !topo.neighbours(ap).iter().any(|x| x == node) {
+                return None; // an outer node (or a node of no BSS)
+            }
+            // a station: the ports of its calls (one port, or the range
+            // spanning them when it has several calls)
+            let ports: Vec<u32> = (0..n)
+                .filter(|&k| {
+                    let (a, b) = call_pair(topo, k);
+                    a == node || b == node
+                })
+                .map(|k| 16000 + 2 * k)
+                .collect();
+            let (lo, hi) = (*ports.iter().min()?, *ports.iter().max()?);
+            let spec = if lo == hi { lo.to_string() } else { format!("\"{lo}-{hi}\"") };
+            return Some(crate::cell::station_config(&sock, &addr(ap), &spec));
+        }
         Setup::HopByHop | Setup::HoldWhileBusy | Setup::Adaptive => (
             "hop-by-hop",
             match setup {
@@ -449,6 +496,15 @@ fn remeasure_reason(r: &Result<Point>) -> Option<String> {
 /// Measure one point: `n` calls under `setup`.
 pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> {
     let t0 = Instant::now();
+    // a cell preset is built with one station per call ([`crate::cell`])
+    let scaled;
+    let cfg = match &cfg.topo.cell {
+        Some(c) => {
+            scaled = ExperimentConfig { topo: c.topology(n), ..cfg.clone() };
+            &scaled
+        }
+        None => cfg,
+    };
     let mut mesh = Mesh::build(&cfg.topo, &cfg.medium).context("build the emulated mesh")?;
     if mesh.babel.is_some() && matches!(setup, Setup::HopByHop | Setup::HoldWhileBusy | Setup::Adaptive) {
         // the daemons' peers are the radio neighbours' IPv4 addresses, which
@@ -491,6 +547,9 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    if setup.downlink() {
+        wait_registered(&mut mesh, cfg, &daemons)?;
+    }
     let air0 = mesh.frames_on_air()?;
     let drops0 = mesh.queue_drops()?;
     // calls
@@ -519,6 +578,7 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     let frames_per_node = delta(&air0, &air1);
     let drops_per_node = delta(&drops0, &drops1);
     let mut daemon_totals = BTreeMap::new();
+    let mut downlink = BTreeMap::new();
     let (mut num, mut den) = (0.0f64, 0.0f64);
     check_air(&mut mesh)?;
     for (node, sock, p) in daemons.iter_mut() {
@@ -527,9 +587,22 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
         }
         let st = daemon_stats(&mesh, node, &cfg.bin, sock).with_context(|| format!("stats of {}", p.what))?;
         let total = st.get("total").cloned().unwrap_or(Value::Null);
-        let g = |k: &str| total.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-        num += g("aggregated_packets") + g("unaggregated_packets");
-        den += g("bundles") + g("unaggregated_packets");
+        if setup.downlink() {
+            // the multiplexing ratio: downlink packets per multicast frame
+            if let Some(ap) = st.get("ap") {
+                num += ap.get("packets").and_then(Value::as_f64).unwrap_or(0.0);
+                den += ap.get("frames").and_then(Value::as_f64).unwrap_or(0.0);
+            }
+            for role in ["ap", "station"] {
+                if let Some(v) = st.get(role) {
+                    downlink.insert(format!("{node}.{role}"), v.clone());
+                }
+            }
+        } else {
+            let g = |k: &str| total.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+            num += g("aggregated_packets") + g("unaggregated_packets");
+            den += g("bundles") + g("unaggregated_packets");
+        }
         daemon_totals.insert(node.clone(), total);
     }
     for (_, _, p) in daemons.iter_mut() {
@@ -559,6 +632,8 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     point.max_send_lag_ms = max_send_lag_ms;
     point.signalling = signalling;
     point.air = air;
+    point.downlink_drops = downlink_drops(&downlink);
+    point.downlink = downlink;
     let _ = std::fs::write(dir.join("point.json"), serde_json::to_vec_pretty(&point).unwrap_or_default());
     drop(mesh);
     Ok(point)
@@ -673,7 +748,59 @@ fn summarize(
         wall_s: t0.elapsed().as_secs_f64(),
         max_send_lag_ms: 0.0,
         signalling: None,
+        downlink: BTreeMap::new(),
+        downlink_drops: 0,
         air: None,
+    }
+}
+
+/// Packets the multiplexer or a demultiplexer dropped: the AP's
+/// `queue_full` and the stations' drops of frames or entries (`wrong_epoch`,
+/// `stale_frames`, `no_context`, `bad_entry`, `tun_write_errors`);
+/// registration refusals and frames from other sources are not packets of
+/// a call.
+pub fn downlink_drops(downlink: &BTreeMap<String, Value>) -> u64 {
+    let mut n = 0;
+    for (k, v) in downlink {
+        let keys: &[&str] = if k.ends_with(".ap") {
+            &["queue_full"]
+        } else {
+            &["wrong_epoch", "stale_frames", "no_context", "bad_entry", "tun_write_errors"]
+        };
+        for key in keys {
+            n += v.pointer(&format!("/drops/{key}")).and_then(Value::as_u64).unwrap_or(0);
+        }
+    }
+    n
+}
+
+/// Waits (at most 15 s) until the AP has a lease for every station daemon
+/// of the point and every station reports itself registered.
+fn wait_registered(mesh: &mut Mesh, cfg: &ExperimentConfig, daemons: &[(String, PathBuf, Proc)]) -> Result<()> {
+    let ap = cfg.topo.wifi.ap.clone().context("a downlink setup needs an infrastructure topology ([wifi] ap)")?;
+    let stations = daemons.iter().filter(|(n, _, _)| *n != ap).count() as u64;
+    let t = Instant::now();
+    loop {
+        let mut ok = true;
+        for (node, sock, _) in daemons {
+            let st = daemon_stats(mesh, node, &cfg.bin, sock)?;
+            ok &= if *node == ap {
+                st.pointer("/ap/stations").and_then(Value::as_u64) == Some(stations)
+            } else {
+                st.pointer("/station/registered").and_then(Value::as_bool) == Some(true)
+            };
+        }
+        if ok {
+            return Ok(());
+        }
+        check_air(mesh)?;
+        if crate::netns::interrupted() {
+            bail!("interrupted");
+        }
+        if t.elapsed() > Duration::from_secs(15) {
+            bail!("the AP did not register all {stations} stations within 15 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
@@ -850,6 +977,40 @@ mod tests {
         for t in [hbh, hwb, d, a] {
             toml::from_str::<toml::Value>(&t).unwrap();
         }
+    }
+
+    #[test]
+    fn downlink_configs_in_a_cell() {
+        let mut c = cfg();
+        c.topo = crate::cell::CellSpec::parse("cell:b11:11:2").unwrap().unwrap().topology(3);
+        let s = Path::new("/tmp/x.sock");
+        let f = Path::new("/dev/shm/x/AP.air");
+        let ap = daemon_config(&c, Setup::DownlinkMux, "AP", 3, s, Some(f)).unwrap();
+        assert!(ap.contains("[ap]") && ap.contains("idle_release = true") && ap.contains("file = \"/dev/shm/x/AP.air\""), "{ap}");
+        let ap = daemon_config(&c, Setup::DownlinkMuxInterval, "AP", 3, s, Some(f)).unwrap();
+        assert!(ap.contains("idle_release = false") && !ap.contains("[medium]"), "{ap}");
+        // S1 carries calls 0 and 1 (ports 16000, 16002), S2 call 2
+        let s1 = daemon_config(&c, Setup::DownlinkMux, "S1", 3, s, None).unwrap();
+        assert!(s1.contains("ports = \"16000-16002\"") && s1.contains("ap = \"10.201.0.1\""), "{s1}");
+        let s2 = daemon_config(&c, Setup::DownlinkMux, "S2", 3, s, None).unwrap();
+        assert!(s2.contains("ports = 16004"), "{s2}");
+        assert!(daemon_config(&c, Setup::DownlinkMux, "O1", 3, s, None).is_none(), "outer nodes run nothing");
+        assert!(daemon_config(&c, Setup::Off, "AP", 3, s, None).is_none());
+        for t in [ap, s1, s2] {
+            toml::from_str::<toml::Value>(&t).unwrap();
+        }
+        // no access point, no downlink daemons
+        assert!(daemon_config(&cfg(), Setup::DownlinkMux, "C", 2, s, None).is_none());
+        assert_eq!(Setup::parse("mux").unwrap(), Setup::DownlinkMux);
+        assert!(Setup::DownlinkMuxInterval.downlink() && !Setup::HopByHop.downlink());
+    }
+
+    #[test]
+    fn mux_drops_count_the_roles_packet_losses_only() {
+        let mut d = BTreeMap::new();
+        d.insert("AP.ap".to_string(), json!({"drops": {"queue_full": 2, "registration_bad_tag": 9}}));
+        d.insert("S1.station".to_string(), json!({"drops": {"no_context": 3, "not_from_ap": 7, "bad_entry": 1}, "lost_frames": 40}));
+        assert_eq!(downlink_drops(&d), 6);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod air_obs;
 pub mod air_opts;
 pub mod babel;
 pub mod baresip;
+pub mod cell;
 pub mod downlink_bound;
 pub mod experiment;
 pub mod medium;
@@ -61,7 +62,8 @@ enum LabCmd {
 /// Options shared by `run` and `point`.
 #[derive(Parser, Debug, Clone)]
 struct Common {
-    /// Topology preset: seed001, seed000, string:N (1..5 hops).
+    /// Topology preset: seed001, seed000, string:N (1..5 hops), or an
+    /// infrastructure cell cell:PHY[:MULTICAST_MBIT] (ns-3 air; one station per call).
     #[arg(long, default_value = "seed001", conflicts_with = "topology")]
     preset: String,
     /// Topology file (TOML; see docs/lab.md).
@@ -302,6 +304,11 @@ fn run(r: RunArgs) -> Result<()> {
         setups.iter().map(|s| s.name()).collect::<Vec<_>>().join(","),
         out.display()
     );
+    if let Some(c) = &cfg.topo.cell {
+        if let Ok((u, m)) = cell::bound(c, &cfg.codec) {
+            eprintln!("lab: analytic bound of {} for {}: {u} calls without multiplexing, {m} with it (docs/results.md)", c.name(), cfg.codec);
+        }
+    }
     let started = std::time::Instant::now();
     let mut results: Vec<SetupResult> = Vec::new();
     for s in setups {

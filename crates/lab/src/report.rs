@@ -302,6 +302,8 @@ mod tests {
             wall_s: 1.0,
             max_send_lag_ms: 0.0,
             signalling: None,
+            downlink: BTreeMap::new(),
+            downlink_drops: 0,
             air: None,
         }
     }

@@ -64,6 +64,10 @@ pub struct Topology {
     /// ns-3 air only: point-to-point cables (`[[wired]]`, [`crate::air_opts`]).
     #[serde(default)]
     pub wired: Vec<crate::air_opts::Wired>,
+    /// An infrastructure cell preset (`cell:PHY[:MC]`, [`crate::cell`]):
+    /// the experiment builds it with one station per call of each point.
+    #[serde(skip)]
+    pub cell: Option<crate::cell::CellSpec>,
 }
 
 /// Which air carries the radios' frames.
@@ -120,6 +124,11 @@ impl Routing {
 impl Topology {
     /// A named preset: `seed001`, `seed000`, `string:N` (N = 1..=5 hops).
     pub fn preset(name: &str) -> Result<Topology> {
+        if let Some(c) = crate::cell::CellSpec::parse(name) {
+            let t = c?.topology(1);
+            t.validate()?;
+            return Ok(t);
+        }
         let s = |v: &str| v.to_string();
         let l = |a: &str, b: &str| [s(a), s(b)];
         let t = match name {
@@ -134,6 +143,7 @@ impl Topology {
                 air: Air::Tc,
                 wifi: Default::default(),
                 wired: vec![],
+                cell: None,
             },
             "seed000" => Topology {
                 name: s("seed000"),
@@ -146,10 +156,11 @@ impl Topology {
                 air: Air::Tc,
                 wifi: Default::default(),
                 wired: vec![],
+                cell: None,
             },
             _ => {
                 let Some(n) = name.strip_prefix("string:") else {
-                    bail!("unknown topology preset {name:?} (seed001, seed000, string:N)")
+                    bail!("unknown topology preset {name:?} (seed001, seed000, string:N, cell:PHY[:MULTICAST_MBIT])")
                 };
                 let hops: usize = n.parse().context("string:N needs a number of hops")?;
                 if !(1..=5).contains(&hops) {
@@ -168,6 +179,7 @@ impl Topology {
                     air: Air::Tc,
                     wifi: Default::default(),
                     wired: vec![],
+                cell: None,
                 }
             }
         };
@@ -772,6 +784,7 @@ mod tests {
             air: Air::Tc,
             wifi: Default::default(),
             wired: vec![],
+                cell: None,
         };
         let nh = t.next_hops();
         for a in &t.nodes {

@@ -221,8 +221,10 @@ impl Ap {
         }
     }
 
-    /// Expires leases and sends what is due.
-    fn poll(&mut self, now: Micros) {
+    /// Expires leases and sends what is due. `medium_busy`: the daemon's
+    /// medium-aware busy signal (`[medium]` sources, when the link mode uses
+    /// them), added to the frame sockets' own backlog.
+    fn poll(&mut self, now: Micros, medium_busy: bool) {
         if self.leases.poll_timeout().is_some_and(|t| t <= now) {
             let n = self.leases.expire(now, &mut self.mux);
             if n > 0 {
@@ -233,10 +235,11 @@ impl Ap {
         self.transmit(now);
         // The medium's state for the idle release, as the engine's
         // hold-while-busy reads it: bytes still queued on the frame sockets.
-        let busy = self
-            .out
-            .iter()
-            .any(|(s, _)| linux::socket::outq_bytes(s.as_raw_fd()).unwrap_or(0) > 0);
+        let busy = medium_busy
+            || self
+                .out
+                .iter()
+                .any(|(s, _)| linux::socket::outq_bytes(s.as_raw_fd()).unwrap_or(0) > 0);
         if busy != self.busy {
             self.busy = busy;
             self.mux.set_link_busy(now, busy);
@@ -347,8 +350,12 @@ impl Daemon {
 
     /// Called on every wakeup: leases, the frame deadline, frames out.
     pub(super) fn ap_poll(&mut self, now: Micros) {
+        // On a radio whose driver frees frames before they are sent (a tap,
+        // the lab's ns-3 air) the sockets' backlog never shows a busy
+        // medium; with a medium-aware link mode the `[medium]` sources do.
+        let medium_busy = self.hold_while_busy() && self.link_busy;
         if let Some(ap) = self.ap.as_mut() {
-            ap.poll(now);
+            ap.poll(now, medium_busy);
         }
     }
 
