@@ -20,6 +20,7 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
 pub mod downlink;
+pub mod gateway;
 
 // ---------------------------------------------------------------------------
 // Schema
@@ -47,6 +48,9 @@ pub struct Config {
     /// `[station]`: downlink demultiplexer role (issue 14).
     #[serde(default)]
     pub station: downlink::StationSection,
+    /// `[gateway]`: voice-adaptive gateway pacer role (issue 12).
+    #[serde(default)]
+    pub gateway: gateway::GatewaySection,
     /// `[[class]]`: classifier rules, first match wins.
     #[serde(default, rename = "class", skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ClassSection>,
@@ -737,6 +741,8 @@ pub struct Plan {
     pub ap: Option<downlink::ApPlan>,
     /// `[station]`, validated (None: role off).
     pub station: Option<downlink::StationPlan>,
+    /// `[gateway]`, validated (None: role off).
+    pub gateway: Option<gateway::GatewayPlan>,
 }
 
 impl Plan {
@@ -1244,6 +1250,7 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
     check_medium(&at, &config)?;
     let ap = downlink::check_ap(&at, &config)?;
     let station = downlink::check_station(&at, &config)?;
+    let gateway = gateway::check_gateway(&at, &config)?;
 
     // Classes.
     let mut rules = Vec::new();
@@ -1489,6 +1496,7 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
         prometheus,
         ap,
         station,
+        gateway,
         config,
     })
 }
@@ -1694,6 +1702,7 @@ pub fn known_keys() -> Vec<String> {
     c.station.interface = Some("wlan0".into());
     c.station.ap = Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
     c.station.ports = Some(Spec::Str("auto".into()));
+    c.gateway.interface = Some("mesh0".into());
     c.classes.push(ClassSection {
         class: ClassCfg::Bundle,
         protocol: Some(Spec::Str("udp".into())),
