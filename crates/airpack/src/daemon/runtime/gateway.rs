@@ -78,6 +78,8 @@ struct Flow {
     /// Class bytes at the last read and when they last moved.
     bytes: u64,
     moved_at: Micros,
+    /// Its queue's drops at the last read.
+    dropped: u64,
     /// FIN or RST seen.
     closing: bool,
 }
@@ -113,6 +115,9 @@ pub(super) struct Gateway {
     flows_expired: u64,
     flows_closed: u64,
     tc_skipped: u64,
+    /// Queue drops of the classes of flows already forgotten (the counter
+    /// stays monotonic when a class is removed).
+    retired_flow_drops: u64,
     socket_drops: u64,
     ignored: Ignored,
     buf: Vec<u8>,
@@ -244,6 +249,7 @@ impl Gateway {
             flows_expired: 0,
             flows_closed: 0,
             tc_skipped: 0,
+            retired_flow_drops: 0,
             socket_drops: 0,
             ignored: Ignored::default(),
             buf: vec![0; BUF],
@@ -411,6 +417,7 @@ impl Gateway {
             key,
             bytes: 0,
             moved_at: now,
+            dropped: 0,
             closing: false,
         });
         self.index.insert(key, slot);
@@ -467,6 +474,7 @@ impl Gateway {
                         f.bytes = c.bytes;
                         f.moved_at = now;
                     }
+                    f.dropped = c.dropped;
                 }
             }
             let quiet = now.saturating_sub(f.moved_at);
@@ -477,6 +485,7 @@ impl Gateway {
             };
             if gone {
                 let key = f.key;
+                self.retired_flow_drops += f.dropped;
                 if f.closing {
                     self.flows_closed += 1;
                 } else {
@@ -548,9 +557,8 @@ impl Gateway {
     pub(super) fn json(&self) -> Value {
         let report = self.tc.as_ref().map(|t| t.report()).unwrap_or_default();
         let class = |m: u16| report.classes.get(&m).copied().unwrap_or_default();
-        let flows_dropped: u64 = (0..self.slots.len())
-            .map(|s| class(htb::FLOW_BASE + s as u16).dropped)
-            .sum();
+        let flows_dropped: u64 =
+            self.retired_flow_drops + self.slots.iter().flatten().map(|f| f.dropped).sum::<u64>();
         let decisions: serde_json::Map<String, Value> = BAND_NAMES
             .iter()
             .zip(self.decisions)
