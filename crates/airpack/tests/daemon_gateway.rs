@@ -531,3 +531,67 @@ fn bench_gateway_htb_precision() {
         drop(d);
     }
 }
+
+/// Odd input with real kernel TCP: more flows than the table holds (the
+/// extra ones are paced in the shared class, counted, and still complete
+/// byte-exact), and RTCP for a call the gateway never saw (counted, ignored).
+#[test]
+fn gateway_flow_table_is_bounded_and_forged_rtcp_is_ignored() {
+    if !can_run("gateway_flow_table_is_bounded_and_forged_rtcp_is_ignored") {
+        return;
+    }
+    let mut net = Net::new("gwb");
+    let srv = net.ns("srv");
+    let gwn = net.ns("gw");
+    let mob = net.ns("mob");
+    net.link(&srv, "s0", "10.77.1.2/24", &gwn, "wired0", "10.77.1.1/24");
+    net.link(&gwn, "mesh0", "10.77.2.1/24", &mob, "m0", "10.77.2.2/24");
+    net.ip(&srv, &["route", "add", "default", "via", "10.77.1.1"]);
+    net.ip(&mob, &["route", "add", "default", "via", "10.77.2.1"]);
+    let d = net.daemon(
+        &gwn,
+        "[daemon]\ntun = \"apgw0\"\n[gateway]\nenabled = true\ninterface = \"mesh0\"\n\
+         period_ms = 200\ninitial_rate_kbps = 20000\nmax_flows = 2\n",
+        &[],
+    );
+    // Forged RTCP (a receiver report from a "phone" with no call), upstream.
+    in_ns(&mob, || {
+        let s = UdpSocket::bind(format!("{MOB}:16391")).unwrap();
+        // RR without blocks + SDES with a CNAME: a valid compound packet.
+        let rr = [
+            0x80u8, 201, 0, 1, 0xde, 0xad, 0xbe, 0xef, 0x81, 202, 0, 2, 0xde, 0xad, 0xbe, 0xef, 1,
+            1, b'x', 0,
+        ];
+        for _ in 0..3 {
+            s.send_to(&rr, format!("{SRV}:16401")).unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+    // Four concurrent downloads (wired side connects into the mesh).
+    let transfers: Vec<_> = (0..4u16)
+        .map(|i| {
+            let (srv, mob) = (srv.clone(), mob.clone());
+            std::thread::spawn(move || {
+                tcp_transfer(&srv, &mob, MOB.parse().unwrap(), 6001 + i, 400_000)
+            })
+        })
+        .collect();
+    for t in transfers {
+        let (sent, got, same) = t.join().unwrap();
+        assert_eq!((sent, got, same), (400_000, 400_000, true), "byte-exact");
+    }
+    wait_until("the SYNs counted", Duration::from_secs(20), || {
+        let g = gw(&d);
+        g["flows"]["added"].as_u64().unwrap() + g["ignored"]["flow_table_full"].as_u64().unwrap()
+            >= 4
+    });
+    let g = gw(&d);
+    assert_eq!(g["flows"]["added"], 2, "{g}");
+    assert_eq!(g["ignored"]["flow_table_full"], 2, "{g}");
+    assert!(g["flows_paced"].as_u64().unwrap() <= 2, "{g}");
+    assert_eq!(g["observed"]["rtcp_up"], 3, "{g}");
+    assert_eq!(g["ignored"]["rtcp_unknown_call"], 3, "{g}");
+    assert_eq!(g["calls"], 0, "RTCP creates no call: {g}");
+    assert_eq!(g["tc"]["failures"], 0, "{g}");
+}

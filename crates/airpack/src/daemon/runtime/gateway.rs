@@ -402,7 +402,9 @@ impl Gateway {
             }
             return;
         }
-        if !syn || rst || fin {
+        // Only a connection's first SYN (no ACK) opens a flow: its SYN-ACK
+        // then finds it, and a SYN-ACK alone does not count twice.
+        if !syn || rst || fin || flags & 0x10 != 0 {
             return;
         }
         if !self.paced(&key, p) {
