@@ -39,6 +39,9 @@ pub struct Captured {
     pub wire_len: usize,
     /// The host sent it (out of the interface) rather than received it.
     pub outgoing: bool,
+    /// When the kernel saw it (CLOCK_REALTIME, ns; `SO_TIMESTAMPNS`), if
+    /// the kernel said.
+    pub kernel_ns: Option<u64>,
 }
 
 impl PacketSocket {
@@ -90,6 +93,21 @@ impl PacketSocket {
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
+        // Arrival times from the kernel: the daemon may read late.
+        let one: libc::c_int = 1;
+        // SAFETY: setsockopt with an int.
+        let r = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
         // SAFETY: zeroed sockaddr_ll is a valid value; fields set below.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -111,28 +129,46 @@ impl PacketSocket {
 
     /// Reads one packet (`WouldBlock` when none is queued).
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Captured> {
-        // SAFETY: zeroed sockaddr_ll is valid; recvfrom fills it.
+        // SAFETY: zeroed sockaddr_ll is valid; recvmsg fills it.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        let mut alen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-        // SAFETY: buf and sll are valid for the lengths given.
-        let n = unsafe {
-            libc::recvfrom(
-                self.fd.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_TRUNC,
-                (&mut sll as *mut libc::sockaddr_ll).cast(),
-                &mut alen,
-            )
+        // Room for one SCM_TIMESTAMPNS (a timespec), aligned for cmsghdr.
+        let mut control = [0u64; 8];
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
         };
+        // SAFETY: zeroed msghdr is valid; fields set below.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&mut sll as *mut libc::sockaddr_ll).cast();
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: every pointer in msg is valid for its length.
+        let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_TRUNC) };
         if n < 0 {
             return Err(io::Error::last_os_error());
+        }
+        let mut kernel_ns = None;
+        // SAFETY: walking the control messages recvmsg wrote, with the libc macros.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                    let ts: libc::timespec =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
+                    kernel_ns = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
         }
         let wire_len = n as usize;
         Ok(Captured {
             len: wire_len.min(buf.len()),
             wire_len,
             outgoing: sll.sll_pkttype == libc::PACKET_OUTGOING,
+            kernel_ns,
         })
     }
 

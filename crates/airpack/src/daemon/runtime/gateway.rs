@@ -279,6 +279,12 @@ impl Gateway {
 
     /// Reads what one socket has queued (bounded).
     fn read(&mut self, token: u64) {
+        // Kernel timestamps are CLOCK_REALTIME; the VPM's clock is the
+        // monotonic one: one offset per wakeup.
+        let mono = monotonic_micros();
+        let real = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
         for _ in 0..RX_BATCH {
             let sock = if token == TOK_GW_VOICE {
                 &self.voice_sock
@@ -294,8 +300,12 @@ impl Gateway {
                     return;
                 }
             };
-            // Per packet: one clock read (arrival time for the jitter and late-loss estimate).
-            let now = monotonic_micros();
+            // Arrival time (jitter and late loss): when the kernel saw the
+            // packet, not when the daemon read it; never after `mono`.
+            let now = match c.kernel_ns {
+                Some(ns) => mono.saturating_sub(real.saturating_sub(ns / 1000)),
+                None => monotonic_micros(),
+            };
             if token == TOK_GW_VOICE {
                 self.on_voice(c.len, c.wire_len, c.outgoing, now);
             } else {
@@ -545,11 +555,12 @@ impl Gateway {
         }
     }
 
-    /// Stops the tc thread and removes the HTB tree.
+    /// Stops the tc thread and removes the HTB tree (once).
     fn stop(&mut self) {
-        if let Some(tc) = self.tc.take() {
-            tc.stop();
-        }
+        let Some(tc) = self.tc.take() else {
+            return;
+        };
+        tc.stop();
         if let Err(e) = htb::run_batch(&htb::teardown_script(&self.plan.interface)) {
             warn!(interface = %self.plan.interface, "removing the gateway's HTB qdisc: {e}");
         }
@@ -624,6 +635,14 @@ impl Gateway {
                 "last_error": report.last_error,
             },
         })
+    }
+}
+
+impl Drop for Gateway {
+    /// A start that fails after the gateway was set up (steering, say)
+    /// leaves no qdisc behind.
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
