@@ -347,6 +347,15 @@ impl Vpm {
             .and_then(|c| c.quality(&self.cfg, now_us))
     }
 
+    /// Calls with a MOS now (heard within the window): how many calls the
+    /// network MOS is taken over.
+    pub fn active_calls(&self, now_us: u64) -> usize {
+        self.calls
+            .values()
+            .filter(|c| c.quality(&self.cfg, now_us).is_some())
+            .count()
+    }
+
     /// The network's voice quality now: the configured percentile of active
     /// calls' MOS (`None` without an active call). Expires idle calls.
     pub fn network_mos(&mut self, now_us: u64) -> Option<f64> {

@@ -206,6 +206,12 @@ fn network_mos_is_the_worst_or_a_percentile_and_calls_expire() {
         .collect();
     assert!(m[0] > m[1] && m[1] > m[2], "{m:?}");
     assert_eq!(v.network_mos(now), Some(m[2]));
+    assert_eq!(v.active_calls(now), 3);
+    assert_eq!(
+        v.active_calls(now + 2 * cfg.window_us),
+        0,
+        "silent over the window"
+    );
     cfg.percentile = 0.5;
     let mut median = Vpm::new(cfg);
     for (n, every) in [(1u8, 0u32), (2, 20), (3, 10)] {

@@ -21,6 +21,7 @@ use std::path::PathBuf;
 
 mod address;
 pub mod downlink;
+pub mod gateway;
 mod load;
 #[cfg(test)]
 mod tests;
@@ -57,6 +58,9 @@ pub struct Config {
     /// `[station]`: downlink demultiplexer role (issue 14).
     #[serde(default)]
     pub station: downlink::StationSection,
+    /// `[gateway]`: voice-adaptive gateway pacer role (issue 12).
+    #[serde(default)]
+    pub gateway: gateway::GatewaySection,
     /// `[[class]]`: classifier rules, first match wins.
     #[serde(default, rename = "class", skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<ClassSection>,
@@ -535,6 +539,7 @@ pub fn known_keys() -> Vec<String> {
     c.station.interface = Some("wlan0".into());
     c.station.ap = Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
     c.station.ports = Some(Spec::Str("auto".into()));
+    c.gateway.interface = Some("mesh0".into());
     c.classes.push(ClassSection {
         class: ClassCfg::Bundle,
         protocol: Some(Spec::Str("udp".into())),

@@ -185,6 +185,24 @@ pub const META: &[Meta] = &[
     m("link_busy", G, "1 while the link is busy (link_mode hold-while-busy)."),
     renamed("links.up", "link_up", G, "1 if the configured interface is up, 0 if down."),
     renamed("info", "info", G, "Always 1; the labels say the daemon's version, mode and link mode."),
+    // The gateway role (`[gateway]`, when enabled).
+    m("gateway.network_mos", G, "Gateway: the network's voice MOS (worst or configured percentile of active calls; absent without a call)."),
+    m("gateway.calls", G, "Gateway: calls in the Voice Protection Module's table."),
+    m("gateway.calls_with_mos", G, "Gateway: calls with a MOS now (heard within the window)."),
+    m("gateway.tcp_rate_bps", G, "Gateway: total TCP rate the controller allows into the mesh, bit/s."),
+    m("gateway.tcp_share_bps", G, "Gateway: each active paced flow's share, bit/s."),
+    m("gateway.htb_tcp_rate_bps", G, "Gateway: the TCP aggregate class's rate as the kernel reports it, bit/s."),
+    map("gateway.decisions", "band", "Gateway: rate controller steps, by the band the MOS fell in."),
+    m("gateway.flows_paced", G, "Gateway: TCP flows with their own paced class now."),
+    m("gateway.flows_active", G, "Gateway: paced flows (the shared class counting as one) that moved bytes in the last two periods."),
+    map("gateway.flows", "event", "Gateway: paced flows added, closed (FIN/RST) and expired (idle)."),
+    map("gateway.observed", "kind", "Gateway: packets observed on the mesh interface, by kind and direction."),
+    map("gateway.ignored", "reason", "Gateway: observed packets not used, by reason."),
+    map("gateway.dropped", "reason", "Gateway: packets dropped by the pacer's kernel queues, and observation copies the kernel dropped, by reason."),
+    m("gateway.tc.updates", C, "Gateway: tc update scripts run."),
+    m("gateway.tc.reads", C, "Gateway: tc class counter reads."),
+    m("gateway.tc.failures", C, "Gateway: tc scripts or reads that failed."),
+    m("gateway.tc.skipped", C, "Gateway: periods whose state was not handed to the tc thread (still busy)."),
 ];
 
 /// Values of the stats document's top level or a peer only.
@@ -355,7 +373,7 @@ impl Exposition {
         if let Some(t) = doc.get("total") {
             self.walk("", "", &[], t);
         }
-        for k in ["accounting", "queued", "tun"] {
+        for k in ["accounting", "queued", "tun", "gateway"] {
             if let Some(v) = doc.get(k) {
                 self.walk(k, "", &[], v);
             }

@@ -540,12 +540,51 @@ pub fn human_stats(doc: &Value) -> String {
             fmt(a.pointer("/before_daemon/rx_queue_drops")),
         ));
     }
+    if let Some(g) = doc.get("gateway") {
+        out.push_str(&gateway_lines(g));
+    }
     if let Some(note) = match_note(doc) {
         out.push('\n');
         out.push_str(&note);
         out.push('\n');
     }
     out
+}
+
+/// The gateway role's lines of `airpack stats` (`[gateway]`).
+fn gateway_lines(g: &Value) -> String {
+    let n = |p: &str| g.pointer(p).map_or("-".to_owned(), |v| v.to_string());
+    let map = |p: &str| -> String {
+        match g.pointer(p) {
+            Some(Value::Object(m)) => m
+                .iter()
+                .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            _ => String::new(),
+        }
+    };
+    let mos = g
+        .get("network_mos")
+        .and_then(Value::as_f64)
+        .map_or("none".to_owned(), |m| format!("{m:.2}"));
+    format!(
+        "\ngateway ({}):\n  network MOS {mos} over {} calls ({} tracked) | TCP rate {} bit/s (kernel {}), share {} | last band {}\n  decisions: {}\n  flows: paced {} active {} | {}\n  dropped: {}\n  ignored: {}\n",
+        g.get("interface").and_then(Value::as_str).unwrap_or("?"),
+        n("/calls_with_mos"),
+        n("/calls"),
+        n("/tcp_rate_bps"),
+        n("/htb_tcp_rate_bps"),
+        n("/tcp_share_bps"),
+        g.get("last_band").and_then(Value::as_str).unwrap_or("-"),
+        map("/decisions"),
+        n("/flows_paced"),
+        n("/flows_active"),
+        map("/flows"),
+        map("/dropped"),
+        map("/ignored"),
+    )
 }
 
 /// A human table of a peers JSON document (what `airpack peers` prints).

@@ -236,6 +236,8 @@ pub struct Plan {
     pub ap: Option<downlink::ApPlan>,
     /// `[station]`, validated (None: role off).
     pub station: Option<downlink::StationPlan>,
+    /// `[gateway]`, validated (None: role off).
+    pub gateway: Option<gateway::GatewayPlan>,
     /// The mesh key (`discovery.key`): when set, bundles carry an
     /// authentication trailer (`airpack_core::wire::sealed`) and unsealed
     /// or replayed bundles are refused.

@@ -148,6 +148,7 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
     check_medium(&at, &config)?;
     let ap = downlink::check_ap(&at, &config)?;
     let station = downlink::check_station(&at, &config)?;
+    let gateway = gateway::check_gateway(&at, &config)?;
 
     // Classes.
     let mut rules = Vec::new();
@@ -393,6 +394,7 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
         prometheus,
         ap,
         station,
+        gateway,
         bundle_key,
         config,
     })

@@ -47,6 +47,7 @@ mod bundle_auth;
 mod busy;
 mod datapath;
 mod discovery;
+mod gateway;
 mod lookups;
 mod peers;
 mod reload;
@@ -161,6 +162,8 @@ pub struct Daemon {
     station: Option<station::Station>,
     /// Bundle authentication (a mesh key is set).
     auth: Option<bundle_auth::BundleAuth>,
+    /// The voice-adaptive gateway pacer role (`[gateway]`), if enabled.
+    gateway: Option<gateway::Gateway>,
     tun_buf: Vec<u8>,
     tx_buf: Vec<u8>,
     rx_buf: Vec<u8>,
@@ -263,6 +266,13 @@ impl Daemon {
         for (fd, token) in station.iter().flat_map(|s| s.fds()) {
             poller.add(fd, token, Interest::READ)?;
         }
+        let gateway = match &plan.gateway {
+            Some(g) => Some(gateway::Gateway::open(g, d.bypass_mark, now)?),
+            None => None,
+        };
+        for (fd, token) in gateway.iter().flat_map(|g| g.fds()) {
+            poller.add(fd, token, Interest::READ)?;
+        }
 
         let links = d
             .interfaces
@@ -340,6 +350,7 @@ impl Daemon {
             ap,
             station,
             auth: auth_for(&plan),
+            gateway,
             tun_buf: vec![0; BUF],
             tx_buf: vec![0; BUF],
             rx_buf: vec![0; BUF],
@@ -395,6 +406,7 @@ impl Daemon {
                     t if discovery::Discovery::owns(t) => self.on_hello(t, now),
                     t if ap::Ap::owns(t) => self.on_ap_registration(t, now),
                     t if station::Station::owns(t) => self.on_station(t, now),
+                    t if gateway::Gateway::owns(t) => self.on_gateway(t),
                     t if t >= TOK_CONN_BASE => {
                         let slot = (t - TOK_CONN_BASE) as usize;
                         if let Some(req) = self.control.ready(&self.poller, slot, ev.writable) {
@@ -421,6 +433,7 @@ impl Daemon {
             self.discovery_poll(now);
             self.ap_poll(now);
             self.station_poll(now);
+            self.gateway_poll(now);
             self.update_busy(now);
             if self.engine.poll_timeout().is_some_and(|t| t <= now) {
                 self.engine.handle_timeout(now);
@@ -467,6 +480,7 @@ impl Daemon {
         for h in [
             self.ap.as_ref().and_then(|a| a.deadline()),
             self.station.as_ref().and_then(|s| s.deadline()),
+            self.gateway.as_ref().and_then(|g| g.deadline()),
         ]
         .into_iter()
         .flatten()
@@ -491,6 +505,7 @@ impl Daemon {
     fn shutdown(mut self) -> anyhow::Result<()> {
         info!("stopping: removing steering, flushing queued packets");
         self.station_stop();
+        self.gateway_stop();
         if let Some(st) = self.steering.take() {
             if let Err(e) = st.remove() {
                 error!("removing steering: {e}");

@@ -57,6 +57,8 @@ pub(super) struct Snapshot {
     discovery: Option<Value>,
     /// `stats`: the downlink roles' objects (`ap`, `station`), when enabled.
     downlink: Vec<(&'static str, Value)>,
+    /// `stats` and `/metrics`: the gateway role's object, when enabled.
+    gateway: Option<Value>,
 }
 
 impl Daemon {
@@ -142,6 +144,7 @@ impl Daemon {
                 .then(|| self.discovery.as_ref().map(|d| d.json(monotonic_micros())))
                 .flatten(),
             downlink: self.downlink_json(),
+            gateway: self.gateway.as_ref().map(|g| g.json()),
         }
     }
 
@@ -317,10 +320,22 @@ fn render(s: Snapshot, tun: Option<LinkStats>) -> (bool, Vec<u8>) {
             for (k, v) in &s.downlink {
                 head.insert((*k).into(), v.clone());
             }
-            stats::write_with_peers(&mut out, &head, s.peers.len(), |i| stats_peer(&s.peers[i]));
+            if let Some(g) = &s.gateway {
+                head.insert("gateway".into(), g.clone());
+            }
+            stats::write_with_peers(
+                &mut out,
+                &head,
+                s.peers.len(),
+                |i| stats_peer(&s.peers[i]),
+            );
         }
         Request::Metrics => {
-            let head = Value::Object(stats_head(&s, tun.as_ref()));
+            let mut head = stats_head(&s, tun.as_ref());
+            if let Some(g) = &s.gateway {
+                head.insert("gateway".into(), g.clone());
+            }
+            let head = Value::Object(head);
             out =
                 crate::daemon::metrics::render(&head, s.peers.iter().map(stats_peer)).into_bytes();
         }

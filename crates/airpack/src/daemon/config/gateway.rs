@@ -1,0 +1,501 @@
+//! `[gateway]`: the voice-adaptive gateway pacer role (issue 12, seed 003)
+//! in the daemon's configuration file, its checks and its validated form
+//! ([`GatewayPlan`]) for the runtime.
+//!
+//! Owns: the section's keys, defaults and error messages, and the two rule
+//! lists `[[gateway.voice]]` (which packets are voice: observed for the
+//! Voice Protection Module and put in the priority class) and
+//! `[[gateway.tcp]]` (which TCP is paced). Rules have the fields of a
+//! `[[class]]` rule without `class` and `mark`, and are checked by the same
+//! helpers into the same types (the core's [`Rule`] for the daemon's own
+//! matching, the kernel [`Match`] for the classic BPF programs).
+//!
+//! Must not touch: the other sections, sockets, the kernel. The role may run
+//! alone (no `[[peer]]`) or beside the others.
+
+use super::{spec_protocol, spec_range, valid_ifname, Config, Located, Spec};
+use crate::linux::Match;
+use airpack_core::engine::{Rule, TrafficClass};
+use airpack_core::gateway::rate::RateConfig;
+use airpack_voice::vpm::VpmConfig;
+use serde::{Deserialize, Serialize};
+use std::ops::RangeInclusive;
+
+/// One `[[gateway.voice]]` / `[[gateway.tcp]]` rule; every present field
+/// must match (the fields of a `[[class]]` rule, without `class` and `mark`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayRule {
+    /// udp | tcp | a number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<Spec>,
+    /// Either port in range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<Spec>,
+    /// Source port range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src_ports: Option<Spec>,
+    /// Destination port range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_ports: Option<Spec>,
+    /// DSCP value or range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dscp: Option<Spec>,
+    /// Packet length range in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub len: Option<Spec>,
+    /// 4 or 6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u8>,
+}
+
+/// `[gateway]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewaySection {
+    /// Run the gateway role.
+    pub enabled: bool,
+    /// Interface facing the mesh (voice observed there, TCP paced out of it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// Rate of the interface's root class (Mbit/s): the ceiling of voice and
+    /// of traffic that is neither voice nor paced TCP.
+    pub link_rate_mbps: f64,
+    /// Rate controller period, ms.
+    pub period_ms: u64,
+    /// TCP rate at start, kbit/s.
+    pub initial_rate_kbps: u64,
+    /// Lowest TCP rate, kbit/s.
+    pub min_rate_kbps: u64,
+    /// Highest TCP rate, kbit/s.
+    pub max_rate_kbps: u64,
+    /// MOS at or above which the rate grows by `r_good`.
+    pub q_good: f64,
+    /// MOS at or above which (below `q_good`) the rate grows by `r_fair`.
+    pub q_fair: f64,
+    /// MOS at or above which (below `q_fair`) the rate holds.
+    pub q_poor: f64,
+    /// MOS at or above which (below `q_poor`) the rate falls by `r_poor`;
+    /// below it, by `r_choke`.
+    pub q_choke: f64,
+    /// Adjustment in the good band (0.05 = +5 %).
+    pub r_good: f64,
+    /// Adjustment in the fair band.
+    pub r_fair: f64,
+    /// Adjustment in the poor band (negative).
+    pub r_poor: f64,
+    /// Adjustment in the choke band (negative).
+    pub r_choke: f64,
+    /// Sliding window of the per-call loss and of "active call", ms.
+    pub mos_window_ms: u64,
+    /// Which call's MOS is the network's: 0 = the worst, 0.5 = the median.
+    pub mos_percentile: f64,
+    /// Playout buffer assumed at the listener, ms (later packets are lost).
+    pub playout_ms: f64,
+    /// One-way delay outside the mesh added to the E-model delay, ms.
+    pub wired_delay_ms: f64,
+    /// Most calls tracked.
+    pub max_calls: usize,
+    /// A call silent this long is forgotten, ms.
+    pub call_idle_ms: u64,
+    /// Most paced TCP flows with their own class; more share one class.
+    pub max_flows: usize,
+    /// A paced flow whose class moved no byte this long is forgotten, ms.
+    pub flow_idle_ms: u64,
+    /// Packets each paced flow's queue holds (kernel pfifo limit).
+    pub flow_queue_packets: u32,
+    /// `[[gateway.voice]]`: voice packets (observed, priority class).
+    pub voice: Vec<GatewayRule>,
+    /// `[[gateway.tcp]]`: TCP that is paced (protocol tcp is implied).
+    pub tcp: Vec<GatewayRule>,
+}
+
+/// Default voice rule: UDP in the usual RTP/RTCP port range.
+pub fn default_voice() -> Vec<GatewayRule> {
+    vec![GatewayRule {
+        protocol: Some(Spec::Str("udp".into())),
+        ports: Some(Spec::Str("16384-32767".into())),
+        ..GatewayRule::default()
+    }]
+}
+
+/// Default TCP rule: every TCP flow.
+pub fn default_tcp() -> Vec<GatewayRule> {
+    vec![GatewayRule {
+        protocol: Some(Spec::Str("tcp".into())),
+        ..GatewayRule::default()
+    }]
+}
+
+impl Default for GatewaySection {
+    fn default() -> Self {
+        let r = RateConfig::default();
+        let v = VpmConfig::default();
+        GatewaySection {
+            enabled: false,
+            interface: None,
+            link_rate_mbps: 1000.0,
+            period_ms: 1000,
+            initial_rate_kbps: 1000,
+            min_rate_kbps: 64,
+            max_rate_kbps: 100_000,
+            q_good: r.q_good,
+            q_fair: r.q_fair,
+            q_poor: r.q_poor,
+            q_choke: r.q_choke,
+            r_good: r.r_good,
+            r_fair: r.r_fair,
+            r_poor: r.r_poor,
+            r_choke: r.r_choke,
+            mos_window_ms: v.window_us / 1000,
+            mos_percentile: v.percentile,
+            playout_ms: v.playout_ms,
+            wired_delay_ms: v.wired_delay_ms,
+            max_calls: 1024,
+            call_idle_ms: v.idle_timeout_us / 1000,
+            max_flows: 64,
+            flow_idle_ms: 10_000,
+            flow_queue_packets: 64,
+            voice: default_voice(),
+            tcp: default_tcp(),
+        }
+    }
+}
+
+/// The validated `[gateway]`.
+#[derive(Clone, Debug)]
+pub struct GatewayPlan {
+    /// Interface facing the mesh.
+    pub interface: String,
+    /// Root class rate, bit/s.
+    pub link_rate_bps: u64,
+    /// The rate controller's settings (rates in bit/s, period in µs).
+    pub rate: RateConfig,
+    /// The Voice Protection Module's settings.
+    pub vpm: VpmConfig,
+    /// Voice rules, for the daemon's own matching.
+    pub voice_rules: Vec<Rule>,
+    /// Voice rules, for the classic BPF programs (all `steer`).
+    pub voice_matches: Vec<Match>,
+    /// TCP rules (protocol 6 forced), for the daemon's matching of SYNs.
+    pub tcp_rules: Vec<Rule>,
+    /// TCP rules, for the kernel filter of TCP outside the flow table.
+    pub tcp_matches: Vec<Match>,
+    /// Most flows with their own class.
+    pub max_flows: usize,
+    /// Flow idle timeout, µs.
+    pub flow_idle_us: u64,
+    /// Per-flow queue, packets.
+    pub flow_queue_packets: u32,
+}
+
+/// Most paced flows with their own class (one HTB class and one filter each).
+pub const MAX_FLOWS: usize = 4096;
+
+fn rule(
+    at: &Located<'_>,
+    section: &str,
+    i: usize,
+    r: &GatewayRule,
+    force_tcp: bool,
+) -> anyhow::Result<(Rule, Match)> {
+    let e = |key: &str, m: String| at.err(section, i, key, m);
+    let version = match r.version {
+        None => None,
+        Some(v @ (4 | 6)) => Some(v),
+        Some(v) => return Err(e("version", format!("{v} must be 4 or 6"))),
+    };
+    let mut protocol = r
+        .protocol
+        .as_ref()
+        .map(spec_protocol)
+        .transpose()
+        .map_err(|m| e("protocol", m))?;
+    if force_tcp {
+        match protocol {
+            None | Some(6) => protocol = Some(6),
+            Some(p) => return Err(e("protocol", format!("{p}: only TCP is paced"))),
+        }
+    }
+    let port = |key: &str, s: &Option<Spec>| -> anyhow::Result<Option<RangeInclusive<u16>>> {
+        s.as_ref()
+            .map(|s| spec_range(s, 65_535).map(|r| *r.start() as u16..=*r.end() as u16))
+            .transpose()
+            .map_err(|m| e(key, m))
+    };
+    let ports = port("ports", &r.ports)?;
+    let src_ports = port("src_ports", &r.src_ports)?;
+    let dst_ports = port("dst_ports", &r.dst_ports)?;
+    if (ports.is_some() || src_ports.is_some() || dst_ports.is_some())
+        && !matches!(protocol, Some(6 | 17 | 132 | 136 | 33))
+    {
+        return Err(e(
+            "protocol",
+            "port matches need protocol = \"udp\" or \"tcp\"".into(),
+        ));
+    }
+    let dscp = r
+        .dscp
+        .as_ref()
+        .map(|s| spec_range(s, 63).map(|r| *r.start() as u8..=*r.end() as u8))
+        .transpose()
+        .map_err(|m| e("dscp", m))?;
+    let len = r
+        .len
+        .as_ref()
+        .map(|s| spec_range(s, 65_535).map(|r| *r.start() as usize..=*r.end() as usize))
+        .transpose()
+        .map_err(|m| e("len", m))?;
+    let m = Match {
+        steer: true,
+        protocol,
+        ports: ports.as_ref().map(|r| (*r.start(), *r.end())),
+        src_ports: src_ports.as_ref().map(|r| (*r.start(), *r.end())),
+        dst_ports: dst_ports.as_ref().map(|r| (*r.start(), *r.end())),
+        dscp: dscp.as_ref().map(|r| (*r.start(), *r.end())),
+        len: len.as_ref().map(|r| (*r.start() as u16, *r.end() as u16)),
+        version,
+        mark: None,
+    };
+    let rule = Rule {
+        class: TrafficClass::Bundle,
+        version,
+        protocol,
+        src_ports,
+        dst_ports,
+        ports,
+        dscp,
+        len,
+        mark: None,
+    };
+    Ok((rule, m))
+}
+
+/// `[gateway]` checks; `None` when the role is off.
+pub(super) fn check_gateway(
+    at: &Located<'_>,
+    config: &Config,
+) -> anyhow::Result<Option<GatewayPlan>> {
+    let g = &config.gateway;
+    if !g.enabled {
+        return Ok(None);
+    }
+    let e = |key: &str, m: String| at.err("gateway", 0, key, m);
+    let interface = match &g.interface {
+        Some(i) if valid_ifname(i) => i.clone(),
+        Some(i) => {
+            return Err(e(
+                "interface",
+                format!("{i:?} is not a valid interface name"),
+            ))
+        }
+        None => {
+            return Err(e(
+                "interface",
+                "required: the interface facing the mesh".into(),
+            ))
+        }
+    };
+    if interface == config.daemon.tun {
+        return Err(e(
+            "interface",
+            format!("{interface:?} is the TUN device itself"),
+        ));
+    }
+    if !(g.link_rate_mbps.is_finite() && (0.1..=100_000.0).contains(&g.link_rate_mbps)) {
+        return Err(e(
+            "link_rate_mbps",
+            format!("{} must be in 0.1-100000", g.link_rate_mbps),
+        ));
+    }
+    let link_rate_bps = (g.link_rate_mbps * 1e6).round() as u64;
+    if !(10..=3_600_000).contains(&g.period_ms) {
+        return Err(e(
+            "period_ms",
+            format!("{} must be in 10-3600000", g.period_ms),
+        ));
+    }
+    if g.min_rate_kbps == 0 {
+        return Err(e(
+            "min_rate_kbps",
+            "must be at least 1 (a paced class needs a rate)".into(),
+        ));
+    }
+    if g.min_rate_kbps > g.max_rate_kbps {
+        return Err(e(
+            "min_rate_kbps",
+            format!(
+                "{} is above max_rate_kbps {}",
+                g.min_rate_kbps, g.max_rate_kbps
+            ),
+        ));
+    }
+    if g.max_rate_kbps.saturating_mul(1000) > link_rate_bps {
+        return Err(e(
+            "max_rate_kbps",
+            format!(
+                "{} kbit/s is above link_rate_mbps {}",
+                g.max_rate_kbps, g.link_rate_mbps
+            ),
+        ));
+    }
+    if !(g.min_rate_kbps..=g.max_rate_kbps).contains(&g.initial_rate_kbps) {
+        return Err(e(
+            "initial_rate_kbps",
+            format!(
+                "{} must be in min_rate_kbps-max_rate_kbps ({}-{})",
+                g.initial_rate_kbps, g.min_rate_kbps, g.max_rate_kbps
+            ),
+        ));
+    }
+    let rate = RateConfig {
+        q_good: g.q_good,
+        q_fair: g.q_fair,
+        q_poor: g.q_poor,
+        q_choke: g.q_choke,
+        r_good: g.r_good,
+        r_fair: g.r_fair,
+        r_hold: 0.0,
+        r_poor: g.r_poor,
+        r_choke: g.r_choke,
+        period_us: g.period_ms * 1000,
+        floor_bps: g.min_rate_kbps * 1000,
+        ceiling_bps: g.max_rate_kbps * 1000,
+        initial_bps: g.initial_rate_kbps * 1000,
+        restart_bps: g.min_rate_kbps * 1000,
+    };
+    use airpack_core::gateway::rate::RateConfigError as R;
+    match rate.validate() {
+        Ok(()) => {}
+        Err(R::Thresholds) => {
+            return Err(e(
+                "q_good",
+                format!(
+                    "thresholds must be finite and descending: q_good {} > q_fair {} > q_poor {} > q_choke {}",
+                    g.q_good, g.q_fair, g.q_poor, g.q_choke
+                ),
+            ))
+        }
+        Err(R::Adjustments) => {
+            return Err(e(
+                "r_good",
+                format!(
+                    "adjustments must be descending, r_good and r_fair >= 0, r_poor and r_choke in -1..=0: {} {} {} {}",
+                    g.r_good, g.r_fair, g.r_poor, g.r_choke
+                ),
+            ))
+        }
+        Err(R::Bounds) => return Err(e("period_ms", "invalid period or rate bounds".into())),
+    }
+    if !(100..=600_000).contains(&g.mos_window_ms) {
+        return Err(e(
+            "mos_window_ms",
+            format!("{} must be in 100-600000", g.mos_window_ms),
+        ));
+    }
+    if !(g.mos_percentile.is_finite() && (0.0..=1.0).contains(&g.mos_percentile)) {
+        return Err(e(
+            "mos_percentile",
+            format!("{} must be in 0-1 (0 = the worst call)", g.mos_percentile),
+        ));
+    }
+    for (key, v) in [
+        ("playout_ms", g.playout_ms),
+        ("wired_delay_ms", g.wired_delay_ms),
+    ] {
+        if !(v.is_finite() && (0.0..=10_000.0).contains(&v)) {
+            return Err(e(key, format!("{v} must be in 0-10000")));
+        }
+    }
+    if !(1..=65_536).contains(&g.max_calls) {
+        return Err(e(
+            "max_calls",
+            format!("{} must be in 1-65536", g.max_calls),
+        ));
+    }
+    if g.call_idle_ms < g.mos_window_ms {
+        return Err(e(
+            "call_idle_ms",
+            format!(
+                "{} must be at least mos_window_ms {}",
+                g.call_idle_ms, g.mos_window_ms
+            ),
+        ));
+    }
+    if !(1..=MAX_FLOWS).contains(&g.max_flows) {
+        return Err(e(
+            "max_flows",
+            format!("{} must be in 1-{MAX_FLOWS}", g.max_flows),
+        ));
+    }
+    if g.flow_idle_ms < 2 * g.period_ms {
+        return Err(e(
+            "flow_idle_ms",
+            format!(
+                "{} must be at least two periods ({} ms): idleness is read once per period",
+                g.flow_idle_ms,
+                2 * g.period_ms
+            ),
+        ));
+    }
+    if !(1..=100_000).contains(&g.flow_queue_packets) {
+        return Err(e(
+            "flow_queue_packets",
+            format!("{} must be in 1-100000", g.flow_queue_packets),
+        ));
+    }
+    if g.voice.is_empty() {
+        return Err(e("voice", "at least one [[gateway.voice]] rule".into()));
+    }
+    if g.tcp.is_empty() {
+        return Err(e("tcp", "at least one [[gateway.tcp]] rule".into()));
+    }
+    let mut voice_rules = Vec::new();
+    let mut voice_matches = Vec::new();
+    for (i, r) in g.voice.iter().enumerate() {
+        let (r, m) = rule(at, "gateway.voice", i, r, false)?;
+        if r.protocol != Some(17) {
+            return Err(at.err(
+                "gateway.voice",
+                i,
+                "protocol",
+                "voice rules must say protocol = \"udp\" (RTP and RTCP)",
+            ));
+        }
+        voice_rules.push(r);
+        voice_matches.push(m);
+    }
+    let mut tcp_rules = Vec::new();
+    let mut tcp_matches = Vec::new();
+    for (i, r) in g.tcp.iter().enumerate() {
+        let (r, m) = rule(at, "gateway.tcp", i, r, true)?;
+        tcp_rules.push(r);
+        tcp_matches.push(m);
+    }
+    let vpm = VpmConfig {
+        max_calls: g.max_calls,
+        idle_timeout_us: g.call_idle_ms * 1000,
+        window_us: g.mos_window_ms * 1000,
+        percentile: g.mos_percentile,
+        playout_ms: g.playout_ms,
+        wired_delay_ms: g.wired_delay_ms,
+        ..VpmConfig::default()
+    };
+    Ok(Some(GatewayPlan {
+        interface,
+        link_rate_bps,
+        rate,
+        vpm,
+        voice_rules,
+        voice_matches,
+        tcp_rules,
+        tcp_matches,
+        max_flows: g.max_flows,
+        flow_idle_us: g.flow_idle_ms * 1000,
+        flow_queue_packets: g.flow_queue_packets,
+    }))
+}
+
+#[cfg(test)]
+#[path = "gateway_tests.rs"]
+mod tests;

@@ -1,0 +1,110 @@
+//! Tests of `[gateway]` parsing and validation.
+
+use super::super::parse;
+
+fn err(text: &str) -> String {
+    format!("{:#}", parse("t.toml", text, &[], &[]).unwrap_err())
+}
+
+const BASE: &str = "[gateway]\nenabled = true\ninterface = \"mesh0\"\n";
+
+#[test]
+fn defaults_are_the_seeds() {
+    let p = parse("t.toml", BASE, &[], &[]).unwrap();
+    let g = p.gateway.expect("gateway plan");
+    assert!(p.peers.is_empty());
+    assert_eq!(g.interface, "mesh0");
+    let r = g.rate;
+    assert_eq!(
+        (r.q_good, r.q_fair, r.q_poor, r.q_choke),
+        (3.9, 3.7, 3.6, 3.3)
+    );
+    assert_eq!(
+        (r.r_good, r.r_fair, r.r_poor, r.r_choke),
+        (0.05, 0.03, -0.10, -0.50)
+    );
+    assert_eq!(r.period_us, 1_000_000);
+    assert_eq!(
+        (r.floor_bps, r.initial_bps, r.ceiling_bps),
+        (64_000, 1_000_000, 100_000_000)
+    );
+    assert_eq!(g.voice_rules.len(), 1);
+    assert_eq!(g.voice_rules[0].protocol, Some(17));
+    assert_eq!(g.voice_rules[0].ports, Some(16_384..=32_767));
+    assert_eq!(g.tcp_rules[0].protocol, Some(6));
+    assert_eq!(g.vpm.window_us, 4_000_000);
+    assert_eq!(g.link_rate_bps, 1_000_000_000);
+    // Off by default.
+    assert!(parse("t.toml", "", &[], &[]).unwrap().gateway.is_none());
+}
+
+#[test]
+fn keys_and_rules_are_read() {
+    let p = parse(
+        "t.toml",
+        &format!(
+            "{BASE}period_ms = 250\nq_good = 4.0\nr_choke = -0.25\nmin_rate_kbps = 100\n\
+             initial_rate_kbps = 2000\nmos_window_ms = 1000\nmos_percentile = 0.5\n\
+             [[gateway.voice]]\nprotocol = \"udp\"\ndst_ports = \"5004-5005\"\n\
+             [[gateway.voice]]\nprotocol = 17\ndscp = 46\n\
+             [[gateway.tcp]]\nports = 80\n"
+        ),
+        &[],
+        &[],
+    )
+    .unwrap();
+    let g = p.gateway.unwrap();
+    assert_eq!(g.rate.period_us, 250_000);
+    assert_eq!((g.rate.q_good, g.rate.r_choke), (4.0, -0.25));
+    assert_eq!((g.rate.floor_bps, g.rate.initial_bps), (100_000, 2_000_000));
+    assert_eq!(g.vpm.window_us, 1_000_000);
+    assert_eq!(g.vpm.percentile, 0.5);
+    assert_eq!(g.voice_matches.len(), 2);
+    assert_eq!(g.voice_matches[0].dst_ports, Some((5004, 5005)));
+    assert_eq!(g.voice_matches[1].dscp, Some((46, 46)));
+    assert_eq!(g.tcp_rules.len(), 1);
+    assert_eq!(g.tcp_rules[0].protocol, Some(6), "tcp implied");
+    assert_eq!(g.tcp_rules[0].ports, Some(80..=80));
+}
+
+#[test]
+fn errors_name_the_key() {
+    let e = err("[gateway]\nenabled = true\n");
+    assert!(
+        e.contains("gateway.interface") && e.contains("required"),
+        "{e}"
+    );
+    let cases = [
+        ("q_fair = 4.5\n", "gateway.q_good"),
+        ("r_poor = 0.1\n", "gateway.r_good"),
+        ("period_ms = 1\n", "gateway.period_ms"),
+        ("min_rate_kbps = 0\n", "gateway.min_rate_kbps"),
+        ("initial_rate_kbps = 1\n", "gateway.initial_rate_kbps"),
+        ("max_rate_kbps = 2000000\n", "gateway.max_rate_kbps"),
+        ("mos_percentile = 2\n", "gateway.mos_percentile"),
+        ("max_flows = 0\n", "gateway.max_flows"),
+        ("flow_idle_ms = 100\n", "gateway.flow_idle_ms"),
+        ("call_idle_ms = 100\n", "gateway.call_idle_ms"),
+        ("link_rate_mbps = 0\n", "gateway.link_rate_mbps"),
+        ("bogus = 1\n", "gateway.bogus"),
+    ];
+    for (line, key) in cases {
+        let e = err(&format!("{BASE}{line}"));
+        assert!(e.contains(key), "{line}: {e}");
+    }
+    let e = err(&format!("{BASE}[[gateway.voice]]\nprotocol = \"tcp\"\n"));
+    assert!(e.contains("t.toml:5: key `gateway.voice.protocol`"), "{e}");
+    let e = err(&format!(
+        "{BASE}[[gateway.voice]]\nprotocol = \"udp\"\nports = \"9-1\"\n"
+    ));
+    assert!(
+        e.contains("gateway.voice.ports") && e.contains("empty"),
+        "{e}"
+    );
+    let e = err(&format!("{BASE}[[gateway.tcp]]\nprotocol = \"udp\"\n"));
+    assert!(e.contains("gateway.tcp.protocol"), "{e}");
+    let e = err(&format!("{BASE}[[gateway.tcp]]\nmark = 1\n"));
+    assert!(e.contains("mark"), "{e}");
+    let e = err("[gateway]\nenabled = true\ninterface = \"airpack0\"\n");
+    assert!(e.contains("TUN"), "{e}");
+}
