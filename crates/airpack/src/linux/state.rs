@@ -87,6 +87,10 @@ pub struct RunState {
     pub control_socket: Option<PathBuf>,
     /// Changed sysctls, in change order, with their original values.
     pub sysctls: Vec<Sysctl>,
+    /// The interface whose root qdisc is the gateway role's HTB tree
+    /// (handle `1a0:`, `linux::htb`), while it is installed.
+    #[serde(default)]
+    pub htb: Option<String>,
 }
 
 fn ctx(path: &Path, e: io::Error) -> io::Error {
@@ -123,6 +127,7 @@ impl RunState {
             nft: false,
             control_socket: spec.state.as_ref().map(|f| f.control_socket.clone()),
             sysctls,
+            htb: None,
         })
     }
 
@@ -150,15 +155,18 @@ impl RunState {
                 return bad(format!("sysctl {}", p.display()));
             }
         }
-        let ifname = !self.tun.is_empty()
-            && !self.tun.starts_with('-')
-            && self.tun.len() < 16
-            && self
-                .tun
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-        if !ifname {
+        let ifname = |n: &str| {
+            !n.is_empty()
+                && !n.starts_with('-')
+                && n.len() < 16
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        };
+        if !ifname(&self.tun) {
             return bad(format!("TUN name {:?}", self.tun));
+        }
+        if let Some(dev) = self.htb.as_deref().filter(|d| !ifname(d)) {
+            return bad(format!("HTB interface {dev:?}"));
         }
         if let Some(sock) = &self.control_socket {
             if Files::for_socket(sock).state != path {
@@ -332,6 +340,24 @@ pub fn cleanup(path: &Path) -> io::Result<Actions> {
     if st.nft {
         remove_nft_table()?;
         done.push(format!("deleted nftables table inet {NFT_TABLE}"));
+    }
+    if let Some(dev) = &st.htb {
+        // The gateway's pacing tree: without its daemon it would keep TCP at
+        // the last rate. Gone already (interface deleted) is fine.
+        let handle = format!("{:x}:", super::htb::MAJOR);
+        let del = [
+            "tc",
+            "qdisc",
+            "del",
+            "dev",
+            dev.as_str(),
+            "root",
+            "handle",
+            handle.as_str(),
+        ];
+        if run_cmd(&del, None).is_ok() {
+            done.push(format!("deleted the gateway's HTB qdisc on {dev}"));
+        }
     }
     let tun_dev = Path::new("/sys/class/net").join(&st.tun);
     if tun_dev.join("tun_flags").exists() {

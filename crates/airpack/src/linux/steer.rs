@@ -270,6 +270,13 @@ impl Steering {
         }
     }
 
+    /// Records (or forgets, `None`) the interface holding the gateway role's
+    /// HTB tree, so `airpack cleanup` removes it after a crash.
+    pub fn record_htb(&mut self, dev: Option<String>) -> io::Result<()> {
+        self.record.htb = dev;
+        self.save()
+    }
+
     fn save(&self) -> io::Result<()> {
         match &self.spec.state {
             Some(f) => self.record.save(&f.state),

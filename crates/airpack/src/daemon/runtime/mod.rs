@@ -294,8 +294,13 @@ impl Daemon {
         if steer_auto {
             spec.interfaces = auto_interfaces(&plan, &mut resolver, tun.ifindex());
         }
-        let steering =
+        let mut steering =
             Steering::install(&spec).context("installing kernel steering (tcx egress programs)")?;
+        if let Some(g) = &plan.gateway {
+            steering
+                .record_htb(Some(g.interface.clone()))
+                .context("recording the gateway's qdisc in the state file")?;
+        }
         if spec.interfaces.is_empty() {
             warn!("no interface to steer yet (no route to any peer): nothing is aggregated until one appears");
         }

@@ -323,12 +323,7 @@ fn render(s: Snapshot, tun: Option<LinkStats>) -> (bool, Vec<u8>) {
             if let Some(g) = &s.gateway {
                 head.insert("gateway".into(), g.clone());
             }
-            stats::write_with_peers(
-                &mut out,
-                &head,
-                s.peers.len(),
-                |i| stats_peer(&s.peers[i]),
-            );
+            stats::write_with_peers(&mut out, &head, s.peers.len(), |i| stats_peer(&s.peers[i]));
         }
         Request::Metrics => {
             let mut head = stats_head(&s, tun.as_ref());
