@@ -34,6 +34,8 @@ const KEY: &str = "000102030405060708090a0b0c0d0e0f";
 const WIRED: Ipv4Addr = Ipv4Addr::new(10, 171, 0, 2);
 const AP_CELL: Ipv4Addr = Ipv4Addr::new(10, 172, 0, 1);
 const WAIT: Duration = Duration::from_secs(30);
+/// The AP's Prometheus listener (inside its namespace).
+const METRICS: u16 = 9464;
 
 fn station_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 172, 0, 11 + i as u8)
@@ -129,6 +131,23 @@ fn forwarded(p: &[u8]) -> Vec<u8> {
     q
 }
 
+/// `GET /metrics` from the listener on `port` inside `ns`.
+fn scrape(ns: &str, port: u16) -> String {
+    let resp = in_ns(ns, move || {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut s = String::new();
+        c.read_to_string(&mut s).unwrap();
+        s
+    })
+    .join()
+    .unwrap();
+    assert!(resp.starts_with("HTTP/1.0 200 OK"), "{resp}");
+    resp.split_once("\r\n\r\n").unwrap().1.to_owned()
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -208,7 +227,8 @@ fn send(ns: &str, i: usize, from: u32, n: u32) {
 
 fn ap_config() -> String {
     format!(
-        "[ap]\nenabled = true\ninterfaces = [\"cell\"]\nkey = \"{KEY}\"\nmax_lease_secs = 3\n\
+        "[daemon]\nprometheus = \"127.0.0.1:{METRICS}\"\n\
+         [ap]\nenabled = true\ninterfaces = [\"cell\"]\nkey = \"{KEY}\"\nmax_lease_secs = 3\n\
          idle_release = false\ninterval_ms = 1000\n"
     )
 }
@@ -343,10 +363,70 @@ fn ap_and_three_stations() {
         }
         let s = sd[i].stats();
         assert_eq!(s["station"]["packets"], N, "{s}");
+        assert_eq!(s["station"]["packets_written"], N, "{s}");
         assert_eq!(s["station"]["packets_for_others"], 2 * N, "{s}");
+        assert_eq!(s["station"]["lost_frames"], 0, "{s}");
+        // The station's frames and packets are in its accounting: every
+        // frame read was accepted, every extracted packet written.
+        let acc = &s["accounting"];
+        assert_eq!(acc["balanced"], true, "{s}");
+        let frames = s["station"]["frames"].as_u64().unwrap();
+        assert!(frames >= 1, "{s}");
+        assert_eq!(acc["receive_datagrams"]["in"], frames, "{s}");
+        assert_eq!(acc["receive"]["in"], N, "{s}");
+        assert_eq!(acc["receive"]["out"], N, "{s}");
+        let p = sd[i].peers();
+        assert_eq!(p["station"]["registered"], true, "{p}");
+        assert_eq!(p["station"]["streams"][0]["port"], port(i), "{p}");
     }
     let a = apd.stats();
     assert_eq!(a["ap"]["packets"], 3 * N, "{a}");
+    assert_eq!(a["ap"]["packets_in"], 3 * N, "{a}");
+    assert_eq!(a["ap"]["packets_pending"], 0, "{a}");
+    assert_eq!(a["ap"]["drops"]["queue_full"], 0, "{a}");
+    // The AP's packets are in the send-side identity: read from the TUN =
+    // multiplexed (out) + dropped + queued.
+    assert_eq!(a["accounting"]["send"]["balanced"], true, "{a}");
+    assert_eq!(a["accounting"]["send"]["out"], 3 * N, "{a}");
+    let by_reason: u64 = a["ap"]["frames_by_reason"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(Some(by_reason), a["ap"]["frames"].as_u64(), "{a}");
+    // `airpack peers` on the AP lists the three stations and their ports.
+    let p = apd.peers();
+    let stations = p["stations"].as_array().expect("stations list");
+    assert_eq!(stations.len(), 3, "{p}");
+    for i in 0..3 {
+        let s = stations
+            .iter()
+            .find(|s| s["station"] == station_ip(i).to_string())
+            .unwrap_or_else(|| panic!("station {i} missing: {p}"));
+        assert_eq!(s["streams"], 1, "{p}");
+        assert_eq!(s["runs"][0]["ports"], port(i).to_string(), "{p}");
+    }
+    let human = apd.cli(&["peers"]);
+    assert!(human.contains(&station_ip(1).to_string()), "{human}");
+    let human = apd.cli(&["stats"]);
+    assert!(
+        human.contains("ap:") && human.contains("stations=3"),
+        "{human}"
+    );
+    // The same counters in /metrics, every family documented.
+    let text = scrape(&ap, METRICS);
+    assert!(!text.contains("undocumented"), "{text}");
+    for line in [
+        "airpack_ap_stations 3\n".to_owned(),
+        format!("airpack_ap_packets_total {}\n", 3 * N),
+        format!("airpack_ap_packets_in_total {}\n", 3 * N),
+        "airpack_ap_drops_total{reason=\"queue_full\"} 0\n".to_owned(),
+        "airpack_ap_registrations_rejected_total{reason=\"bad_tag\"} 0\n".to_owned(),
+        "airpack_accounting_send_balanced 1\n".to_owned(),
+    ] {
+        assert!(text.contains(&line), "metrics lack {line:?}:\n{text}");
+    }
     // Frames carry several packets (they close when full: 1440 bytes).
     let frames = a["ap"]["frames"].as_u64().unwrap();
     assert!(frames >= 1 && frames < u64::from(3 * N), "{a}");
@@ -373,7 +453,7 @@ fn ap_and_three_stations() {
     .join()
     .unwrap();
     wait_until("forged registration counted", WAIT, || {
-        apd.stats()["ap"]["drops"]["registration_bad_tag"] == 1
+        apd.stats()["ap"]["registrations"]["rejected"]["bad_tag"] == 1
     });
     assert_eq!(apd.stats()["ap"]["streams"], 3);
 
@@ -427,7 +507,7 @@ fn ap_and_three_stations() {
     // Register ok (0x81), then unregister ok (0x83); the replay got nothing.
     assert_eq!(answers, [0x81, 0x83]);
     let a = apd.stats();
-    assert_eq!(a["ap"]["drops"]["registration_replay"], 1, "{a}");
+    assert_eq!(a["ap"]["registrations"]["rejected"]["replay"], 1, "{a}");
     assert_eq!(a["ap"]["registrations"]["unregistered"], 1, "{a}");
     assert_eq!(a["ap"]["stations"], 3, "{a}");
 
@@ -440,8 +520,8 @@ fn ap_and_three_stations() {
     .join()
     .unwrap();
     wait_until("foreign frame counted", WAIT, || {
-        sd[0].stats()["station"]["drops"]["not_from_ap"] == 1
-            && sd[2].stats()["station"]["drops"]["not_from_ap"] == 1
+        sd[0].stats()["station"]["drops"]["frames"]["not_from_ap"] == 1
+            && sd[2].stats()["station"]["drops"]["frames"]["not_from_ap"] == 1
     });
 
     // Station 2 dies without unregistering: its lease ends.
@@ -449,9 +529,7 @@ fn ap_and_three_stations() {
     wait_until("lease of the dead station expired", WAIT, || {
         let a = apd.stats();
         // Its stream leaves the mux too: it costs no airtime any more.
-        a["ap"]["stations"] == 2
-            && a["ap"]["streams"] == 2
-            && a["ap"]["registrations"]["expired"] == 1
+        a["ap"]["stations"] == 2 && a["ap"]["streams"] == 2 && a["ap"]["lease_expiries"] == 1
     });
     // Packets to the unregistered port are steered too (media_ports) but
     // passed back by the mux and forwarded unchanged: all arrive.

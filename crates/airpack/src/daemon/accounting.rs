@@ -57,6 +57,31 @@ pub struct Accounting {
     pub rx_queue_drops: u64,
 }
 
+/// Packets and datagrams of the downlink roles (`[ap]`, `[station]`) that
+/// join the identities: built on the event loop with the snapshot, added
+/// with [`Accounting::add`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Extra {
+    /// Send side: packets that left.
+    pub send_out: u64,
+    /// Send side: packets held now.
+    pub send_queued: u64,
+    /// Send side: packets dropped, by reason.
+    pub send_dropped: Vec<(String, u64)>,
+    /// Receive side: packets found (extracted).
+    pub receive_in: u64,
+    /// Receive side: packets written into the TUN.
+    pub receive_out: u64,
+    /// Receive side: packets dropped, by reason.
+    pub receive_dropped: Vec<(String, u64)>,
+    /// Datagrams read.
+    pub datagrams_in: u64,
+    /// Datagrams accepted.
+    pub datagrams_out: u64,
+    /// Datagrams dropped, by reason.
+    pub datagrams_dropped: Vec<(String, u64)>,
+}
+
 fn sum(v: &[(String, u64)]) -> u64 {
     v.iter().map(|(_, n)| n).sum()
 }
@@ -125,6 +150,21 @@ impl Accounting {
             tun_queue_drops,
             rx_queue_drops,
         }
+    }
+
+    /// Adds the downlink roles' packets and datagrams.
+    pub fn add(&mut self, e: &Extra) {
+        self.send_out += e.send_out;
+        self.send_queued += e.send_queued;
+        self.send_dropped.extend(e.send_dropped.iter().cloned());
+        self.receive_in += e.receive_in;
+        self.receive_out += e.receive_out;
+        self.receive_dropped
+            .extend(e.receive_dropped.iter().cloned());
+        self.datagrams_in += e.datagrams_in;
+        self.datagrams_out += e.datagrams_out;
+        self.datagrams_dropped
+            .extend(e.datagrams_dropped.iter().cloned());
     }
 
     /// Total of [`Accounting::send_dropped`].

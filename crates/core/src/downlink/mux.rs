@@ -121,6 +121,17 @@ impl UnicastReason {
         UnicastReason::TooLarge,
         UnicastReason::Unsupported,
     ];
+    /// Short snake-case name (statistics).
+    pub fn reason(self) -> &'static str {
+        match self {
+            UnicastReason::UnusualHeader => "unusual_header",
+            UnicastReason::Fragment => "fragment",
+            UnicastReason::BadUdp => "bad_udp",
+            UnicastReason::TtlExpired => "ttl_expired",
+            UnicastReason::TooLarge => "too_large",
+            UnicastReason::Unsupported => "unsupported",
+        }
+    }
 }
 
 /// Why queued packets were dropped.
@@ -141,6 +152,25 @@ pub enum FrameReason {
     Idle,
     /// [`Mux::flush`].
     Flush,
+}
+
+impl FrameReason {
+    /// All variants, in [`MuxStats::frames`] order.
+    pub const ALL: [FrameReason; 4] = [
+        FrameReason::Interval,
+        FrameReason::Size,
+        FrameReason::Idle,
+        FrameReason::Flush,
+    ];
+    /// Short snake-case name (statistics).
+    pub fn reason(self) -> &'static str {
+        match self {
+            FrameReason::Interval => "interval",
+            FrameReason::Size => "size",
+            FrameReason::Idle => "idle",
+            FrameReason::Flush => "flush",
+        }
+    }
 }
 
 /// Result of [`Mux::handle_packet`].

@@ -27,8 +27,8 @@ use super::Daemon;
 use crate::daemon::config::downlink::{ApPlan, Destination};
 use crate::linux::{self, mcast};
 use airpack_core::downlink::lease::LeaseTable;
-use airpack_core::downlink::mux::{Mux, UnicastReason, Verdict};
-use airpack_core::downlink::register::{self, Message, RegError, MAX_MESSAGE};
+use airpack_core::downlink::mux::{FrameReason, Mux, UnicastReason, Verdict};
+use airpack_core::downlink::register::{self, ErrorCode, Message, RegError, MAX_MESSAGE};
 use airpack_core::Micros;
 use serde_json::{json, Value};
 use std::io;
@@ -66,8 +66,13 @@ pub(super) struct Ap {
     requests: u64,
     answers: u64,
     reg_errors: u64,
+    /// Frame datagrams sent (one per frame and destination).
     frames_sent: u64,
     frame_send_errors: u64,
+    /// Packets of frames at least one destination took.
+    packets_out: u64,
+    /// Packets of frames no destination took (lost).
+    packets_send_failed: u64,
     frame_buf: Vec<u8>,
 }
 
@@ -124,6 +129,8 @@ impl Ap {
             reg_errors: 0,
             frames_sent: 0,
             frame_send_errors: 0,
+            packets_out: 0,
+            packets_send_failed: 0,
             frame_buf: vec![0; ap.mux.max_frame.max(2048)],
         })
     }
@@ -209,14 +216,23 @@ impl Ap {
     /// Sends every closed frame to each destination.
     fn transmit(&mut self, now: Micros) {
         while let Some(t) = self.mux.poll_transmit(now, &mut self.frame_buf) {
+            let mut taken = false;
             for (s, d) in &self.out {
                 match s.send_to(&self.frame_buf[..t.len], *d) {
-                    Ok(_) => self.frames_sent += 1,
+                    Ok(_) => {
+                        self.frames_sent += 1;
+                        taken = true;
+                    }
                     Err(e) => {
                         self.frame_send_errors += 1;
                         debug!("ap: frame to {d}: {e}");
                     }
                 }
+            }
+            if taken {
+                self.packets_out += t.packets as u64;
+            } else {
+                self.packets_send_failed += t.packets as u64;
             }
         }
     }
@@ -244,48 +260,98 @@ impl Ap {
         }
     }
 
-    /// The `ap` object of `airpack stats --json`.
+    /// The `ap` object of `airpack stats --json` (and of `/metrics`,
+    /// `airpack_ap_*`): every packet the mux took is multiplexed, pending,
+    /// or in `drops`; every registration message refused is in
+    /// `registrations.rejected`, by reason.
     pub(super) fn json(&self) -> Value {
         let m = self.mux.stats();
         let l = self.leases.stats();
         let unicast: serde_json::Map<String, Value> = UnicastReason::ALL
             .iter()
             .zip(m.unicast)
-            .map(|(r, v)| (format!("{r:?}").to_lowercase(), v.into()))
+            .map(|(r, v)| (r.reason().to_owned(), v.into()))
             .collect();
+        let frames: serde_json::Map<String, Value> = FrameReason::ALL
+            .iter()
+            .zip(m.frames)
+            .map(|(r, v)| (r.reason().to_owned(), v.into()))
+            .collect();
+        let mut rejected = serde_json::Map::new();
+        for (k, v) in [
+            ("malformed", self.drops.malformed),
+            ("unknown_key", self.drops.unknown_key),
+            ("bad_tag", self.drops.bad_tag),
+            ("replay", l.replays),
+            ("not_for_ap", l.ignored),
+        ] {
+            rejected.insert(k.into(), v.into());
+        }
+        for c in ErrorCode::ALL {
+            rejected.insert(c.reason().into(), l.errors_by_code[c.index()].into());
+        }
         json!({
             "stations": self.leases.active(),
             "streams": self.mux.streams(),
-            "frames": m.frames_sent(),
-            "frames_sent": self.frames_sent,
-            "frame_send_errors": self.frame_send_errors,
-            "packets": m.sent_packets,
+            "packets_in": m.handled,
+            "packets": self.packets_out,
             "packets_pending": self.mux.pending(),
             "packets_passed": m.passed,
+            "unicast": unicast,
+            "frames": m.frames_sent(),
+            "frames_by_reason": frames,
+            "frame_datagrams_sent": self.frames_sent,
+            "frame_send_errors": self.frame_send_errors,
             "bytes_in": m.bytes_in,
             "bytes_out": m.bytes_out,
             "bytes_saved": m.bytes_saved(),
-            "unicast": unicast,
             "drops": {
                 "queue_full": m.dropped,
-                "registration_malformed": self.drops.malformed,
-                "registration_unknown_key": self.drops.unknown_key,
-                "registration_bad_tag": self.drops.bad_tag,
-                "registration_replay": l.replays,
-                "registration_ignored": l.ignored,
+                "frame_send_failed": self.packets_send_failed,
             },
+            "lease_expiries": l.expired,
             "registrations": {
                 "received": self.requests,
                 "answered": self.answers,
-                "errors_answered": l.errors,
                 "registered": l.registered,
                 "renewed": l.renewed,
                 "unregistered": l.unregistered,
-                "expired": l.expired,
                 "auto_found": l.auto_found,
                 "socket_errors": self.reg_errors,
+                "rejected": rejected,
             },
         })
+    }
+
+    /// The `stations` list of `airpack peers`: one object per active lease.
+    pub(super) fn stations_json(&self, now: Micros) -> Value {
+        let list: Vec<Value> = self
+            .leases
+            .leases()
+            .map(|l| {
+                let runs: Vec<Value> = l
+                    .runs
+                    .iter()
+                    .zip(l.live)
+                    .map(|(r, live)| {
+                        let last = r.first_port.saturating_add(r.count - 1);
+                        json!({
+                            "ports": if r.count == 1 { r.first_port.to_string() } else { format!("{}-{last}", r.first_port) },
+                            "first_stream_id": r.first_sid,
+                            "multiplexed": live,
+                        })
+                    })
+                    .collect();
+                json!({
+                    "station": l.addr.to_string(),
+                    "auto": l.auto,
+                    "lease_left_s": l.expires.saturating_sub(now) as f64 / 1e6,
+                    "streams": l.runs.iter().zip(l.live).filter(|(_, v)| **v).map(|(r, _)| u64::from(r.count)).sum::<u64>(),
+                    "runs": runs,
+                })
+            })
+            .collect();
+        Value::Array(list)
     }
 }
 
@@ -354,13 +420,15 @@ impl Daemon {
 
     /// TUN packets the mux took leave in frames, wait in it, or were
     /// dropped with a frame: they join the send-side accounting.
-    pub(super) fn ap_account(&self, a: &mut crate::daemon::accounting::Accounting) {
+    pub(super) fn ap_account(&self, a: &mut crate::daemon::accounting::Extra) {
         if let Some(ap) = &self.ap {
             let m = ap.mux.stats();
-            a.send_out += m.sent_packets;
+            a.send_out += ap.packets_out;
             a.send_queued += ap.mux.pending() as u64;
             a.send_dropped
                 .push(("downlink_queue_full".into(), m.dropped));
+            a.send_dropped
+                .push(("downlink_frame_send_failed".into(), ap.packets_send_failed));
         }
     }
 
@@ -372,6 +440,22 @@ impl Daemon {
         }
         if let Some(s) = &self.station {
             v.push(("station", s.json()));
+        }
+        v
+    }
+
+    /// The downlink part of `airpack peers`: the AP's `stations`, the
+    /// station's `station`.
+    pub(super) fn downlink_peers_json(&self) -> Vec<(&'static str, Value)> {
+        let mut v = Vec::new();
+        if let Some(a) = &self.ap {
+            v.push((
+                "stations",
+                a.stations_json(crate::linux::timer::monotonic_micros()),
+            ));
+        }
+        if let Some(s) = self.station_peer_json() {
+            v.push(("station", s));
         }
         v
     }

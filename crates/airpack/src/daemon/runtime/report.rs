@@ -55,8 +55,11 @@ pub(super) struct Snapshot {
     peers: Vec<PeerSnap>,
     /// `peers` only: the neighbour tables, when discovery is on.
     discovery: Option<Value>,
-    /// `stats`: the downlink roles' objects (`ap`, `station`), when enabled.
+    /// `stats`, `metrics`: the downlink roles' objects (`ap`, `station`),
+    /// when enabled; `peers`: the AP's `stations` and the station's `station`.
     downlink: Vec<(&'static str, Value)>,
+    /// The downlink roles' packets in the accounting.
+    downlink_account: accounting::Extra,
 }
 
 impl Daemon {
@@ -74,8 +77,16 @@ impl Daemon {
             tun_queue_drops,
             self.sock.rx_queue_drops(),
         );
-        self.ap_account(&mut a);
+        a.add(&self.downlink_account());
         a
+    }
+
+    /// The downlink roles' part of the accounting.
+    pub(super) fn downlink_account(&self) -> accounting::Extra {
+        let mut e = accounting::Extra::default();
+        self.ap_account(&mut e);
+        self.station_account(&mut e);
+        e
     }
 
     pub(super) fn sorted_peers(&self) -> Vec<IpAddr> {
@@ -141,7 +152,12 @@ impl Daemon {
             discovery: with_config
                 .then(|| self.discovery.as_ref().map(|d| d.json(monotonic_micros())))
                 .flatten(),
-            downlink: self.downlink_json(),
+            downlink_account: self.downlink_account(),
+            downlink: if with_config {
+                self.downlink_peers_json()
+            } else {
+                self.downlink_json()
+            },
         }
     }
 
@@ -235,6 +251,14 @@ fn render_bad(req: &Request) -> (bool, Vec<u8>) {
 fn stats_head(s: &Snapshot, tun: Option<&LinkStats>) -> serde_json::Map<String, Value> {
     let mut total = stats::stats_json(&s.total);
     total.insert("daemon".into(), stats::daemon_json(&s.counters));
+    let mut acc = accounting::Accounting::new(
+        &s.total.counters,
+        s.queued.0 as u64,
+        &s.counters,
+        tun.map(|l| l.tx_dropped),
+        s.rx_queue_drops,
+    );
+    acc.add(&s.downlink_account);
     let head = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "mode": s.mode,
@@ -254,14 +278,7 @@ fn stats_head(s: &Snapshot, tun: Option<&LinkStats>) -> serde_json::Map<String, 
         "routes": s.routes,
         "loop": s.loop_times,
         "total": total,
-        "accounting": accounting::Accounting::new(
-            &s.total.counters,
-            s.queued.0 as u64,
-            &s.counters,
-            tun.map(|l| l.tx_dropped),
-            s.rx_queue_drops,
-        )
-        .json(),
+        "accounting": acc.json(),
     });
     match head {
         Value::Object(mut m) => {
@@ -317,15 +334,14 @@ fn render(s: Snapshot, tun: Option<LinkStats>) -> (bool, Vec<u8>) {
             for (k, v) in &s.downlink {
                 head.insert((*k).into(), v.clone());
             }
-            stats::write_with_peers(
-                &mut out,
-                &head,
-                s.peers.len(),
-                |i| stats_peer(&s.peers[i]),
-            );
+            stats::write_with_peers(&mut out, &head, s.peers.len(), |i| stats_peer(&s.peers[i]));
         }
         Request::Metrics => {
-            let head = Value::Object(stats_head(&s, tun.as_ref()));
+            let mut head = stats_head(&s, tun.as_ref());
+            for (k, v) in &s.downlink {
+                head.insert((*k).into(), v.clone());
+            }
+            let head = Value::Object(head);
             out =
                 crate::daemon::metrics::render(&head, s.peers.iter().map(stats_peer)).into_bytes();
         }
@@ -334,6 +350,9 @@ fn render(s: Snapshot, tun: Option<LinkStats>) -> (bool, Vec<u8>) {
             head.insert("mode".into(), s.mode.into());
             if let Some(d) = &s.discovery {
                 head.insert("discovery".into(), d.clone());
+            }
+            for (k, v) in &s.downlink {
+                head.insert((*k).into(), v.clone());
             }
             stats::write_with_peers(&mut out, &head, s.peers.len(), |i| peers_peer(&s.peers[i]));
         }

@@ -56,7 +56,11 @@ pub(super) struct Station {
     errors_answered: u64,
     answers_refused: u64,
     answers_replayed: u64,
+    /// Frame datagrams read from the frame socket.
+    frames_read: u64,
     not_from_ap: u64,
+    /// Rebuilt packets written into the TUN.
+    packets_written: u64,
     tun_write_errors: u64,
     socket_errors: u64,
 }
@@ -105,7 +109,9 @@ impl Station {
             errors_answered: 0,
             answers_refused: 0,
             answers_replayed: 0,
+            frames_read: 0,
             not_from_ap: 0,
+            packets_written: 0,
             tun_write_errors: 0,
             socket_errors: 0,
         })
@@ -248,39 +254,65 @@ impl Station {
         }
     }
 
-    /// The `station` object of `airpack stats --json`.
+    /// The `station` object of `airpack stats --json` (and of `/metrics`,
+    /// `airpack_station_*`). Frames read = accepted + dropped (by reason);
+    /// packets extracted = written into the TUN + dropped (by reason).
     pub(super) fn json(&self) -> Value {
         let s = self.demux.stats();
-        let refused: serde_json::Map<String, Value> = airpack_core::downlink::FrameError::ALL
-            .iter()
-            .zip(s.refused)
-            .map(|(e, v)| (e.reason().to_string(), v.into()))
-            .collect();
+        let mut frame_drops = serde_json::Map::new();
+        for (k, v) in self.frame_drops() {
+            frame_drops.insert(k, v.into());
+        }
         json!({
             "ap": self.plan.ap.to_string(),
             "address": self.addr.to_string(),
             "registered": self.registered,
             "streams": self.streams.len(),
+            "frames_received": self.frames_read,
             "frames": s.frames,
-            "packets": s.delivered,
-            "packets_for_others": s.skipped,
             "lost_frames": s.lost_frames,
+            "packets": s.delivered,
+            "packets_written": self.packets_written,
+            "packets_for_others": s.skipped,
             "requests_sent": self.requests_sent,
             "answers": self.answers,
             "errors_answered": self.errors_answered,
             "drops": {
-                "not_from_ap": self.not_from_ap,
-                "refused": refused,
-                "wrong_epoch": s.wrong_epoch,
-                "stale_frames": s.stale_frames,
-                "no_context": s.no_context,
-                "bad_entry": s.bad_entry,
-                "answers_refused": self.answers_refused,
-                "answers_replayed": self.answers_replayed,
-                "tun_write_errors": self.tun_write_errors,
+                "frames": frame_drops,
+                "packets": {
+                    "no_context": s.no_context,
+                    "bad_entry": s.bad_entry,
+                    "tun_write_failed": self.tun_write_errors,
+                },
+                "answers": {
+                    "refused": self.answers_refused,
+                    "replayed": self.answers_replayed,
+                },
             },
             "socket_errors": self.socket_errors,
         })
+    }
+
+    /// Frames read but not accepted, by reason.
+    fn frame_drops(&self) -> Vec<(String, u64)> {
+        let s = self.demux.stats();
+        let mut v = vec![
+            ("not_from_ap".to_owned(), self.not_from_ap),
+            ("wrong_epoch".to_owned(), s.wrong_epoch),
+            ("stale".to_owned(), s.stale_frames),
+        ];
+        for e in airpack_core::downlink::FrameError::ALL {
+            v.push((format!("refused_{}", e.reason()), s.refused[e.index()]));
+        }
+        v
+    }
+}
+
+/// An IPv4-mapped IPv6 source as the IPv4 address it is.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
     }
 }
 
@@ -305,18 +337,22 @@ impl Daemon {
                     return;
                 }
             };
-            if from.ip() != st.plan.ap {
+            st.frames_read += 1;
+            if canonical(from.ip()) != st.plan.ap {
                 st.not_from_ap += 1;
                 continue;
             }
-            let mut werr = 0;
+            let (mut ok, mut werr) = (0, 0);
             let _ = st
                 .demux
                 .handle_frame(&st.frame_buf[..n], &mut st.scratch, |pkt| {
-                    if tun.write(pkt).is_err() {
+                    if tun.write(pkt).is_ok() {
+                        ok += 1;
+                    } else {
                         werr += 1;
                     }
                 });
+            st.packets_written += ok;
             st.tun_write_errors += werr;
         }
     }
@@ -326,6 +362,40 @@ impl Daemon {
         if let Some(st) = self.station.as_mut() {
             st.poll(now);
         }
+    }
+
+    /// The station's frames and packets join the receive-side accounting:
+    /// frame datagrams as received datagrams, extracted packets as
+    /// received inner packets.
+    pub(super) fn station_account(&self, a: &mut crate::daemon::accounting::Extra) {
+        if let Some(st) = &self.station {
+            let s = st.demux.stats();
+            a.datagrams_in += st.frames_read;
+            a.datagrams_out += s.frames;
+            for (k, v) in st.frame_drops() {
+                a.datagrams_dropped.push((format!("downlink_{k}"), v));
+            }
+            a.receive_in += s.delivered;
+            a.receive_out += st.packets_written;
+            a.receive_dropped
+                .push(("downlink_tun_write_failed".into(), st.tun_write_errors));
+        }
+    }
+
+    /// The `station` object of `airpack peers`: the AP and the lease.
+    pub(super) fn station_peer_json(&self) -> Option<Value> {
+        let st = self.station.as_ref()?;
+        let ports: Vec<Value> = st
+            .streams
+            .iter()
+            .map(|(sid, port)| json!({"port": port, "stream_id": sid}))
+            .collect();
+        Some(json!({
+            "ap": st.plan.ap.to_string(),
+            "address": st.addr.to_string(),
+            "registered": st.registered,
+            "streams": ports,
+        }))
     }
 
     /// At a clean stop: unregister (best effort, one datagram).
