@@ -46,7 +46,7 @@ fn port(i: usize) -> u16 {
 }
 
 /// Captures the IP packets crossing `dev` in `ns` (AF_PACKET, cooked)
-/// until `stop`; keeps UDP packets to 10.172.0.0/24.
+/// until `stop`; keeps UDP packets to 10.172.0.0/24 and fd72::/64.
 fn capture(
     ns: &str,
     dev: &str,
@@ -107,7 +107,10 @@ fn capture(
                 continue;
             }
             let p = &buf[..n as usize];
-            if p.len() >= 28 && p[0] >> 4 == 4 && p[9] == 17 && p[16..19] == [10, 172, 0] {
+            let v4 = p.len() >= 28 && p[0] >> 4 == 4 && p[9] == 17 && p[16..19] == [10, 172, 0];
+            // IPv6: UDP to fd72::/64 (the cell).
+            let v6 = p.len() >= 48 && p[0] >> 4 == 6 && p[6] == 17 && p[24..26] == [0xfd, 0x72];
+            if v4 || v6 {
                 out.push(p.to_vec());
             }
         }
@@ -116,6 +119,27 @@ fn capture(
         out
     });
     (h, rx)
+}
+
+/// What a router makes of the IPv6 packet `p`: hop limit minus one (the UDP
+/// checksum completed as the wire carries it).
+fn forwarded6(p: &[u8]) -> Vec<u8> {
+    let mut q = p.to_vec();
+    let udp_len = q.len() - 40;
+    q[46] = 0;
+    q[47] = 0;
+    let mut pseudo = Vec::with_capacity(40 + udp_len);
+    pseudo.extend_from_slice(&q[8..40]);
+    pseudo.extend_from_slice(&(udp_len as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 17]);
+    pseudo.extend_from_slice(&q[40..]);
+    let ck = match checksum(&pseudo) {
+        0 => 0xffff,
+        c => c,
+    };
+    q[46..48].copy_from_slice(&ck.to_be_bytes());
+    q[7] -= 1;
+    q
 }
 
 /// What a router makes of `p`: TTL minus one, header checksum updated.
@@ -595,4 +619,207 @@ fn ap_and_three_stations() {
         s.store(true, Ordering::Relaxed);
     }
     assert_eq!(sd[0].stop(), 0);
+}
+
+/// The same over IPv6, in the compact format: W (fd71::2) sends to two
+/// stations (fd72::11, fd72::12) through the AP (group ff05::10); each
+/// station's stack receives byte-identical packets (hop limit minus one),
+/// only its own, and the counters and accounting agree.
+#[test]
+fn ipv6_ap_and_two_stations() {
+    if !can_run("daemon_downlink ipv6") {
+        return;
+    }
+    let mut net = Net::new("dl6");
+    let w = net.ns("w");
+    let ap = net.ns("ap");
+    let hub = net.ns("hub");
+    net.sysctl(&ap, "net.ipv6.conf.all.forwarding", "1");
+    net.link(&w, "w0", "10.173.0.2/24", &ap, "a0", "10.173.0.1/24");
+    net.ip(&w, &["addr", "add", "fd71::2/64", "dev", "w0", "nodad"]);
+    net.ip(&ap, &["addr", "add", "fd71::1/64", "dev", "a0", "nodad"]);
+    net.ip(&w, &["-6", "route", "add", "fd72::/64", "via", "fd71::1"]);
+    net.ip(
+        &hub,
+        &[
+            "link",
+            "add",
+            "br0",
+            "type",
+            "bridge",
+            "mcast_snooping",
+            "0",
+        ],
+    );
+    net.ip(&hub, &["link", "set", "br0", "up"]);
+    attach(&net, &hub, &ap, "cell", "pap", "10.174.0.1/24");
+    net.ip(&ap, &["addr", "add", "fd72::1/64", "dev", "cell", "nodad"]);
+    let ip6 = |i: usize| format!("fd72::{}", 11 + i);
+    let mut st = Vec::new();
+    for i in 0..2 {
+        let ns = net.ns(&format!("s{i}"));
+        attach(
+            &net,
+            &hub,
+            &ns,
+            "wl",
+            &format!("ps{i}"),
+            &format!("10.174.0.{}/24", 11 + i),
+        );
+        net.ip(
+            &ns,
+            &[
+                "addr",
+                "add",
+                &format!("{}/64", ip6(i)),
+                "dev",
+                "wl",
+                "nodad",
+            ],
+        );
+        net.ip(&ns, &["-6", "route", "add", "default", "via", "fd72::1"]);
+        st.push(ns);
+    }
+    let apd = net.daemon(
+        &ap,
+        &format!(
+            "[ap]\nenabled = true\ninterfaces = [\"cell\"]\ngroup = \"ff05::10\"\nkey = \"{KEY}\"\n\
+             idle_release = false\ninterval_ms = 1000\n"
+        ),
+        &[],
+    );
+    let sd: Vec<_> = (0..2)
+        .map(|i| {
+            net.daemon(
+                &st[i],
+                &format!(
+                    "[station]\nenabled = true\ninterface = \"wl\"\nap = \"fd72::1\"\ngroup = \"ff05::10\"\n\
+                     key = \"{KEY}\"\nports = {}\nlease_secs = 10\nrenew_secs = 2\n",
+                    port(i)
+                ),
+                &[],
+            )
+        })
+        .collect();
+    wait_until("2 registered IPv6 stations", WAIT, || {
+        apd.stats().pointer("/ap/stations").and_then(|v| v.as_u64()) == Some(2)
+            && sd.iter().all(|d| d.stats()["station"]["streams"] == 1)
+    });
+    let p = apd.peers();
+    assert!(
+        p["stations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["station"] == ip6(1)),
+        "{p}"
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (wcap, ready) = capture(&w, "w0", stop.clone());
+    ready.recv().unwrap();
+    let mut caps = Vec::new();
+    for ns in &st {
+        let (h, ready) = capture(ns, "airpack0", stop.clone());
+        ready.recv().unwrap();
+        caps.push(h);
+    }
+    // Receivers on [::]:port.
+    let rx: Vec<(Got, Arc<AtomicBool>)> = (0..2)
+        .map(|i| {
+            let got: Got = Arc::new(Mutex::new(Vec::new()));
+            let stop = Arc::new(AtomicBool::new(false));
+            let (g, s) = (got.clone(), stop.clone());
+            let (tx, rdy) = std::sync::mpsc::channel();
+            let p = port(i);
+            in_ns(&st[i], move || {
+                let sock = UdpSocket::bind(("::", p)).unwrap();
+                airpack::linux::set_buffer(sock.as_raw_fd(), 8 << 20, false).unwrap();
+                sock.set_read_timeout(Some(Duration::from_millis(50)))
+                    .unwrap();
+                tx.send(()).unwrap();
+                let mut buf = [0u8; 2048];
+                while !s.load(Ordering::Relaxed) {
+                    if let Ok(n) = sock.recv(&mut buf) {
+                        g.lock().unwrap().push(buf[..n].to_vec());
+                    }
+                }
+            });
+            rdy.recv().unwrap();
+            (got, stop)
+        })
+        .collect();
+    const N: u32 = 30;
+    for i in 0..2 {
+        let dst: SocketAddr = format!("[{}]:{}", ip6(i), port(i)).parse().unwrap();
+        in_ns(&w, move || {
+            let sock = UdpSocket::bind(("::", 0)).unwrap();
+            for k in 0..N {
+                // RTP (version 2, PT 18 = G.729), 20 voice bytes: compressible.
+                let mut body = vec![0u8; 32];
+                body[0] = 0x80;
+                body[1] = 18;
+                body[2..4].copy_from_slice(&(k as u16).to_be_bytes());
+                body[4..8].copy_from_slice(&(k * 160).to_be_bytes());
+                body[8..12].copy_from_slice(&(0x6000 + i as u32).to_be_bytes());
+                body[12] = i as u8;
+                body[13..17].copy_from_slice(&k.to_be_bytes());
+                sock.send_to(&body, dst).unwrap();
+            }
+        })
+        .join()
+        .unwrap();
+    }
+    wait_until("every IPv6 station's packets", WAIT, || {
+        rx.iter()
+            .all(|(g, _)| g.lock().unwrap().len() >= N as usize)
+    });
+    stop.store(true, Ordering::Relaxed);
+    let sent: Vec<Vec<u8>> = wcap
+        .join()
+        .unwrap()
+        .into_iter()
+        .filter(|p| p[0] >> 4 == 6)
+        .collect();
+    assert_eq!(sent.len(), 2 * N as usize, "W's capture");
+    for (i, cap) in caps.into_iter().enumerate() {
+        let dst: std::net::Ipv6Addr = ip6(i).parse().unwrap();
+        let got: Vec<Vec<u8>> = cap
+            .join()
+            .unwrap()
+            .into_iter()
+            .filter(|p| p[0] >> 4 == 6)
+            .collect();
+        let want: Vec<Vec<u8>> = sent
+            .iter()
+            .filter(|p| p[24..40] == dst.octets())
+            .map(|p| forwarded6(p))
+            .collect();
+        assert_eq!(want.len(), N as usize);
+        assert_eq!(got.len(), want.len(), "station {i}: packets on its TUN");
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g == w,
+                "station {i} packet {k}: rebuilt {} != sent {}",
+                hex(g),
+                hex(w)
+            );
+        }
+        let payloads = rx[i].0.lock().unwrap().clone();
+        assert_eq!(payloads.len(), N as usize, "station {i}: duplicates");
+        let s = sd[i].stats();
+        assert_eq!(s["station"]["packets"], N, "{s}");
+        assert_eq!(s["station"]["packets_for_others"], N, "{s}");
+        assert_eq!(s["accounting"]["balanced"], true, "{s}");
+        assert_eq!(s["accounting"]["receive"]["out"], N, "{s}");
+    }
+    let a = apd.stats();
+    assert_eq!(a["ap"]["packets"], 2 * N, "{a}");
+    assert_eq!(a["accounting"]["send"]["balanced"], true, "{a}");
+    // Compact frames compress the RTP header: the frames are smaller than
+    // the packets they carry.
+    assert!(a["ap"]["bytes_saved"].as_i64().unwrap() > 0, "{a}");
+    for (_, s) in &rx {
+        s.store(true, Ordering::Relaxed);
+    }
 }
