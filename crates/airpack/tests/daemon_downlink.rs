@@ -624,7 +624,11 @@ fn ap_and_three_stations() {
 /// The same over IPv6, in the compact format: W (fd71::2) sends to two
 /// stations (fd72::11, fd72::12) through the AP (group ff05::10); each
 /// station's stack receives byte-identical packets (hop limit minus one),
-/// only its own, and the counters and accounting agree.
+/// only its own, and the counters and accounting agree. Then reloads
+/// (SIGHUP) of the roles: a change that cannot be opened is refused and the
+/// running role kept; a new key rebuilds the AP role and the station that
+/// got the key registers again while the one with the old key is refused;
+/// removing `[station]` / `[ap]` stops the role, adding `[ap]` starts it.
 #[test]
 fn ipv6_ap_and_two_stations() {
     if !can_run("daemon_downlink ipv6") {
@@ -822,4 +826,57 @@ fn ipv6_ap_and_two_stations() {
     for (_, s) in &rx {
         s.store(true, Ordering::Relaxed);
     }
+
+    // Reload (SIGHUP) of the roles' configuration.
+    let ap_cfg = std::fs::read_to_string(&apd.config).unwrap();
+    let reload = |d: &common::Daemon, text: &str| {
+        let before = d.stat("/total/daemon/reloads") + d.stat("/total/daemon/reload_errors");
+        std::fs::write(&d.config, text).unwrap();
+        d.signal(libc::SIGHUP);
+        wait_until("reload handled", WAIT, || {
+            d.stat("/total/daemon/reloads") + d.stat("/total/daemon/reload_errors") > before
+        });
+    };
+    // 1. A change the AP cannot open (no such interface): refused, logged,
+    //    the running role and its leases kept.
+    reload(&apd, &ap_cfg.replace("[\"cell\"]", "[\"nosuch0\"]"));
+    assert_eq!(apd.stat("/total/daemon/reload_errors"), 1.0);
+    assert!(
+        apd.log_text()
+            .contains("[ap] change refused, the running AP role is kept"),
+        "{}",
+        apd.log_text()
+    );
+    assert_eq!(apd.stats()["ap"]["stations"], 2);
+    // 2. A new key at the AP and at station 0: the AP role is rebuilt
+    //    (leases start anew), station 0 registers again with the new key;
+    //    station 1 keeps the old key: its requests are refused (bad tag).
+    const KEY2: &str = "f0e0d0c0b0a090807060504030201000";
+    reload(&apd, &ap_cfg.replace(KEY, KEY2));
+    let log = apd.log_text();
+    assert!(
+        log.contains("ap.key changed") && !log.contains(KEY2),
+        "{log}"
+    );
+    let st0 = std::fs::read_to_string(&sd[0].config).unwrap();
+    reload(&sd[0], &st0.replace(KEY, KEY2));
+    wait_until("station 0 registered with the new key", WAIT, || {
+        let a = apd.stats();
+        a["ap"]["stations"] == 1
+            && a["ap"]["registrations"]["rejected"]["bad_tag"].as_u64() > Some(0)
+            && sd[0].stats()["station"]["registered"] == true
+    });
+    let p = apd.peers();
+    assert_eq!(p["stations"][0]["station"], ip6(0), "{p}");
+    // 3. [station] removed at station 1: the role stops.
+    reload(&sd[1], "");
+    assert!(sd[1].stats().get("station").is_none());
+    // 4. [ap] removed: the role stops, its steering goes; added back: runs.
+    reload(&apd, "");
+    assert!(apd.stats().get("ap").is_none());
+    reload(&apd, &ap_cfg.replace(KEY, KEY2));
+    wait_until("AP back, station 0 registered again", WAIT, || {
+        apd.stats().pointer("/ap/stations").and_then(|v| v.as_u64()) == Some(1)
+    });
+    assert_eq!(apd.stat("/total/daemon/reload_errors"), 1.0);
 }

@@ -25,6 +25,8 @@
 
 use super::Daemon;
 use crate::daemon::config::downlink::{ApPlan, Destination};
+use crate::daemon::config::Plan;
+use crate::linux::poll::Interest;
 use crate::linux::{self, mcast};
 use airpack_core::downlink::lease::LeaseTable;
 use airpack_core::downlink::mux::{FrameReason, Mux, UnicastReason, Verdict};
@@ -34,7 +36,7 @@ use serde_json::{json, Value};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 /// Poll token of the registration server (IPv4 and IPv6 sockets).
 pub(super) const TOK_AP_REG4: u64 = 15;
@@ -458,6 +460,63 @@ impl Daemon {
             v.push(("station", s));
         }
         v
+    }
+
+    /// SIGHUP with a changed `[ap]`: the role is started, stopped, or
+    /// rebuilt with the new settings (a new key, group, interfaces, ...):
+    /// the running mux is flushed (its packets leave in a last frame), the
+    /// leases start anew (stations get "no lease" at their next renew and
+    /// register again, with the new key if it changed). When the new role
+    /// cannot be opened (an interface missing, a port taken) the change is
+    /// refused: the running role and its settings stay, in `new` too, and
+    /// the reason is logged. Returns a phrase for the reload's log line.
+    pub(super) fn reload_ap(&mut self, new: &mut Plan, now: Micros) -> Option<String> {
+        if self.plan.config.ap == new.config.ap {
+            return None;
+        }
+        let mark = new.config.daemon.bypass_mark;
+        let opened = match &new.ap {
+            None => None,
+            Some(p) => match Ap::open(p, mark) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    self.counters.reload_errors += 1;
+                    error!("reload: [ap] change refused, the running AP role is kept: {e:#}");
+                    new.config.ap = self.plan.config.ap.clone();
+                    new.ap = self.plan.ap.clone();
+                    return Some("[ap] change refused (see the error above)".into());
+                }
+            },
+        };
+        let was = self.ap.is_some();
+        if let Some(mut old) = self.ap.take() {
+            old.mux.flush();
+            old.transmit(now);
+            for (fd, _) in old.fds() {
+                let _ = self.poller.delete(fd);
+            }
+            info!(
+                stations = old.leases.active(),
+                "reload: the running AP role stopped (leases dropped)"
+            );
+        }
+        let phrase = match opened {
+            Some(a) => {
+                for (fd, token) in a.fds() {
+                    if let Err(e) = self.poller.add(fd, token, Interest::READ) {
+                        error!("reload: cannot watch the AP's registration socket: {e}");
+                    }
+                }
+                self.ap = Some(a);
+                if was {
+                    "[ap] restarted with the new settings; stations register again"
+                } else {
+                    "[ap] started"
+                }
+            }
+            None => "[ap] stopped",
+        };
+        Some(phrase.into())
     }
 
     /// At stop: every packet in the mux leaves in a last frame.

@@ -11,6 +11,8 @@
 
 use super::Daemon;
 use crate::daemon::config::downlink::StationPlan;
+use crate::daemon::config::Plan;
+use crate::linux::poll::Interest;
 use crate::linux::mcast;
 use airpack_core::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
 use airpack_core::downlink::register::{self, Answer, Body, Message, RegError, MAX_MESSAGE};
@@ -20,7 +22,7 @@ use serde_json::{json, Value};
 use std::io;
 use std::net::{IpAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 /// Poll token of the registration client socket.
 pub(super) const TOK_ST_REG: u64 = 17;
@@ -396,6 +398,57 @@ impl Daemon {
             "registered": st.registered,
             "streams": ports,
         }))
+    }
+
+    /// SIGHUP with a changed `[station]`: the role is started, stopped
+    /// (unregistering first), or rebuilt with the new settings (it
+    /// unregisters from the old AP with the old key, then registers anew).
+    /// When the new role cannot be opened (no interface, no route to the
+    /// AP) the change is refused: the running role and its settings stay,
+    /// in `new` too, and the reason is logged. Returns a phrase for the
+    /// reload's log line.
+    pub(super) fn reload_station(&mut self, new: &mut Plan, now: Micros) -> Option<String> {
+        if self.plan.config.station == new.config.station {
+            return None;
+        }
+        let mark = new.config.daemon.bypass_mark;
+        let opened = match &new.station {
+            None => None,
+            Some(p) => match Station::open(p, mark, now) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    self.counters.reload_errors += 1;
+                    error!("reload: [station] change refused, the running station role is kept: {e:#}");
+                    new.config.station = self.plan.config.station.clone();
+                    new.station = self.plan.station.clone();
+                    return Some("[station] change refused (see the error above)".into());
+                }
+            },
+        };
+        let was = self.station.is_some();
+        self.station_stop();
+        if let Some(old) = self.station.take() {
+            for (fd, _) in old.fds() {
+                let _ = self.poller.delete(fd);
+            }
+        }
+        let phrase = match opened {
+            Some(s) => {
+                for (fd, token) in s.fds() {
+                    if let Err(e) = self.poller.add(fd, token, Interest::READ) {
+                        error!("reload: cannot watch the station's sockets: {e}");
+                    }
+                }
+                self.station = Some(s);
+                if was {
+                    "[station] restarted with the new settings; registering again"
+                } else {
+                    "[station] started"
+                }
+            }
+            None => "[station] stopped",
+        };
+        Some(phrase.into())
     }
 
     /// At a clean stop: unregister (best effort, one datagram).
