@@ -874,9 +874,52 @@ fn ipv6_ap_and_two_stations() {
     // 4. [ap] removed: the role stops, its steering goes; added back: runs.
     reload(&apd, "");
     assert!(apd.stats().get("ap").is_none());
-    reload(&apd, &ap_cfg.replace(KEY, KEY2));
+    //    Back with the airtime rule: 11 Mbit/s unicast, 1 Mbit/s multicast.
+    let with_rates = format!(
+        "{}unicast_rate = 11\nmulticast_rate = 1\n",
+        ap_cfg.replace(KEY, KEY2)
+    );
+    reload(&apd, &with_rates);
     wait_until("AP back, station 0 registered again", WAIT, || {
         apd.stats().pointer("/ap/stations").and_then(|v| v.as_u64()) == Some(1)
     });
     assert_eq!(apd.stat("/total/daemon/reload_errors"), 1.0);
+    assert_eq!(apd.stats()["ap"]["airtime"]["rule"], true);
+
+    // The airtime rule: one packet alone in a frame at 1 Mbit/s costs more
+    // airtime than its unicast exchange at 11: it leaves unchanged (and
+    // arrives through the station's normal stack).
+    let got = Arc::new(Mutex::new(0usize));
+    let g = got.clone();
+    let p0 = port(0);
+    let (tx, rdy) = std::sync::mpsc::channel();
+    let recv = in_ns(&st[0], move || {
+        let sock = UdpSocket::bind(("::", p0)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        tx.send(()).unwrap();
+        let mut buf = [0u8; 2048];
+        if sock.recv(&mut buf).is_ok() {
+            *g.lock().unwrap() += 1;
+        }
+    });
+    rdy.recv().unwrap();
+    let dst: SocketAddr = format!("[{}]:{}", ip6(0), p0).parse().unwrap();
+    in_ns(&w, move || {
+        let sock = UdpSocket::bind(("::", 0)).unwrap();
+        let mut body = vec![0u8; 32];
+        body[0] = 0x80;
+        body[1] = 18;
+        sock.send_to(&body, dst).unwrap();
+    })
+    .join()
+    .unwrap();
+    recv.join().unwrap();
+    assert_eq!(*got.lock().unwrap(), 1, "the fallback packet arrived");
+    let a = apd.stats();
+    assert_eq!(a["ap"]["unicast"]["airtime"], 1, "{a}");
+    assert_eq!(a["ap"]["airtime"]["frames_not_sent"], 1, "{a}");
+    assert_eq!(a["ap"]["frames"], 0, "{a}");
+    assert_eq!(a["accounting"]["send"]["balanced"], true, "{a}");
+    assert_eq!(sd[0].stats()["station"]["lost_frames"], 0);
 }

@@ -82,6 +82,31 @@ pub struct Extra {
     pub datagrams_dropped: Vec<(String, u64)>,
 }
 
+/// Adds `from` into `to`, reason by reason (a reason appears once).
+fn add_reasons(to: &mut Vec<(String, u64)>, from: &[(String, u64)]) {
+    for (k, n) in from {
+        match to.iter_mut().find(|(j, _)| j == k) {
+            Some((_, m)) => *m += n,
+            None => to.push((k.clone(), *n)),
+        }
+    }
+}
+
+impl Extra {
+    /// Adds `e` (the totals of a role a reload stopped).
+    pub fn add(&mut self, e: &Extra) {
+        self.send_out += e.send_out;
+        self.send_queued += e.send_queued;
+        add_reasons(&mut self.send_dropped, &e.send_dropped);
+        self.receive_in += e.receive_in;
+        self.receive_out += e.receive_out;
+        add_reasons(&mut self.receive_dropped, &e.receive_dropped);
+        self.datagrams_in += e.datagrams_in;
+        self.datagrams_out += e.datagrams_out;
+        add_reasons(&mut self.datagrams_dropped, &e.datagrams_dropped);
+    }
+}
+
 fn sum(v: &[(String, u64)]) -> u64 {
     v.iter().map(|(_, n)| n).sum()
 }
@@ -156,15 +181,13 @@ impl Accounting {
     pub fn add(&mut self, e: &Extra) {
         self.send_out += e.send_out;
         self.send_queued += e.send_queued;
-        self.send_dropped.extend(e.send_dropped.iter().cloned());
+        add_reasons(&mut self.send_dropped, &e.send_dropped);
         self.receive_in += e.receive_in;
         self.receive_out += e.receive_out;
-        self.receive_dropped
-            .extend(e.receive_dropped.iter().cloned());
+        add_reasons(&mut self.receive_dropped, &e.receive_dropped);
         self.datagrams_in += e.datagrams_in;
         self.datagrams_out += e.datagrams_out;
-        self.datagrams_dropped
-            .extend(e.datagrams_dropped.iter().cloned());
+        add_reasons(&mut self.datagrams_dropped, &e.datagrams_dropped);
     }
 
     /// Total of [`Accounting::send_dropped`].

@@ -27,6 +27,7 @@ use super::Daemon;
 use crate::daemon::config::downlink::{ApPlan, Destination};
 use crate::daemon::config::Plan;
 use crate::linux::poll::Interest;
+use crate::linux::socket::RawIpSender;
 use crate::linux::{self, mcast};
 use airpack_core::downlink::lease::LeaseTable;
 use airpack_core::downlink::mux::{FrameReason, Mux, UnicastReason, Verdict};
@@ -75,6 +76,11 @@ pub(super) struct Ap {
     packets_out: u64,
     /// Packets of frames no destination took (lost).
     packets_send_failed: u64,
+    /// Sender of the packets the airtime rule hands back (rule on only).
+    raw: Option<RawIpSender>,
+    /// Those packets sent, and lost in failed sends.
+    fallback_sent: u64,
+    fallback_failed: u64,
     frame_buf: Vec<u8>,
 }
 
@@ -133,6 +139,14 @@ impl Ap {
             frame_send_errors: 0,
             packets_out: 0,
             packets_send_failed: 0,
+            raw: match ap.mux.airtime {
+                Some(_) => {
+                    Some(RawIpSender::open(mark).context("ap: raw sender for unicast fallback")?)
+                }
+                None => None,
+            },
+            fallback_sent: 0,
+            fallback_failed: 0,
             frame_buf: vec![0; ap.mux.max_frame.max(2048)],
         })
     }
@@ -218,6 +232,21 @@ impl Ap {
     /// Sends every closed frame to each destination.
     fn transmit(&mut self, now: Micros) {
         while let Some(t) = self.mux.poll_transmit(now, &mut self.frame_buf) {
+            if t.unicast {
+                // The airtime rule: this packet leaves as it came.
+                let r = match &self.raw {
+                    Some(raw) => raw.send(&self.frame_buf[..t.len]),
+                    None => Err(io::Error::from_raw_os_error(libc::EBADF)),
+                };
+                match r {
+                    Ok(()) => self.fallback_sent += 1,
+                    Err(e) => {
+                        self.fallback_failed += 1;
+                        debug!("ap: unicast fallback: {e}");
+                    }
+                }
+                continue;
+            }
             let mut taken = false;
             for (s, d) in &self.out {
                 match s.send_to(&self.frame_buf[..t.len], *d) {
@@ -269,11 +298,12 @@ impl Ap {
     pub(super) fn json(&self) -> Value {
         let m = self.mux.stats();
         let l = self.leases.stats();
-        let unicast: serde_json::Map<String, Value> = UnicastReason::ALL
+        let mut unicast: serde_json::Map<String, Value> = UnicastReason::ALL
             .iter()
             .zip(m.unicast)
             .map(|(r, v)| (r.reason().to_owned(), v.into()))
             .collect();
+        unicast.insert("airtime".into(), self.fallback_sent.into());
         let frames: serde_json::Map<String, Value> = FrameReason::ALL
             .iter()
             .zip(m.frames)
@@ -310,6 +340,13 @@ impl Ap {
             "drops": {
                 "queue_full": m.dropped,
                 "frame_send_failed": self.packets_send_failed,
+                "unicast_send_failed": self.fallback_failed,
+            },
+            "airtime": {
+                "rule": self.plan.mux.airtime.is_some(),
+                "frames_not_sent": m.fallback_frames,
+                "frames_us": m.airtime_frames_us,
+                "as_unicast_us": m.airtime_unicast_us,
             },
             "lease_expiries": l.expired,
             "registrations": {
@@ -323,6 +360,21 @@ impl Ap {
                 "rejected": rejected,
             },
         })
+    }
+
+    /// This role's packets in the send-side accounting: multiplexed (or
+    /// forwarded by the airtime rule), waiting in the mux, or lost.
+    fn account(&self, a: &mut crate::daemon::accounting::Extra) {
+        let m = self.mux.stats();
+        a.send_out += self.packets_out + self.fallback_sent;
+        a.send_queued += self.mux.pending() as u64;
+        for (k, v) in [
+            ("downlink_queue_full", m.dropped),
+            ("downlink_frame_send_failed", self.packets_send_failed),
+            ("downlink_unicast_send_failed", self.fallback_failed),
+        ] {
+            a.send_dropped.push((k.into(), v));
+        }
     }
 
     /// The `stations` list of `airpack peers`: one object per active lease.
@@ -424,13 +476,7 @@ impl Daemon {
     /// dropped with a frame: they join the send-side accounting.
     pub(super) fn ap_account(&self, a: &mut crate::daemon::accounting::Extra) {
         if let Some(ap) = &self.ap {
-            let m = ap.mux.stats();
-            a.send_out += ap.packets_out;
-            a.send_queued += ap.mux.pending() as u64;
-            a.send_dropped
-                .push(("downlink_queue_full".into(), m.dropped));
-            a.send_dropped
-                .push(("downlink_frame_send_failed".into(), ap.packets_send_failed));
+            ap.account(a);
         }
     }
 
@@ -492,6 +538,10 @@ impl Daemon {
         if let Some(mut old) = self.ap.take() {
             old.mux.flush();
             old.transmit(now);
+            // Its packets stay in the accounting.
+            let mut e = crate::daemon::accounting::Extra::default();
+            old.account(&mut e);
+            self.downlink_retired.add(&e);
             for (fd, _) in old.fds() {
                 let _ = self.poller.delete(fd);
             }

@@ -158,6 +158,8 @@ pub struct Daemon {
     ap: Option<ap::Ap>,
     /// The downlink demultiplexer role (`[station]`), if enabled.
     station: Option<station::Station>,
+    /// Accounting of downlink roles a reload stopped or rebuilt.
+    downlink_retired: crate::daemon::accounting::Extra,
     tun_buf: Vec<u8>,
     tx_buf: Vec<u8>,
     rx_buf: Vec<u8>,
@@ -336,6 +338,7 @@ impl Daemon {
             discovery,
             ap,
             station,
+            downlink_retired: Default::default(),
             tun_buf: vec![0; BUF],
             tx_buf: vec![0; BUF],
             rx_buf: vec![0; BUF],

@@ -54,10 +54,13 @@ impl Daemon {
         new.prometheus = self.plan.prometheus;
         // The downlink roles: applied (rebuilt) or refused, before the
         // steering follows `new` (it carries the AP's media ports).
-        let downlink: Vec<String> = [self.reload_ap(&mut new, now), self.reload_station(&mut new, now)]
-            .into_iter()
-            .flatten()
-            .collect();
+        let downlink: Vec<String> = [
+            self.reload_ap(&mut new, now),
+            self.reload_station(&mut new, now),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let mut changed = crate::daemon::config_diff::changes(&self.plan.config, &new.config);
         changed.extend(downlink);
         let mut new_spec = new.steer_spec();
@@ -132,6 +135,9 @@ impl Daemon {
         } else {
             changed.join("; ")
         };
-        info!(peers = self.plan.peers.len(), "configuration reloaded: {changed}");
+        info!(
+            peers = self.plan.peers.len(),
+            "configuration reloaded: {changed}"
+        );
     }
 }

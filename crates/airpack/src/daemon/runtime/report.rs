@@ -83,9 +83,11 @@ impl Daemon {
 
     /// The downlink roles' part of the accounting.
     pub(super) fn downlink_account(&self) -> accounting::Extra {
-        let mut e = accounting::Extra::default();
-        self.ap_account(&mut e);
-        self.station_account(&mut e);
+        let mut now = accounting::Extra::default();
+        self.ap_account(&mut now);
+        self.station_account(&mut now);
+        let mut e = self.downlink_retired.clone();
+        e.add(&now);
         e
     }
 

@@ -12,8 +12,8 @@
 use super::Daemon;
 use crate::daemon::config::downlink::StationPlan;
 use crate::daemon::config::Plan;
-use crate::linux::poll::Interest;
 use crate::linux::mcast;
+use crate::linux::poll::Interest;
 use airpack_core::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
 use airpack_core::downlink::register::{self, Answer, Body, Message, RegError, MAX_MESSAGE};
 use airpack_core::downlink::StreamId;
@@ -295,6 +295,20 @@ impl Station {
         })
     }
 
+    /// This role's frames and extracted packets in the receive-side accounting.
+    fn account(&self, a: &mut crate::daemon::accounting::Extra) {
+        let s = self.demux.stats();
+        a.datagrams_in += self.frames_read;
+        a.datagrams_out += s.frames;
+        for (k, v) in self.frame_drops() {
+            a.datagrams_dropped.push((format!("downlink_{k}"), v));
+        }
+        a.receive_in += s.delivered;
+        a.receive_out += self.packets_written;
+        a.receive_dropped
+            .push(("downlink_tun_write_failed".into(), self.tun_write_errors));
+    }
+
     /// Frames read but not accepted, by reason.
     fn frame_drops(&self) -> Vec<(String, u64)> {
         let s = self.demux.stats();
@@ -371,16 +385,7 @@ impl Daemon {
     /// received inner packets.
     pub(super) fn station_account(&self, a: &mut crate::daemon::accounting::Extra) {
         if let Some(st) = &self.station {
-            let s = st.demux.stats();
-            a.datagrams_in += st.frames_read;
-            a.datagrams_out += s.frames;
-            for (k, v) in st.frame_drops() {
-                a.datagrams_dropped.push((format!("downlink_{k}"), v));
-            }
-            a.receive_in += s.delivered;
-            a.receive_out += st.packets_written;
-            a.receive_dropped
-                .push(("downlink_tun_write_failed".into(), st.tun_write_errors));
+            st.account(a);
         }
     }
 
@@ -414,20 +419,26 @@ impl Daemon {
         let mark = new.config.daemon.bypass_mark;
         let opened = match &new.station {
             None => None,
-            Some(p) => match Station::open(p, mark, now) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    self.counters.reload_errors += 1;
-                    error!("reload: [station] change refused, the running station role is kept: {e:#}");
-                    new.config.station = self.plan.config.station.clone();
-                    new.station = self.plan.station.clone();
-                    return Some("[station] change refused (see the error above)".into());
+            Some(p) => {
+                match Station::open(p, mark, now) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        self.counters.reload_errors += 1;
+                        error!("reload: [station] change refused, the running station role is kept: {e:#}");
+                        new.config.station = self.plan.config.station.clone();
+                        new.station = self.plan.station.clone();
+                        return Some("[station] change refused (see the error above)".into());
+                    }
                 }
-            },
+            }
         };
         let was = self.station.is_some();
         self.station_stop();
         if let Some(old) = self.station.take() {
+            // Its packets stay in the accounting.
+            let mut e = crate::daemon::accounting::Extra::default();
+            old.account(&mut e);
+            self.downlink_retired.add(&e);
             for (fd, _) in old.fds() {
                 let _ = self.poller.delete(fd);
             }
