@@ -688,7 +688,7 @@ fn ipv6_ap_and_two_stations() {
         &ap,
         &format!(
             "[ap]\nenabled = true\ninterfaces = [\"cell\"]\ngroup = \"ff05::10\"\nkey = \"{KEY}\"\n\
-             idle_release = false\ninterval_ms = 1000\n"
+             idle_release = false\ninterval_ms = 1000\nredundancy = true\n"
         ),
         &[],
     );
@@ -819,6 +819,13 @@ fn ipv6_ap_and_two_stations() {
     }
     let a = apd.stats();
     assert_eq!(a["ap"]["packets"], 2 * N, "{a}");
+    // Redundancy: nothing is lost here, so every repeated packet is a
+    // duplicate at its station (and none was delivered twice, above).
+    let dups: u64 = sd
+        .iter()
+        .map(|d| d.stats()["station"]["duplicates"].as_u64().unwrap())
+        .sum();
+    assert_eq!(Some(dups), a["ap"]["packets_repeated"].as_u64(), "{a}");
     assert_eq!(a["accounting"]["send"]["balanced"], true, "{a}");
     // Compact frames compress the RTP header: the frames are smaller than
     // the packets they carry.

@@ -40,6 +40,14 @@
 //!   of each original packet while airtime is configured (buffers
 //!   allocated at start; a frame whose copies would not fit closes early,
 //!   as for size).
+//! * Redundancy ([`MuxConfig::redundancy`], compact only): as a frame
+//!   closes, the entries of the frame before it (sequence number one less,
+//!   sent as a frame) are put in front of its own, as a repeat block, when
+//!   they fit `max_frame` (and the frame still pays under the airtime
+//!   rule). A station that lost that frame rebuilds its packets from the
+//!   repeat; one that has it skips the block (counted as duplicates). The
+//!   repeated entries are byte for byte those of the earlier frame, so the
+//!   station's RTP contexts see the same sequence either way.
 //! * The mux stands in for the AP's forwarding step: TTL / hop limit is
 //!   decremented by `ttl_decrement` (1 by default; 0 when the driver hands
 //!   packets the kernel has already forwarded); a packet that would expire
@@ -92,6 +100,9 @@ pub struct MuxConfig {
     /// Bytes of the frame datagram's own UDP/IP header (28 over IPv4, 48
     /// over IPv6), counted in the frame's airtime.
     pub frame_overhead: u32,
+    /// Redundancy (compact only): each frame also carries the previous
+    /// frame's entries when they fit (module doc).
+    pub redundancy: bool,
 }
 
 impl Default for MuxConfig {
@@ -108,6 +119,7 @@ impl Default for MuxConfig {
             first_seq: 0,
             airtime: None,
             frame_overhead: 28,
+            redundancy: false,
         }
     }
 }
@@ -270,6 +282,8 @@ pub struct MuxStats {
     pub airtime_frames_us: u64,
     /// Airtime the packets of those frames would have taken as unicast, µs.
     pub airtime_unicast_us: u64,
+    /// Entries repeated from the previous frame (redundancy).
+    pub repeated: u64,
 }
 
 impl MuxStats {
@@ -330,6 +344,13 @@ pub struct Mux {
     head: usize,
     ready: usize,
     next_seq: u16,
+    /// Redundancy: the entries of the last frame closed (and its sequence
+    /// number and entry count), and a buffer for the next.
+    last: Vec<u8>,
+    next_last: Vec<u8>,
+    last_len: usize,
+    last_count: usize,
+    last_seq: Option<u16>,
     busy: bool,
     now: Micros,
     stats: MuxStats,
@@ -370,6 +391,11 @@ impl Mux {
             head: 0,
             ready: 0,
             next_seq: cfg.first_seq,
+            last: vec![0; if cfg.redundancy { cfg.max_frame } else { 0 }],
+            next_last: vec![0; if cfg.redundancy { cfg.max_frame } else { 0 }],
+            last_len: 0,
+            last_count: 0,
+            last_seq: None,
             busy: false,
             now: 0,
             stats: MuxStats::default(),
@@ -656,6 +682,9 @@ impl Mux {
                 self.stats.fallback_frames += 1;
             }
         }
+        if self.cfg.redundancy && self.cfg.format == Format::Compact {
+            self.add_repeat();
+        }
         if self.ready == self.cfg.queue_frames {
             let old = &mut self.frames[self.head];
             self.stats.dropped += old.count as u64;
@@ -669,6 +698,47 @@ impl Mux {
         let f = self.open_mut();
         f.count = 0;
         f.len = 0;
+    }
+
+    /// Redundancy (module doc): puts the previous frame's entries in front
+    /// of the closing frame's own when they fit (and, under the airtime
+    /// rule, the frame still pays), and keeps this frame's entries for the
+    /// next one.
+    fn add_repeat(&mut self) {
+        let idx = (self.head + self.ready) % self.frames.len();
+        let f = &mut self.frames[idx];
+        if f.unicast {
+            // Not sent: the next frame has nothing to repeat.
+            self.last_seq = None;
+            return;
+        }
+        let h = compact::HEADER_LEN;
+        let own = f.len - h;
+        self.next_last[..own].copy_from_slice(&f.buf[h..f.len]);
+        let extra = compact::REPEAT_LEN + self.last_len;
+        let fits = self.last_seq == Some(f.seq.wrapping_sub(1))
+            && self.last_len > 0
+            && self.last_len <= usize::from(u16::MAX)
+            && f.len + extra <= self.cfg.max_frame
+            && f.count + self.last_count <= super::MAX_PACKETS_PER_FRAME
+            && self.cfg.airtime.map_or(true, |cell| {
+                cell.frame_pays(
+                    (f.len + extra) as u32 + self.cfg.frame_overhead,
+                    f.unicast_us,
+                )
+            });
+        if fits {
+            f.buf.copy_within(h..f.len, h + extra);
+            f.buf[h..h + 2].copy_from_slice(&(self.last_len as u16).to_be_bytes());
+            f.buf[h + 2..h + extra].copy_from_slice(&self.last[..self.last_len]);
+            f.buf[0] |= compact::FLAG_REPEAT;
+            f.len += extra;
+            self.stats.repeated += self.last_count as u64;
+        }
+        std::mem::swap(&mut self.last, &mut self.next_last);
+        self.last_len = own;
+        self.last_count = f.count;
+        self.last_seq = Some(f.seq);
     }
 
     /// The medium became busy or idle (the caller's view, as for the engine).
@@ -941,6 +1011,50 @@ mod tests {
         }
         assert_eq!(out, [g729(0, 0, 0, 64), g729(1, 160, 0, 64)]);
         assert_eq!(m.stats().fallback, 2);
+    }
+
+    /// Redundancy: frame 1 lost, frame 2 carries its entries: the station
+    /// rebuilds all packets in order; with nothing lost the repeats are
+    /// skipped as duplicates.
+    #[test]
+    fn redundancy_recovers_a_lost_frame() {
+        use crate::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
+        let run = |lose: Option<usize>| {
+            let mut m = Mux::new(MuxConfig {
+                redundancy: true,
+                ..MuxConfig::default()
+            });
+            let dst = IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5));
+            m.add_stream(dst, 6600, 1).unwrap();
+            m.set_link_busy(0, true);
+            let mut d = Demux::new(DemuxConfig::default());
+            d.add_stream(1, dst, 6600);
+            let (mut buf, mut scratch) = (vec![0u8; 1440], vec![0u8; MAX_REBUILT]);
+            let mut got = Vec::new();
+            for k in 0..6u16 {
+                m.handle_packet(0, &g729(k, 160 * u32::from(k), 0, 64));
+                if k % 2 == 1 {
+                    m.flush();
+                    let t = m.poll_transmit(0, &mut buf).unwrap();
+                    assert_eq!(t.packets, 2);
+                    if Some(usize::from(k / 2)) != lose {
+                        d.handle_frame(&buf[..t.len], &mut scratch, |p| got.push(p.to_vec()))
+                            .unwrap();
+                    }
+                }
+            }
+            assert_eq!(m.stats().repeated, 4);
+            (got, d.stats().clone())
+        };
+        let want: Vec<Vec<u8>> = (0..6u16)
+            .map(|k| g729(k, 160 * u32::from(k), 0, 63))
+            .collect();
+        let (got, st) = run(None);
+        assert_eq!(got, want);
+        assert_eq!((st.duplicates, st.recovered), (4, 0));
+        let (got, st) = run(Some(1));
+        assert_eq!(got, want, "frame 1's packets come from frame 2's repeat");
+        assert_eq!((st.recovered, st.lost_frames), (2, 1));
     }
 
     #[test]

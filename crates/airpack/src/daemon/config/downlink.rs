@@ -99,6 +99,9 @@ pub struct ApSection {
     pub multicast_rate: Option<f64>,
     /// 802.11b PLCP preamble of the cell, "long" or "short" (OFDM rates: ignored).
     pub preamble: PreambleCfg,
+    /// Each frame also carries the previous frame's packets when it has
+    /// room (compact only): a station that lost that frame recovers them.
+    pub redundancy: bool,
 }
 
 /// 802.11b PLCP preamble, as written in the file.
@@ -135,6 +138,7 @@ impl Default for ApSection {
             unicast_rate: None,
             multicast_rate: None,
             preamble: PreambleCfg::Long,
+            redundancy: false,
         }
     }
 }
@@ -450,7 +454,14 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
         Destination::Group(a) | Destination::Unicast(a) if a.is_ipv6() => 48,
         _ => 28,
     };
+    if s.redundancy && s.format == FormatCfg::Seed {
+        return Err(e(
+            "redundancy",
+            "needs format = \"compact\" (the seed layout has no repeat block)".into(),
+        ));
+    }
     let mux = MuxConfig {
+        redundancy: s.redundancy,
         airtime,
         frame_overhead,
         format: s.format.into(),

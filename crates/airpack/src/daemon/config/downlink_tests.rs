@@ -170,3 +170,14 @@ fn airtime_rule_needs_both_rates_of_802_11() {
     let e = err(&format!("{base}preamble = \"medium\"\n"));
     assert!(e.contains("preamble"), "{e}");
 }
+
+#[test]
+fn redundancy_is_compact_only() {
+    let base = format!(
+        "[ap]\nenabled = true\ninterfaces = [\"wlan0\"]\nkey = \"{K}\"\nredundancy = true\n"
+    );
+    let p = parse("t.toml", &base, &[], &[]).unwrap();
+    assert!(p.ap.unwrap().mux.redundancy);
+    let e = err(&format!("{base}format = \"seed\"\n"));
+    assert!(e.contains("ap.redundancy") && e.contains("compact"), "{e}");
+}

@@ -337,6 +337,7 @@ impl Ap {
             "bytes_in": m.bytes_in,
             "bytes_out": m.bytes_out,
             "bytes_saved": m.bytes_saved(),
+            "packets_repeated": m.repeated,
             "drops": {
                 "queue_full": m.dropped,
                 "frame_send_failed": self.packets_send_failed,

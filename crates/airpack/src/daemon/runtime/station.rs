@@ -276,6 +276,8 @@ impl Station {
             "packets": s.delivered,
             "packets_written": self.packets_written,
             "packets_for_others": s.skipped,
+            "packets_recovered": s.recovered,
+            "duplicates": s.duplicates,
             "requests_sent": self.requests_sent,
             "answers": self.answers,
             "errors_answered": self.errors_answered,
