@@ -34,6 +34,8 @@ const KEY: &str = "000102030405060708090a0b0c0d0e0f";
 const WIRED: Ipv4Addr = Ipv4Addr::new(10, 171, 0, 2);
 const AP_CELL: Ipv4Addr = Ipv4Addr::new(10, 172, 0, 1);
 const WAIT: Duration = Duration::from_secs(30);
+/// The AP's Prometheus listener (inside its namespace).
+const METRICS: u16 = 9464;
 
 fn station_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 172, 0, 11 + i as u8)
@@ -44,7 +46,7 @@ fn port(i: usize) -> u16 {
 }
 
 /// Captures the IP packets crossing `dev` in `ns` (AF_PACKET, cooked)
-/// until `stop`; keeps UDP packets to 10.172.0.0/24.
+/// until `stop`; keeps UDP packets to 10.172.0.0/24 and fd72::/64.
 fn capture(
     ns: &str,
     dev: &str,
@@ -105,7 +107,10 @@ fn capture(
                 continue;
             }
             let p = &buf[..n as usize];
-            if p.len() >= 28 && p[0] >> 4 == 4 && p[9] == 17 && p[16..19] == [10, 172, 0] {
+            let v4 = p.len() >= 28 && p[0] >> 4 == 4 && p[9] == 17 && p[16..19] == [10, 172, 0];
+            // IPv6: UDP to fd72::/64 (the cell).
+            let v6 = p.len() >= 48 && p[0] >> 4 == 6 && p[6] == 17 && p[24..26] == [0xfd, 0x72];
+            if v4 || v6 {
                 out.push(p.to_vec());
             }
         }
@@ -114,6 +119,27 @@ fn capture(
         out
     });
     (h, rx)
+}
+
+/// What a router makes of the IPv6 packet `p`: hop limit minus one (the UDP
+/// checksum completed as the wire carries it).
+fn forwarded6(p: &[u8]) -> Vec<u8> {
+    let mut q = p.to_vec();
+    let udp_len = q.len() - 40;
+    q[46] = 0;
+    q[47] = 0;
+    let mut pseudo = Vec::with_capacity(40 + udp_len);
+    pseudo.extend_from_slice(&q[8..40]);
+    pseudo.extend_from_slice(&(udp_len as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 17]);
+    pseudo.extend_from_slice(&q[40..]);
+    let ck = match checksum(&pseudo) {
+        0 => 0xffff,
+        c => c,
+    };
+    q[46..48].copy_from_slice(&ck.to_be_bytes());
+    q[7] -= 1;
+    q
 }
 
 /// What a router makes of `p`: TTL minus one, header checksum updated.
@@ -127,6 +153,23 @@ fn forwarded(p: &[u8]) -> Vec<u8> {
     let ck = checksum(&q[..ihl]);
     q[10..12].copy_from_slice(&ck.to_be_bytes());
     q
+}
+
+/// `GET /metrics` from the listener on `port` inside `ns`.
+fn scrape(ns: &str, port: u16) -> String {
+    let resp = in_ns(ns, move || {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut s = String::new();
+        c.read_to_string(&mut s).unwrap();
+        s
+    })
+    .join()
+    .unwrap();
+    assert!(resp.starts_with("HTTP/1.0 200 OK"), "{resp}");
+    resp.split_once("\r\n\r\n").unwrap().1.to_owned()
 }
 
 fn hex(b: &[u8]) -> String {
@@ -208,7 +251,8 @@ fn send(ns: &str, i: usize, from: u32, n: u32) {
 
 fn ap_config() -> String {
     format!(
-        "[ap]\nenabled = true\ninterfaces = [\"cell\"]\nkey = \"{KEY}\"\nmax_lease_secs = 3\n\
+        "[daemon]\nprometheus = \"127.0.0.1:{METRICS}\"\n\
+         [ap]\nenabled = true\ninterfaces = [\"cell\"]\nkey = \"{KEY}\"\nmax_lease_secs = 3\n\
          idle_release = false\ninterval_ms = 1000\n"
     )
 }
@@ -343,10 +387,70 @@ fn ap_and_three_stations() {
         }
         let s = sd[i].stats();
         assert_eq!(s["station"]["packets"], N, "{s}");
+        assert_eq!(s["station"]["packets_written"], N, "{s}");
         assert_eq!(s["station"]["packets_for_others"], 2 * N, "{s}");
+        assert_eq!(s["station"]["lost_frames"], 0, "{s}");
+        // The station's frames and packets are in its accounting: every
+        // frame read was accepted, every extracted packet written.
+        let acc = &s["accounting"];
+        assert_eq!(acc["balanced"], true, "{s}");
+        let frames = s["station"]["frames"].as_u64().unwrap();
+        assert!(frames >= 1, "{s}");
+        assert_eq!(acc["receive_datagrams"]["in"], frames, "{s}");
+        assert_eq!(acc["receive"]["in"], N, "{s}");
+        assert_eq!(acc["receive"]["out"], N, "{s}");
+        let p = sd[i].peers();
+        assert_eq!(p["station"]["registered"], true, "{p}");
+        assert_eq!(p["station"]["streams"][0]["port"], port(i), "{p}");
     }
     let a = apd.stats();
     assert_eq!(a["ap"]["packets"], 3 * N, "{a}");
+    assert_eq!(a["ap"]["packets_in"], 3 * N, "{a}");
+    assert_eq!(a["ap"]["packets_pending"], 0, "{a}");
+    assert_eq!(a["ap"]["drops"]["queue_full"], 0, "{a}");
+    // The AP's packets are in the send-side identity: read from the TUN =
+    // multiplexed (out) + dropped + queued.
+    assert_eq!(a["accounting"]["send"]["balanced"], true, "{a}");
+    assert_eq!(a["accounting"]["send"]["out"], 3 * N, "{a}");
+    let by_reason: u64 = a["ap"]["frames_by_reason"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(Some(by_reason), a["ap"]["frames"].as_u64(), "{a}");
+    // `airpack peers` on the AP lists the three stations and their ports.
+    let p = apd.peers();
+    let stations = p["stations"].as_array().expect("stations list");
+    assert_eq!(stations.len(), 3, "{p}");
+    for i in 0..3 {
+        let s = stations
+            .iter()
+            .find(|s| s["station"] == station_ip(i).to_string())
+            .unwrap_or_else(|| panic!("station {i} missing: {p}"));
+        assert_eq!(s["streams"], 1, "{p}");
+        assert_eq!(s["runs"][0]["ports"], port(i).to_string(), "{p}");
+    }
+    let human = apd.cli(&["peers"]);
+    assert!(human.contains(&station_ip(1).to_string()), "{human}");
+    let human = apd.cli(&["stats"]);
+    assert!(
+        human.contains("ap:") && human.contains("stations=3"),
+        "{human}"
+    );
+    // The same counters in /metrics, every family documented.
+    let text = scrape(&ap, METRICS);
+    assert!(!text.contains("undocumented"), "{text}");
+    for line in [
+        "airpack_ap_stations 3\n".to_owned(),
+        format!("airpack_ap_packets_total {}\n", 3 * N),
+        format!("airpack_ap_packets_in_total {}\n", 3 * N),
+        "airpack_ap_drops_total{reason=\"queue_full\"} 0\n".to_owned(),
+        "airpack_ap_registrations_rejected_total{reason=\"bad_tag\"} 0\n".to_owned(),
+        "airpack_accounting_send_balanced 1\n".to_owned(),
+    ] {
+        assert!(text.contains(&line), "metrics lack {line:?}:\n{text}");
+    }
     // Frames carry several packets (they close when full: 1440 bytes).
     let frames = a["ap"]["frames"].as_u64().unwrap();
     assert!(frames >= 1 && frames < u64::from(3 * N), "{a}");
@@ -373,7 +477,7 @@ fn ap_and_three_stations() {
     .join()
     .unwrap();
     wait_until("forged registration counted", WAIT, || {
-        apd.stats()["ap"]["drops"]["registration_bad_tag"] == 1
+        apd.stats()["ap"]["registrations"]["rejected"]["bad_tag"] == 1
     });
     assert_eq!(apd.stats()["ap"]["streams"], 3);
 
@@ -427,7 +531,7 @@ fn ap_and_three_stations() {
     // Register ok (0x81), then unregister ok (0x83); the replay got nothing.
     assert_eq!(answers, [0x81, 0x83]);
     let a = apd.stats();
-    assert_eq!(a["ap"]["drops"]["registration_replay"], 1, "{a}");
+    assert_eq!(a["ap"]["registrations"]["rejected"]["replay"], 1, "{a}");
     assert_eq!(a["ap"]["registrations"]["unregistered"], 1, "{a}");
     assert_eq!(a["ap"]["stations"], 3, "{a}");
 
@@ -440,8 +544,8 @@ fn ap_and_three_stations() {
     .join()
     .unwrap();
     wait_until("foreign frame counted", WAIT, || {
-        sd[0].stats()["station"]["drops"]["not_from_ap"] == 1
-            && sd[2].stats()["station"]["drops"]["not_from_ap"] == 1
+        sd[0].stats()["station"]["drops"]["frames"]["not_from_ap"] == 1
+            && sd[2].stats()["station"]["drops"]["frames"]["not_from_ap"] == 1
     });
 
     // Station 2 dies without unregistering: its lease ends.
@@ -449,9 +553,7 @@ fn ap_and_three_stations() {
     wait_until("lease of the dead station expired", WAIT, || {
         let a = apd.stats();
         // Its stream leaves the mux too: it costs no airtime any more.
-        a["ap"]["stations"] == 2
-            && a["ap"]["streams"] == 2
-            && a["ap"]["registrations"]["expired"] == 1
+        a["ap"]["stations"] == 2 && a["ap"]["streams"] == 2 && a["ap"]["lease_expiries"] == 1
     });
     // Packets to the unregistered port are steered too (media_ports) but
     // passed back by the mux and forwarded unchanged: all arrive.
@@ -517,4 +619,314 @@ fn ap_and_three_stations() {
         s.store(true, Ordering::Relaxed);
     }
     assert_eq!(sd[0].stop(), 0);
+}
+
+/// The same over IPv6, in the compact format: W (fd71::2) sends to two
+/// stations (fd72::11, fd72::12) through the AP (group ff05::10); each
+/// station's stack receives byte-identical packets (hop limit minus one),
+/// only its own, and the counters and accounting agree. Then reloads
+/// (SIGHUP) of the roles: a change that cannot be opened is refused and the
+/// running role kept; a new key rebuilds the AP role and the station that
+/// got the key registers again while the one with the old key is refused;
+/// removing `[station]` / `[ap]` stops the role, adding `[ap]` starts it.
+#[test]
+fn ipv6_ap_and_two_stations() {
+    if !can_run("daemon_downlink ipv6") {
+        return;
+    }
+    let mut net = Net::new("dl6");
+    let w = net.ns("w");
+    let ap = net.ns("ap");
+    let hub = net.ns("hub");
+    net.sysctl(&ap, "net.ipv6.conf.all.forwarding", "1");
+    net.link(&w, "w0", "10.173.0.2/24", &ap, "a0", "10.173.0.1/24");
+    net.ip(&w, &["addr", "add", "fd71::2/64", "dev", "w0", "nodad"]);
+    net.ip(&ap, &["addr", "add", "fd71::1/64", "dev", "a0", "nodad"]);
+    net.ip(&w, &["-6", "route", "add", "fd72::/64", "via", "fd71::1"]);
+    net.ip(
+        &hub,
+        &[
+            "link",
+            "add",
+            "br0",
+            "type",
+            "bridge",
+            "mcast_snooping",
+            "0",
+        ],
+    );
+    net.ip(&hub, &["link", "set", "br0", "up"]);
+    attach(&net, &hub, &ap, "cell", "pap", "10.174.0.1/24");
+    net.ip(&ap, &["addr", "add", "fd72::1/64", "dev", "cell", "nodad"]);
+    let ip6 = |i: usize| format!("fd72::{}", 11 + i);
+    let mut st = Vec::new();
+    for i in 0..2 {
+        let ns = net.ns(&format!("s{i}"));
+        attach(
+            &net,
+            &hub,
+            &ns,
+            "wl",
+            &format!("ps{i}"),
+            &format!("10.174.0.{}/24", 11 + i),
+        );
+        net.ip(
+            &ns,
+            &[
+                "addr",
+                "add",
+                &format!("{}/64", ip6(i)),
+                "dev",
+                "wl",
+                "nodad",
+            ],
+        );
+        net.ip(&ns, &["-6", "route", "add", "default", "via", "fd72::1"]);
+        st.push(ns);
+    }
+    let apd = net.daemon(
+        &ap,
+        &format!(
+            "[ap]\nenabled = true\ninterfaces = [\"cell\"]\ngroup = \"ff05::10\"\nkey = \"{KEY}\"\n\
+             idle_release = false\ninterval_ms = 1000\nredundancy = true\n"
+        ),
+        &[],
+    );
+    let sd: Vec<_> = (0..2)
+        .map(|i| {
+            net.daemon(
+                &st[i],
+                &format!(
+                    "[station]\nenabled = true\ninterface = \"wl\"\nap = \"fd72::1\"\ngroup = \"ff05::10\"\n\
+                     key = \"{KEY}\"\nports = {}\nlease_secs = 10\nrenew_secs = 2\n",
+                    port(i)
+                ),
+                &[],
+            )
+        })
+        .collect();
+    wait_until("2 registered IPv6 stations", WAIT, || {
+        apd.stats().pointer("/ap/stations").and_then(|v| v.as_u64()) == Some(2)
+            && sd.iter().all(|d| d.stats()["station"]["streams"] == 1)
+    });
+    let p = apd.peers();
+    assert!(
+        p["stations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["station"] == ip6(1)),
+        "{p}"
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (wcap, ready) = capture(&w, "w0", stop.clone());
+    ready.recv().unwrap();
+    let mut caps = Vec::new();
+    for ns in &st {
+        let (h, ready) = capture(ns, "airpack0", stop.clone());
+        ready.recv().unwrap();
+        caps.push(h);
+    }
+    // Receivers on [::]:port.
+    let rx: Vec<(Got, Arc<AtomicBool>)> = (0..2)
+        .map(|i| {
+            let got: Got = Arc::new(Mutex::new(Vec::new()));
+            let stop = Arc::new(AtomicBool::new(false));
+            let (g, s) = (got.clone(), stop.clone());
+            let (tx, rdy) = std::sync::mpsc::channel();
+            let p = port(i);
+            in_ns(&st[i], move || {
+                let sock = UdpSocket::bind(("::", p)).unwrap();
+                airpack::linux::set_buffer(sock.as_raw_fd(), 8 << 20, false).unwrap();
+                sock.set_read_timeout(Some(Duration::from_millis(50)))
+                    .unwrap();
+                tx.send(()).unwrap();
+                let mut buf = [0u8; 2048];
+                while !s.load(Ordering::Relaxed) {
+                    if let Ok(n) = sock.recv(&mut buf) {
+                        g.lock().unwrap().push(buf[..n].to_vec());
+                    }
+                }
+            });
+            rdy.recv().unwrap();
+            (got, stop)
+        })
+        .collect();
+    const N: u32 = 30;
+    for i in 0..2 {
+        let dst: SocketAddr = format!("[{}]:{}", ip6(i), port(i)).parse().unwrap();
+        in_ns(&w, move || {
+            let sock = UdpSocket::bind(("::", 0)).unwrap();
+            for k in 0..N {
+                // RTP (version 2, PT 18 = G.729), 20 voice bytes: compressible.
+                let mut body = vec![0u8; 32];
+                body[0] = 0x80;
+                body[1] = 18;
+                body[2..4].copy_from_slice(&(k as u16).to_be_bytes());
+                body[4..8].copy_from_slice(&(k * 160).to_be_bytes());
+                body[8..12].copy_from_slice(&(0x6000 + i as u32).to_be_bytes());
+                body[12] = i as u8;
+                body[13..17].copy_from_slice(&k.to_be_bytes());
+                sock.send_to(&body, dst).unwrap();
+            }
+        })
+        .join()
+        .unwrap();
+    }
+    wait_until("every IPv6 station's packets", WAIT, || {
+        rx.iter()
+            .all(|(g, _)| g.lock().unwrap().len() >= N as usize)
+    });
+    stop.store(true, Ordering::Relaxed);
+    let sent: Vec<Vec<u8>> = wcap
+        .join()
+        .unwrap()
+        .into_iter()
+        .filter(|p| p[0] >> 4 == 6)
+        .collect();
+    assert_eq!(sent.len(), 2 * N as usize, "W's capture");
+    for (i, cap) in caps.into_iter().enumerate() {
+        let dst: std::net::Ipv6Addr = ip6(i).parse().unwrap();
+        let got: Vec<Vec<u8>> = cap
+            .join()
+            .unwrap()
+            .into_iter()
+            .filter(|p| p[0] >> 4 == 6)
+            .collect();
+        let want: Vec<Vec<u8>> = sent
+            .iter()
+            .filter(|p| p[24..40] == dst.octets())
+            .map(|p| forwarded6(p))
+            .collect();
+        assert_eq!(want.len(), N as usize);
+        assert_eq!(got.len(), want.len(), "station {i}: packets on its TUN");
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g == w,
+                "station {i} packet {k}: rebuilt {} != sent {}",
+                hex(g),
+                hex(w)
+            );
+        }
+        let payloads = rx[i].0.lock().unwrap().clone();
+        assert_eq!(payloads.len(), N as usize, "station {i}: duplicates");
+        let s = sd[i].stats();
+        assert_eq!(s["station"]["packets"], N, "{s}");
+        assert_eq!(s["station"]["packets_for_others"], N, "{s}");
+        assert_eq!(s["accounting"]["balanced"], true, "{s}");
+        assert_eq!(s["accounting"]["receive"]["out"], N, "{s}");
+    }
+    let a = apd.stats();
+    assert_eq!(a["ap"]["packets"], 2 * N, "{a}");
+    // Redundancy: nothing is lost here, so every repeated packet is a
+    // duplicate at its station (and none was delivered twice, above).
+    let dups: u64 = sd
+        .iter()
+        .map(|d| d.stats()["station"]["duplicates"].as_u64().unwrap())
+        .sum();
+    assert_eq!(Some(dups), a["ap"]["packets_repeated"].as_u64(), "{a}");
+    assert_eq!(a["accounting"]["send"]["balanced"], true, "{a}");
+    // Compact frames compress the RTP header: the frames are smaller than
+    // the packets they carry.
+    assert!(a["ap"]["bytes_saved"].as_i64().unwrap() > 0, "{a}");
+    for (_, s) in &rx {
+        s.store(true, Ordering::Relaxed);
+    }
+
+    // Reload (SIGHUP) of the roles' configuration.
+    let ap_cfg = std::fs::read_to_string(&apd.config).unwrap();
+    let reload = |d: &common::Daemon, text: &str| {
+        let before = d.stat("/total/daemon/reloads") + d.stat("/total/daemon/reload_errors");
+        std::fs::write(&d.config, text).unwrap();
+        d.signal(libc::SIGHUP);
+        wait_until("reload handled", WAIT, || {
+            d.stat("/total/daemon/reloads") + d.stat("/total/daemon/reload_errors") > before
+        });
+    };
+    // 1. A change the AP cannot open (no such interface): refused, logged,
+    //    the running role and its leases kept.
+    reload(&apd, &ap_cfg.replace("[\"cell\"]", "[\"nosuch0\"]"));
+    assert_eq!(apd.stat("/total/daemon/reload_errors"), 1.0);
+    assert!(
+        apd.log_text()
+            .contains("[ap] change refused, the running AP role is kept"),
+        "{}",
+        apd.log_text()
+    );
+    assert_eq!(apd.stats()["ap"]["stations"], 2);
+    // 2. A new key at the AP and at station 0: the AP role is rebuilt
+    //    (leases start anew), station 0 registers again with the new key;
+    //    station 1 keeps the old key: its requests are refused (bad tag).
+    const KEY2: &str = "f0e0d0c0b0a090807060504030201000";
+    reload(&apd, &ap_cfg.replace(KEY, KEY2));
+    let log = apd.log_text();
+    assert!(
+        log.contains("ap.key changed") && !log.contains(KEY2),
+        "{log}"
+    );
+    let st0 = std::fs::read_to_string(&sd[0].config).unwrap();
+    reload(&sd[0], &st0.replace(KEY, KEY2));
+    wait_until("station 0 registered with the new key", WAIT, || {
+        let a = apd.stats();
+        a["ap"]["stations"] == 1
+            && a["ap"]["registrations"]["rejected"]["bad_tag"].as_u64() > Some(0)
+            && sd[0].stats()["station"]["registered"] == true
+    });
+    let p = apd.peers();
+    assert_eq!(p["stations"][0]["station"], ip6(0), "{p}");
+    // 3. [station] removed at station 1: the role stops.
+    reload(&sd[1], "");
+    assert!(sd[1].stats().get("station").is_none());
+    // 4. [ap] removed: the role stops, its steering goes; added back: runs.
+    reload(&apd, "");
+    assert!(apd.stats().get("ap").is_none());
+    //    Back with the airtime rule: 11 Mbit/s unicast, 1 Mbit/s multicast.
+    let with_rates = format!(
+        "{}unicast_rate = 11\nmulticast_rate = 1\n",
+        ap_cfg.replace(KEY, KEY2)
+    );
+    reload(&apd, &with_rates);
+    wait_until("AP back, station 0 registered again", WAIT, || {
+        apd.stats().pointer("/ap/stations").and_then(|v| v.as_u64()) == Some(1)
+    });
+    assert_eq!(apd.stat("/total/daemon/reload_errors"), 1.0);
+    assert_eq!(apd.stats()["ap"]["airtime"]["rule"], true);
+
+    // The airtime rule: one packet alone in a frame at 1 Mbit/s costs more
+    // airtime than its unicast exchange at 11: it leaves unchanged (and
+    // arrives through the station's normal stack).
+    let got = Arc::new(Mutex::new(0usize));
+    let g = got.clone();
+    let p0 = port(0);
+    let (tx, rdy) = std::sync::mpsc::channel();
+    let recv = in_ns(&st[0], move || {
+        let sock = UdpSocket::bind(("::", p0)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        tx.send(()).unwrap();
+        let mut buf = [0u8; 2048];
+        if sock.recv(&mut buf).is_ok() {
+            *g.lock().unwrap() += 1;
+        }
+    });
+    rdy.recv().unwrap();
+    let dst: SocketAddr = format!("[{}]:{}", ip6(0), p0).parse().unwrap();
+    in_ns(&w, move || {
+        let sock = UdpSocket::bind(("::", 0)).unwrap();
+        let mut body = vec![0u8; 32];
+        body[0] = 0x80;
+        body[1] = 18;
+        sock.send_to(&body, dst).unwrap();
+    })
+    .join()
+    .unwrap();
+    recv.join().unwrap();
+    assert_eq!(*got.lock().unwrap(), 1, "the fallback packet arrived");
+    let a = apd.stats();
+    assert_eq!(a["ap"]["unicast"]["airtime"], 1, "{a}");
+    assert_eq!(a["ap"]["airtime"]["frames_not_sent"], 1, "{a}");
+    assert_eq!(a["ap"]["frames"], 0, "{a}");
+    assert_eq!(a["accounting"]["send"]["balanced"], true, "{a}");
+    assert_eq!(sd[0].stats()["station"]["lost_frames"], 0);
 }

@@ -29,7 +29,8 @@
 //! back to unicast" ([`choose`]) takes the basic rate with the most calls and
 //! multiplexes only if that beats plain unicast, so capacity never drops.
 
-use crate::medium::{preset, Phy, PhyKind, MAC_OVERHEAD_BYTES};
+use crate::medium::{preset, Phy, PhyKind};
+use airpack_core::downlink::airtime::{self, Modulation, Rate};
 
 /// Frame payload limit `F` (the mux's default `max_frame`).
 pub const FRAME_LIMIT: u32 = 1440;
@@ -99,24 +100,24 @@ pub enum Count {
     Packed,
 }
 
-/// The PHY a multicast frame at `rate` Mbit/s is sent with.
-fn mc_phy(rate: f64) -> Phy {
-    let dsss = [1.0, 2.0, 5.5, 11.0].contains(&rate);
-    Phy {
-        name: "mc",
-        kind: if dsss {
-            PhyKind::DsssLong
-        } else {
-            PhyKind::Ofdm
-        },
-        rate_mbps: rate,
+/// The DCF timing of `cell` in the core's terms.
+fn contention(cell: &Phy) -> Modulation {
+    match cell.kind {
+        PhyKind::Ofdm => Modulation::Ofdm,
+        PhyKind::DsssLong | PhyKind::DsssShort => Modulation::DsssLong,
     }
 }
 
 /// Airtime (µs) of one multicast frame carrying an IP packet of `ip_bytes`
-/// in `cell` at `rate`: contention of the cell, PPDU of the rate, no SIFS/ACK.
+/// in `cell` at `rate`: contention of the cell, PPDU of the rate (DSSS
+/// rates with the long preamble), no SIFS/ACK. The formula is the one the
+/// AP's multiplexer decides with ([`airpack_core::downlink::airtime`]).
 pub fn multicast_us(cell: &Phy, rate: f64, ip_bytes: u32) -> f64 {
-    cell.difs_us() + cell.mean_backoff_us() + mc_phy(rate).ppdu_us(ip_bytes + MAC_OVERHEAD_BYTES)
+    let r = Rate::of(rate, false).unwrap_or(Rate {
+        modulation: Modulation::Ofdm,
+        mbps: rate,
+    });
+    airtime::multicast_us(contention(cell), &r, ip_bytes)
 }
 
 /// Calls without multiplexing: `floor(P / 2T(L))`.

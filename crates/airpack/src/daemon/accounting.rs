@@ -57,6 +57,56 @@ pub struct Accounting {
     pub rx_queue_drops: u64,
 }
 
+/// Packets and datagrams of the downlink roles (`[ap]`, `[station]`) that
+/// join the identities: built on the event loop with the snapshot, added
+/// with [`Accounting::add`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Extra {
+    /// Send side: packets that left.
+    pub send_out: u64,
+    /// Send side: packets held now.
+    pub send_queued: u64,
+    /// Send side: packets dropped, by reason.
+    pub send_dropped: Vec<(String, u64)>,
+    /// Receive side: packets found (extracted).
+    pub receive_in: u64,
+    /// Receive side: packets written into the TUN.
+    pub receive_out: u64,
+    /// Receive side: packets dropped, by reason.
+    pub receive_dropped: Vec<(String, u64)>,
+    /// Datagrams read.
+    pub datagrams_in: u64,
+    /// Datagrams accepted.
+    pub datagrams_out: u64,
+    /// Datagrams dropped, by reason.
+    pub datagrams_dropped: Vec<(String, u64)>,
+}
+
+/// Adds `from` into `to`, reason by reason (a reason appears once).
+fn add_reasons(to: &mut Vec<(String, u64)>, from: &[(String, u64)]) {
+    for (k, n) in from {
+        match to.iter_mut().find(|(j, _)| j == k) {
+            Some((_, m)) => *m += n,
+            None => to.push((k.clone(), *n)),
+        }
+    }
+}
+
+impl Extra {
+    /// Adds `e` (the totals of a role a reload stopped).
+    pub fn add(&mut self, e: &Extra) {
+        self.send_out += e.send_out;
+        self.send_queued += e.send_queued;
+        add_reasons(&mut self.send_dropped, &e.send_dropped);
+        self.receive_in += e.receive_in;
+        self.receive_out += e.receive_out;
+        add_reasons(&mut self.receive_dropped, &e.receive_dropped);
+        self.datagrams_in += e.datagrams_in;
+        self.datagrams_out += e.datagrams_out;
+        add_reasons(&mut self.datagrams_dropped, &e.datagrams_dropped);
+    }
+}
+
 fn sum(v: &[(String, u64)]) -> u64 {
     v.iter().map(|(_, n)| n).sum()
 }
@@ -129,6 +179,19 @@ impl Accounting {
             tun_queue_drops,
             rx_queue_drops,
         }
+    }
+
+    /// Adds the downlink roles' packets and datagrams.
+    pub fn add(&mut self, e: &Extra) {
+        self.send_out += e.send_out;
+        self.send_queued += e.send_queued;
+        add_reasons(&mut self.send_dropped, &e.send_dropped);
+        self.receive_in += e.receive_in;
+        self.receive_out += e.receive_out;
+        add_reasons(&mut self.receive_dropped, &e.receive_dropped);
+        self.datagrams_in += e.datagrams_in;
+        self.datagrams_out += e.datagrams_out;
+        add_reasons(&mut self.datagrams_dropped, &e.datagrams_dropped);
     }
 
     /// Total of [`Accounting::send_dropped`].

@@ -15,17 +15,22 @@ use toml::Value;
 pub fn changes(old: &Config, new: &Config) -> Vec<String> {
     let (o, n) = (as_table(old), as_table(new));
     let mut out = Vec::new();
-    // Every table section (a section the schema lacks compares as unset).
-    for section in [
-        "daemon",
-        "aggregation",
-        "discovery",
-        "medium",
-        "ap",
-        "station",
-        "gateway",
-    ] {
+    // The tables other than the roles below (keys shown as set or unset only).
+    for section in ["daemon", "aggregation", "discovery", "medium", "gateway"] {
         leaves(section, o.get(section), n.get(section), &mut out);
+    }
+    // The downlink roles: keys are secrets, so only say that they changed.
+    for section in ["ap", "station"] {
+        let mut inner = Vec::new();
+        leaves(section, o.get(section), n.get(section), &mut inner);
+        let key = format!("{section}.key ");
+        out.extend(inner.into_iter().map(|c| {
+            if c.starts_with(&key) {
+                format!("{section}.key changed")
+            } else {
+                c
+            }
+        }));
     }
     let rules = |t: &toml::Table| t.get("class").and_then(Value::as_array).map_or(0, Vec::len);
     if o.get("class") != n.get("class") {
@@ -157,6 +162,15 @@ mod tests {
         assert!(c[0].ends_with("-> 1200"), "{c:?}");
         assert_eq!(c[1], "peer 10.0.0.4 added");
         assert_eq!(c[2], "peer 10.0.0.2 removed");
+    }
+
+    #[test]
+    fn downlink_keys_are_named_not_shown() {
+        let a = cfg("[ap]\nkey = \"000102030405060708090a0b0c0d0e0f\"\ninterval_ms = 20\n");
+        let b = cfg("[ap]\nkey = \"ffffffffffffffffffffffffffffffff\"\ninterval_ms = 40\n");
+        let c = changes(&a, &b);
+        assert_eq!(c, ["ap.interval_ms 20 -> 40", "ap.key changed"]);
+        assert!(!c.concat().contains("0001"));
     }
 
     #[test]

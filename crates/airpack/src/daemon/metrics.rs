@@ -180,6 +180,53 @@ pub const META: &[Meta] = &[
     m("tun.read_by_daemon", C, "Packets the daemon read from the TUN (kernel tx_packets)."),
     m("tun.written_by_daemon", C, "Packets the daemon wrote into the TUN (kernel rx_packets)."),
     m("tun.rx_dropped", C, "Packets the kernel dropped after the daemon wrote them (rx_dropped)."),
+    // The downlink roles (docs/operator-guide.md, "Downlink multiplexing roles").
+    m("ap.stations", G, "AP role: stations with an active lease."),
+    m("ap.streams", G, "AP role: registered streams (ports) multiplexed now."),
+    m("ap.packets_in", C, "AP role: packets handed to the multiplexer (UDP to the steered media ports)."),
+    m("ap.packets", C, "AP role: packets that left multiplexed in a frame (at least one destination took it)."),
+    m("ap.packets_pending", G, "AP role: packets waiting in the multiplexer now."),
+    m("ap.packets_passed", C, "AP role: packets forwarded unchanged because no station registered their port."),
+    map("ap.unicast", "reason", "AP role: packets of registered streams forwarded unchanged, by reason (airtime: a frame would have cost more airtime than unicast)."),
+    m("ap.packets_repeated", C, "AP role: packets repeated from the previous frame (ap.redundancy)."),
+    m("ap.frames", C, "AP role: frames the multiplexer sent."),
+    map("ap.frames_by_reason", "reason", "AP role: frames sent, by what closed them."),
+    m("ap.frame_datagrams_sent", C, "AP role: frame datagrams sent (one per frame and destination)."),
+    m("ap.frame_send_errors", C, "AP role: frame datagrams the kernel refused."),
+    m("ap.bytes_in", C, "AP role: bytes of the original IP packets that left in frames."),
+    m("ap.bytes_out", C, "AP role: bytes of the frames sent (UDP payloads)."),
+    m("ap.bytes_saved", G, "AP role: bytes_in minus bytes_out (negative when framing cost more)."),
+    map("ap.drops", "reason", "AP role: multiplexed packets lost, by reason."),
+    m("ap.airtime.rule", G, "AP role: 1 if the airtime rule is on (ap.unicast_rate and ap.multicast_rate set)."),
+    m("ap.airtime.frames_not_sent", C, "AP role: frames not sent because their packets took less airtime as unicast (the packets left unchanged: unicast reason airtime)."),
+    m("ap.airtime.frames_us", C, "AP role: airtime of the frames sent (model, microseconds; airtime rule only)."),
+    m("ap.airtime.as_unicast_us", C, "AP role: airtime the packets of those frames would have taken as unicast exchanges (microseconds)."),
+    m("ap.lease_expiries", C, "AP role: leases ended because the station stopped renewing."),
+    m("ap.registrations.received", C, "AP role: registration messages received."),
+    m("ap.registrations.answered", C, "AP role: answers sent."),
+    m("ap.registrations.registered", C, "AP role: leases granted."),
+    m("ap.registrations.renewed", C, "AP role: leases renewed."),
+    m("ap.registrations.unregistered", C, "AP role: leases ended by the station."),
+    m("ap.registrations.auto_found", C, "AP role: streams found for \"auto\" leases."),
+    m("ap.registrations.socket_errors", C, "AP role: registration socket errors."),
+    map("ap.registrations.rejected", "reason", "AP role: registration messages refused, by reason."),
+    m("station.registered", G, "Station role: 1 while registered with the AP."),
+    m("station.streams", G, "Station role: streams (ports) the AP multiplexes for this station."),
+    m("station.frames_received", C, "Station role: frame datagrams read."),
+    m("station.frames", C, "Station role: frames accepted."),
+    m("station.lost_frames", C, "Station role: frames missing from the AP's sequence (lost on the air)."),
+    m("station.packets", C, "Station role: packets extracted and rebuilt."),
+    m("station.packets_written", C, "Station role: rebuilt packets written into the TUN."),
+    m("station.packets_for_others", C, "Station role: packets for other stations (headers parsed, skipped)."),
+    m("station.packets_recovered", C, "Station role: packets rebuilt from a frame's repeat block because their own frame was lost (ap.redundancy)."),
+    m("station.duplicates", C, "Station role: repeated packets skipped because their own frame had arrived."),
+    m("station.requests_sent", C, "Station role: registration requests sent."),
+    m("station.answers", C, "Station role: valid answers from the AP."),
+    m("station.errors_answered", C, "Station role: error answers from the AP."),
+    map("station.drops.frames", "reason", "Station role: frame datagrams dropped, by reason."),
+    map("station.drops.packets", "reason", "Station role: extracted packets dropped, by reason."),
+    map("station.drops.answers", "reason", "Station role: answers dropped, by reason."),
+    m("station.socket_errors", C, "Station role: socket errors."),
     // The daemon's state.
     renamed("uptime_s", "uptime_seconds", G, "Seconds since the daemon started."),
     m("link_busy", G, "1 while the link is busy (link_mode hold-while-busy)."),
@@ -342,8 +389,9 @@ impl Exposition {
         f.lines.push('\n');
     }
 
-    /// Adds `doc`'s `total`, `accounting`, `queued`, `tun` and daemon state
-    /// (the stats document without `peers`).
+    /// Adds `doc`'s `total`, `accounting`, `queued`, `tun`, the downlink
+    /// roles (`ap`, `station`) and daemon state (the stats document without
+    /// `peers`).
     pub fn add_head(&mut self, doc: &Value) {
         if let (Some(v), Some(mode)) = (doc.get("version"), doc.get("mode")) {
             let s = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_owned();
@@ -373,7 +421,7 @@ impl Exposition {
         if let Some(t) = doc.get("total") {
             self.walk("", "", &[], t);
         }
-        for k in ["accounting", "queued", "tun", "gateway"] {
+        for k in ["accounting", "queued", "tun", "gateway", "ap", "station"] {
             if let Some(v) = doc.get(k) {
                 self.walk(k, "", &[], v);
             }

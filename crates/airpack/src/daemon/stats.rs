@@ -543,7 +543,12 @@ pub fn human_stats(doc: &Value) -> String {
     if let Some(g) = doc.get("gateway") {
         out.push_str(&gateway_lines(g));
     }
-    if let Some(note) = match_note(doc) {
+    out.push_str(&downlink_human(doc));
+    // A node running only a downlink role steers no [[class]] traffic: the
+    // aggregation note would only confuse.
+    let downlink_only =
+        (doc.get("ap").is_some() || doc.get("station").is_some()) && peers.is_empty();
+    if let Some(note) = match_note(doc).filter(|_| !downlink_only) {
         out.push('\n');
         out.push_str(&note);
         out.push('\n');
@@ -587,6 +592,74 @@ fn gateway_lines(g: &Value) -> String {
     )
 }
 
+/// The `ap` and `station` lines of `airpack stats` (empty when neither role runs).
+pub fn downlink_human(doc: &Value) -> String {
+    let mut out = String::new();
+    let n = |v: &Value, p: &str| {
+        v.pointer(p)
+            .map(|x| x.to_string().trim_matches('"').to_owned())
+            .unwrap_or_else(|| "-".into())
+    };
+    let nonzero = |v: Option<&Value>| -> String {
+        let parts: Vec<String> = v
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, x)| x.as_u64().unwrap_or(0) > 0)
+                    .map(|(k, x)| format!("{k}={x}"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if parts.is_empty() {
+            "none".into()
+        } else {
+            parts.join(" ")
+        }
+    };
+    if let Some(a) = doc.get("ap") {
+        out.push_str(&format!(
+            "\nap:             stations={} streams={} frames={} packets in={} multiplexed={} pending={} passed={} bytes saved={}\n",
+            n(a, "/stations"),
+            n(a, "/streams"),
+            n(a, "/frames"),
+            n(a, "/packets_in"),
+            n(a, "/packets"),
+            n(a, "/packets_pending"),
+            n(a, "/packets_passed"),
+            n(a, "/bytes_saved"),
+        ));
+        out.push_str(&format!(
+            "  unicast:      {}\n  drops:        {}\n  leases:       registered={} renewed={} unregistered={} expired={}\n  rejected:     {}\n",
+            nonzero(a.get("unicast")),
+            nonzero(a.get("drops")),
+            n(a, "/registrations/registered"),
+            n(a, "/registrations/renewed"),
+            n(a, "/registrations/unregistered"),
+            n(a, "/lease_expiries"),
+            nonzero(a.pointer("/registrations/rejected")),
+        ));
+    }
+    if let Some(s) = doc.get("station") {
+        out.push_str(&format!(
+            "\nstation:        ap={} registered={} streams={} frames={} (lost {}) packets={} written={} for others={}\n",
+            n(s, "/ap"),
+            n(s, "/registered"),
+            n(s, "/streams"),
+            n(s, "/frames"),
+            n(s, "/lost_frames"),
+            n(s, "/packets"),
+            n(s, "/packets_written"),
+            n(s, "/packets_for_others"),
+        ));
+        out.push_str(&format!(
+            "  frame drops:  {}\n  packet drops: {}\n",
+            nonzero(s.pointer("/drops/frames")),
+            nonzero(s.pointer("/drops/packets")),
+        ));
+    }
+    out
+}
+
 /// A human table of a peers JSON document (what `airpack peers` prints).
 pub fn human_peers(doc: &Value) -> String {
     let mut out = format!(
@@ -627,6 +700,64 @@ pub fn human_peers(doc: &Value) -> String {
                 .and_then(Value::as_f64)
                 .unwrap_or(1.0),
             ips.join(",")
+        ));
+    }
+    if let Some(list) = doc.get("stations").and_then(Value::as_array) {
+        out.push_str(&format!(
+            "\n{:<28} {:>8} {:>6} {:>10}  ports (stream ids)\n",
+            "station (ap role)", "streams", "auto", "lease_s"
+        ));
+        for st in list {
+            let runs: Vec<String> = st
+                .get("runs")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .map(|r| {
+                            format!(
+                                "{} ({}{})",
+                                r["ports"].as_str().unwrap_or("?"),
+                                r["first_stream_id"],
+                                if r["multiplexed"] == true {
+                                    ""
+                                } else {
+                                    ", waiting"
+                                }
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "{:<28} {:>8} {:>6} {:>10.1}  {}\n",
+                st["station"].as_str().unwrap_or("?"),
+                st["streams"],
+                st["auto"],
+                st["lease_left_s"].as_f64().unwrap_or(0.0),
+                runs.join(" ")
+            ));
+        }
+    }
+    if let Some(st) = doc.get("station") {
+        let ports: Vec<String> = st
+            .get("streams")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|p| format!("{} ({})", p["port"], p["stream_id"]))
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "\nstation role: ap {} as {}, registered {}, ports (stream ids): {}\n",
+            st["ap"].as_str().unwrap_or("?"),
+            st["address"].as_str().unwrap_or("?"),
+            st["registered"],
+            if ports.is_empty() {
+                "none".into()
+            } else {
+                ports.join(" ")
+            }
         ));
     }
     out

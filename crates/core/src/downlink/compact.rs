@@ -13,6 +13,9 @@
 //!
 //! ```text
 //! frame:  | 0x10 | epoch | frame seq (2) | entry | entry | ...
+//! or, with the repeat flag (redundancy, optional):
+//!         | 0x11 | epoch | frame seq (2) | repeat length (2) | the previous
+//!         frame's entries (repeat length bytes) | entry | entry | ...
 //! entry:  | sid (1-2) | ctl | len (1-2) | [static block] | [IP ID 1-2] | [seq LSB] | payload (len) |
 //! ctl:    F ggg R M ii   F: static block present   ggg: context generation
 //!                        R: RTP header compressed  M: RTP marker   ii: IPv4 ID mode
@@ -29,6 +32,11 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub const VERSION: u8 = 1;
 /// Bytes of the frame header.
 pub const HEADER_LEN: usize = 4;
+/// Flag in byte 0: a repeat block (the entries of frame `seq - 1`, as
+/// that frame carried them) follows the header, after its 2-byte length.
+pub const FLAG_REPEAT: u8 = 0x01;
+/// Bytes of the repeat block's length field.
+pub const REPEAT_LEN: usize = 2;
 /// Largest payload length an entry can state (two-byte form).
 pub const MAX_LEN: usize = 16_383;
 /// Bytes of a compressed RTP header that an entry with `R` set replaces.
@@ -167,6 +175,8 @@ pub struct CompactFrame<'a> {
     pub header: FrameHeader,
     body: &'a [u8],
     count: usize,
+    repeat: &'a [u8],
+    repeat_count: usize,
 }
 
 impl<'a> CompactFrame<'a> {
@@ -181,6 +191,15 @@ impl<'a> CompactFrame<'a> {
     /// The entries in frame order.
     pub fn iter(&self) -> EntryIter<'a> {
         EntryIter { rest: self.body }
+    }
+    /// Entries of the repeat block (frame `seq - 1`'s entries; none when
+    /// the frame has no repeat block).
+    pub fn repeated(&self) -> EntryIter<'a> {
+        EntryIter { rest: self.repeat }
+    }
+    /// Number of repeated entries.
+    pub fn repeated_len(&self) -> usize {
+        self.repeat_count
     }
 }
 
@@ -205,8 +224,9 @@ impl<'a> Iterator for EntryIter<'a> {
 /// Parses and validates a whole frame.
 ///
 /// Errors, in the order checked: over [`MAX_FRAME`] bytes: `Overlong`; no
-/// byte: `Empty`; version nibble != 1: `BadVersion`; flag nibble != 0:
-/// `Reserved`; header cut short: `Truncated`; no entry: `Empty`; then per
+/// byte: `Empty`; version nibble != 1: `BadVersion`; flag bits other than
+/// [`FLAG_REPEAT`]: `Reserved`; header (or repeat length, or block) cut
+/// short: `Truncated`; an empty repeat block or no entry: `Empty`; then per
 /// entry: the 1 025th: `TooManyPackets`; any field or the payload cut short:
 /// `Truncated`; a two-byte sid or length whose value fits the one-byte
 /// form: `Overlong`; reserved codes (`ii = 11`, `ii = 01` in a full entry,
@@ -222,7 +242,7 @@ pub fn decode(frame: &[u8]) -> Result<CompactFrame<'_>, FrameError> {
     if b0 >> 4 != VERSION {
         return Err(FrameError::BadVersion);
     }
-    if b0 & 0x0f != 0 {
+    if b0 & 0x0f & !FLAG_REPEAT != 0 {
         return Err(FrameError::Reserved);
     }
     let Some(h) = frame.first_chunk::<HEADER_LEN>() else {
@@ -232,11 +252,45 @@ pub fn decode(frame: &[u8]) -> Result<CompactFrame<'_>, FrameError> {
         epoch: h[1],
         seq: be16(h, 2),
     };
-    let body = &frame[HEADER_LEN..];
+    let mut body = &frame[HEADER_LEN..];
+    let mut repeat: &[u8] = &[];
+    if b0 & FLAG_REPEAT != 0 {
+        if body.len() < REPEAT_LEN {
+            return Err(FrameError::Truncated);
+        }
+        let rlen = usize::from(be16(body, 0));
+        if rlen == 0 {
+            return Err(FrameError::Empty);
+        }
+        if body.len() < REPEAT_LEN + rlen {
+            return Err(FrameError::Truncated);
+        }
+        repeat = &body[REPEAT_LEN..REPEAT_LEN + rlen];
+        body = &body[REPEAT_LEN + rlen..];
+    }
     if body.is_empty() {
         return Err(FrameError::Empty);
     }
-    let mut rest = body;
+    let count = entries(body)?;
+    let repeat_count = if repeat.is_empty() {
+        0
+    } else {
+        entries(repeat)?
+    };
+    if count + repeat_count > MAX_PACKETS_PER_FRAME {
+        return Err(FrameError::TooManyPackets);
+    }
+    Ok(CompactFrame {
+        header,
+        body,
+        count,
+        repeat,
+        repeat_count,
+    })
+}
+
+/// Validates a run of entries; returns how many.
+fn entries(mut rest: &[u8]) -> Result<usize, FrameError> {
     let mut count = 0;
     while !rest.is_empty() {
         if count == MAX_PACKETS_PER_FRAME {
@@ -245,11 +299,7 @@ pub fn decode(frame: &[u8]) -> Result<CompactFrame<'_>, FrameError> {
         rest = split(rest)?.1;
         count += 1;
     }
-    Ok(CompactFrame {
-        header,
-        body,
-        count,
-    })
+    Ok(count)
 }
 
 /// A cursor over an entry's bytes; every read is checked.
@@ -646,7 +696,30 @@ mod tests {
     fn errors_are_named() {
         assert_eq!(decode(&[]), Err(FrameError::Empty));
         assert_eq!(decode(&[0x20, 0, 0, 0]), Err(FrameError::BadVersion));
-        assert_eq!(decode(&[0x11, 0, 0, 0]), Err(FrameError::Reserved));
+        assert_eq!(decode(&[0x12, 0, 0, 0]), Err(FrameError::Reserved));
+        // Repeat flag: length, block, then at least one own entry.
+        assert_eq!(decode(&[0x11, 0, 0, 0]), Err(FrameError::Truncated));
+        assert_eq!(
+            decode(&[0x11, 0, 0, 0, 0, 0, 5, 0, 1, 0xaa]),
+            Err(FrameError::Empty)
+        );
+        assert_eq!(
+            decode(&[0x11, 0, 0, 0, 0, 4, 5, 0, 1]),
+            Err(FrameError::Truncated)
+        );
+        assert_eq!(
+            decode(&[0x11, 0, 0, 0, 0, 4, 5, 0, 1, 0xaa]),
+            Err(FrameError::Empty)
+        );
+        let f = decode(&[0x11, 0, 0, 9, 0, 4, 5, 0, 1, 0xaa, 6, 0, 1, 0xbb]).unwrap();
+        assert_eq!((f.len(), f.repeated_len()), (1, 1));
+        assert_eq!(f.repeated().next().unwrap().sid, 5);
+        assert_eq!(f.iter().next().unwrap().sid, 6);
+        // The repeat block's entries are validated too.
+        assert_eq!(
+            decode(&[0x11, 0, 0, 0, 0, 3, 1, 3, 0, 6, 0, 1, 0xbb]),
+            Err(FrameError::Reserved)
+        );
         assert_eq!(decode(&[0x10, 0, 0]), Err(FrameError::Truncated));
         assert_eq!(decode(&[0x10, 0, 0, 0]), Err(FrameError::Empty));
         // sid 5, ctl 0 (verbatim UDP payload, ID 0), len 1, one byte

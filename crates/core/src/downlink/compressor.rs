@@ -95,6 +95,12 @@ impl Ctx {
         }
     }
 
+    /// The stations did not see this stream's latest packets (their frame
+    /// was not sent): the next entry is full, in a new generation.
+    pub(super) fn restart(&mut self) {
+        self.have = false;
+    }
+
     /// Chooses full or compressed for this packet and updates the context
     /// (the rules of docs/wire-format.md, "compact").
     pub(super) fn compress<'p>(

@@ -82,6 +82,10 @@ pub struct DemuxStats {
     pub no_context: u64,
     /// Entries inconsistent with the stream (family, IPv6 with an ID, scratch too small).
     pub bad_entry: u64,
+    /// Packets rebuilt from a repeat block (their own frame was lost; also in `delivered`).
+    pub recovered: u64,
+    /// Repeated entries for this station skipped: their frame had arrived.
+    pub duplicates: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -245,8 +249,12 @@ impl Demux {
             self.stats.wrong_epoch += 1;
             return Ok(());
         }
+        // The repeat block (frame seq - 1's entries) is used only when that
+        // frame is known to be missing: the last frame seen is older.
+        let mut use_repeat = false;
         if let Some(last) = self.last_seq {
             let gap = f.header.seq.wrapping_sub(last);
+            use_repeat = (2..=0x8000).contains(&gap);
             if gap == 0 {
                 self.stats.stale_frames += 1;
                 return Ok(());
@@ -268,24 +276,44 @@ impl Demux {
         }
         self.last_seq = Some(f.header.seq);
         self.stats.frames += 1;
+        for e in f.repeated() {
+            if !self.streams.contains_key(&e.sid) {
+                continue;
+            }
+            if !use_repeat {
+                self.stats.duplicates += 1;
+                continue;
+            }
+            let before = self.stats.delivered;
+            self.entry(&e, scratch, deliver);
+            self.stats.recovered += self.stats.delivered - before;
+        }
         for e in f.iter() {
-            let Some(s) = self.streams.get_mut(&e.sid) else {
+            if !self.streams.contains_key(&e.sid) {
                 self.stats.skipped += 1;
                 continue;
-            };
-            match expand(s, &e) {
-                Err(Miss::NoContext) => self.stats.no_context += 1,
-                Err(Miss::Bad) => self.stats.bad_entry += 1,
-                Ok((h, rtp)) => match build(scratch, &h, rtp.as_ref(), e.payload) {
-                    Some(n) => {
-                        self.stats.delivered += 1;
-                        deliver(&scratch[..n]);
-                    }
-                    None => self.stats.bad_entry += 1,
-                },
             }
+            self.entry(&e, scratch, deliver);
         }
         Ok(())
+    }
+
+    /// Rebuilds one entry of a registered stream and delivers it.
+    fn entry(&mut self, e: &Entry<'_>, scratch: &mut [u8], deliver: &mut dyn FnMut(&[u8])) {
+        let Some(s) = self.streams.get_mut(&e.sid) else {
+            return;
+        };
+        match expand(s, e) {
+            Err(Miss::NoContext) => self.stats.no_context += 1,
+            Err(Miss::Bad) => self.stats.bad_entry += 1,
+            Ok((h, rtp)) => match build(scratch, &h, rtp.as_ref(), e.payload) {
+                Some(n) => {
+                    self.stats.delivered += 1;
+                    deliver(&scratch[..n]);
+                }
+                None => self.stats.bad_entry += 1,
+            },
+        }
     }
 }
 

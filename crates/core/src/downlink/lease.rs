@@ -78,8 +78,25 @@ pub struct LeaseStats {
     pub ignored: u64,
     /// Error answers.
     pub errors: u64,
+    /// Error answers, by [`ErrorCode::ALL`] index (sums to `errors`).
+    pub errors_by_code: [u64; 6],
     /// Auto streams found.
     pub auto_found: u64,
+}
+
+/// One active lease, as [`LeaseTable::leases`] shows it.
+#[derive(Clone, Copy, Debug)]
+pub struct LeaseView<'a> {
+    /// The station's address.
+    pub addr: IpAddr,
+    /// Registered with "auto" ports.
+    pub auto: bool,
+    /// When the lease ends unless renewed.
+    pub expires: Micros,
+    /// Its runs of ports.
+    pub runs: &'a [Run],
+    /// Per run: multiplexed now (auto runs wait for the next renew).
+    pub live: &'a [bool],
 }
 
 #[derive(Clone, Debug)]
@@ -131,6 +148,19 @@ impl LeaseTable {
     /// Active leases.
     pub fn active(&self) -> usize {
         self.records.iter().filter(|r| r.active).count()
+    }
+
+    /// The active leases (for `airpack peers`): address, whether "auto",
+    /// when the lease ends, and its runs of (first port, count, first stream
+    /// id) that are multiplexed now.
+    pub fn leases(&self) -> impl Iterator<Item = LeaseView<'_>> + '_ {
+        self.records.iter().filter(|r| r.active).map(|r| LeaseView {
+            addr: r.addr,
+            auto: r.auto,
+            expires: r.expires,
+            runs: &r.runs[..r.n_runs],
+            live: &r.live[..r.n_runs],
+        })
     }
 
     /// Stream ids handed out.
@@ -212,6 +242,7 @@ impl LeaseTable {
 
     fn error(&mut self, reply_to: u64, code: ErrorCode) -> Body {
         self.stats.errors += 1;
+        self.stats.errors_by_code[code.index()] += 1;
         Body::Error { reply_to, code }
     }
 

@@ -13,6 +13,7 @@
 //! or the hop-by-hop bundle formats of [`crate::wire`].
 //! Byte layouts: `docs/wire-format.md`, section "Downlink multiplexing".
 
+pub mod airtime;
 pub mod compact;
 mod compressor;
 pub mod demux;

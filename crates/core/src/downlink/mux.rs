@@ -26,11 +26,34 @@
 //!   oldest is dropped and its packets counted ([`MuxDrop::QueueFull`]).
 //!   Its sequence number is then missing at the stations, as for a frame
 //!   lost on the air.
+//! * Airtime rule (issue 14, point 10: never lower capacity), when
+//!   [`MuxConfig::airtime`] gives the cell's PHY: as a frame closes, its
+//!   airtime as one multicast frame without ACK at the multicast rate
+//!   ([`super::airtime::CellPhy::multicast_us`] of the frame plus its
+//!   UDP/IP header) is compared with the airtime of its packets as
+//!   ordinary unicast exchanges. When the frame does not take less, its
+//!   packets leave as they came, one [`Transmit`] each with
+//!   [`Transmit::unicast`] set (counted in [`MuxStats::fallback`]); the
+//!   frame's sequence number is reused by the next frame (stations see no
+//!   gap) and the RTP contexts of its streams start over with a full entry
+//!   (the stations never saw these packets). For this the mux keeps a copy
+//!   of each original packet while airtime is configured (buffers
+//!   allocated at start; a frame whose copies would not fit closes early,
+//!   as for size).
+//! * Redundancy ([`MuxConfig::redundancy`], compact only): as a frame
+//!   closes, the entries of the frame before it (sequence number one less,
+//!   sent as a frame) are put in front of its own, as a repeat block, when
+//!   they fit `max_frame` (and the frame still pays under the airtime
+//!   rule). A station that lost that frame rebuilds its packets from the
+//!   repeat; one that has it skips the block (counted as duplicates). The
+//!   repeated entries are byte for byte those of the earlier frame, so the
+//!   station's RTP contexts see the same sequence either way.
 //! * The mux stands in for the AP's forwarding step: TTL / hop limit is
 //!   decremented by `ttl_decrement` (1 by default; 0 when the driver hands
 //!   packets the kernel has already forwarded); a packet that would expire
 //!   is passed back for unicast, so the kernel sends its ICMP.
 
+use super::airtime::CellPhy;
 use super::compact::{self, Entry, FrameHeader, IpId};
 use super::compressor::{parse, Ctx, Udp};
 use super::seed::{self, SeedPacket};
@@ -51,7 +74,7 @@ pub enum Format {
 }
 
 /// Configuration.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MuxConfig {
     /// Frame layout.
     pub format: Format,
@@ -71,6 +94,15 @@ pub struct MuxConfig {
     pub epoch: u8,
     /// Sequence number of the first frame (compact).
     pub first_seq: u16,
+    /// The cell's PHY facts for the airtime rule (module doc); `None`:
+    /// every frame is sent.
+    pub airtime: Option<CellPhy>,
+    /// Bytes of the frame datagram's own UDP/IP header (28 over IPv4, 48
+    /// over IPv6), counted in the frame's airtime.
+    pub frame_overhead: u32,
+    /// Redundancy (compact only): each frame also carries the previous
+    /// frame's entries when they fit (module doc).
+    pub redundancy: bool,
 }
 
 impl Default for MuxConfig {
@@ -85,6 +117,9 @@ impl Default for MuxConfig {
             ttl_decrement: 1,
             epoch: 0,
             first_seq: 0,
+            airtime: None,
+            frame_overhead: 28,
+            redundancy: false,
         }
     }
 }
@@ -121,6 +156,17 @@ impl UnicastReason {
         UnicastReason::TooLarge,
         UnicastReason::Unsupported,
     ];
+    /// Short snake-case name (statistics).
+    pub fn reason(self) -> &'static str {
+        match self {
+            UnicastReason::UnusualHeader => "unusual_header",
+            UnicastReason::Fragment => "fragment",
+            UnicastReason::BadUdp => "bad_udp",
+            UnicastReason::TtlExpired => "ttl_expired",
+            UnicastReason::TooLarge => "too_large",
+            UnicastReason::Unsupported => "unsupported",
+        }
+    }
 }
 
 /// Why queued packets were dropped.
@@ -143,6 +189,25 @@ pub enum FrameReason {
     Flush,
 }
 
+impl FrameReason {
+    /// All variants, in [`MuxStats::frames`] order.
+    pub const ALL: [FrameReason; 4] = [
+        FrameReason::Interval,
+        FrameReason::Size,
+        FrameReason::Idle,
+        FrameReason::Flush,
+    ];
+    /// Short snake-case name (statistics).
+    pub fn reason(self) -> &'static str {
+        match self {
+            FrameReason::Interval => "interval",
+            FrameReason::Size => "size",
+            FrameReason::Idle => "idle",
+            FrameReason::Flush => "flush",
+        }
+    }
+}
+
 /// Result of [`Mux::handle_packet`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -154,13 +219,16 @@ pub enum Verdict {
     Queued(StreamId),
 }
 
-/// One frame ready to leave: `buf[..len]`.
+/// One frame ready to leave: `buf[..len]`; or, with `unicast`, one
+/// original packet to forward as usual (airtime rule, module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transmit {
     /// Bytes written.
     pub len: usize,
-    /// Packets inside.
+    /// Packets inside (1 for a unicast packet).
     pub packets: usize,
+    /// `buf[..len]` is an original IP packet, not a frame.
+    pub unicast: bool,
     /// Frame sequence number (compact; 0 for the seed layout).
     pub seq: u16,
     /// Why it left.
@@ -178,7 +246,7 @@ pub enum StreamError {
     BadId,
 }
 
-/// Counters. Invariant: `queued == sent_packets + dropped + pending`.
+/// Counters. Invariant: `queued == sent_packets + fallback + dropped + pending`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MuxStats {
     /// Packets handed to [`Mux::handle_packet`].
@@ -205,6 +273,17 @@ pub struct MuxStats {
     pub full_entries: u64,
     /// Compact entries written compressed.
     pub compressed_entries: u64,
+    /// Packets that left as ordinary unicast because their frame would
+    /// have cost more airtime (airtime rule).
+    pub fallback: u64,
+    /// Frames not sent for that reason.
+    pub fallback_frames: u64,
+    /// Airtime of the frames sent, µs (airtime rule only).
+    pub airtime_frames_us: u64,
+    /// Airtime the packets of those frames would have taken as unicast, µs.
+    pub airtime_unicast_us: u64,
+    /// Entries repeated from the previous frame (redundancy).
+    pub repeated: u64,
 }
 
 impl MuxStats {
@@ -235,7 +314,22 @@ struct FrameBuf {
     orig_bytes: u64,
     seq: u16,
     reason: FrameReason,
+    /// Airtime rule only: copies of the original packets, each as stream
+    /// slot (2 bytes LE), length (2 bytes LE), bytes.
+    orig: Vec<u8>,
+    orig_len: usize,
+    /// Airtime of the packets as unicast exchanges, µs.
+    unicast_us: f64,
+    /// Closed as unicast: `poll_transmit` hands out the copies from `cursor`.
+    unicast: bool,
+    cursor: usize,
 }
+
+/// Bytes of the record header in [`FrameBuf::orig`].
+const ORIG_HDR: usize = 4;
+/// Most bytes an original packet has beyond its entry in a frame (IPv6,
+/// UDP and RTP headers), for sizing [`FrameBuf::orig`].
+const ORIG_EXTRA: usize = 40 + 8 + 12;
 
 /// The downlink multiplexer.
 #[derive(Debug)]
@@ -250,6 +344,13 @@ pub struct Mux {
     head: usize,
     ready: usize,
     next_seq: u16,
+    /// Redundancy: the entries of the last frame closed (and its sequence
+    /// number and entry count), and a buffer for the next.
+    last: Vec<u8>,
+    next_last: Vec<u8>,
+    last_len: usize,
+    last_count: usize,
+    last_seq: Option<u16>,
     busy: bool,
     now: Micros,
     stats: MuxStats,
@@ -270,6 +371,16 @@ impl Mux {
                 orig_bytes: 0,
                 seq: 0,
                 reason: FrameReason::Flush,
+                // Entries take at least 4 bytes: a full frame's copies fit.
+                orig: if cfg.airtime.is_some() {
+                    vec![0; cfg.max_frame + (cfg.max_frame / 4 + 1) * (ORIG_HDR + ORIG_EXTRA)]
+                } else {
+                    Vec::new()
+                },
+                orig_len: 0,
+                unicast_us: 0.0,
+                unicast: false,
+                cursor: 0,
             })
             .collect();
         Mux {
@@ -280,6 +391,11 @@ impl Mux {
             head: 0,
             ready: 0,
             next_seq: cfg.first_seq,
+            last: vec![0; if cfg.redundancy { cfg.max_frame } else { 0 }],
+            next_last: vec![0; if cfg.redundancy { cfg.max_frame } else { 0 }],
+            last_len: 0,
+            last_count: 0,
+            last_seq: None,
             busy: false,
             now: 0,
             stats: MuxStats::default(),
@@ -399,10 +515,20 @@ impl Mux {
         let Some(stream) = self.streams[slot] else {
             return Verdict::Pass;
         };
-        match self.cfg.format {
-            Format::Seed => self.queue_seed(&udp, info.dst, dport, stream.sid, bytes.len()),
-            Format::Compact => self.queue_compact(&udp, slot, bytes.len()),
+        let v = match self.cfg.format {
+            Format::Seed => self.queue_seed(&udp, info.dst, dport, stream.sid, bytes),
+            Format::Compact => self.queue_compact(&udp, slot, bytes),
+        };
+        if let (Verdict::Queued(_), Some(cell)) = (v, self.cfg.airtime) {
+            let f = self.open_mut();
+            let at = f.orig_len;
+            f.orig[at..at + 2].copy_from_slice(&(slot as u16).to_le_bytes());
+            f.orig[at + 2..at + 4].copy_from_slice(&(bytes.len() as u16).to_le_bytes());
+            f.orig[at + ORIG_HDR..at + ORIG_HDR + bytes.len()].copy_from_slice(bytes);
+            f.orig_len += ORIG_HDR + bytes.len();
+            f.unicast_us += cell.unicast_us(bytes.len() as u32);
         }
+        v
     }
 
     fn queue_seed(
@@ -411,7 +537,7 @@ impl Mux {
         dst: IpAddr,
         dport: u16,
         sid: StreamId,
-        orig: usize,
+        orig: &[u8],
     ) -> Verdict {
         let (IpAddr::V4(src), IpAddr::V4(dst)) = (u.src, dst) else {
             return Verdict::Unicast(UnicastReason::Unsupported);
@@ -423,7 +549,7 @@ impl Mux {
         if seed::COUNT_LEN + cost > self.cfg.max_frame {
             return Verdict::Unicast(UnicastReason::TooLarge);
         }
-        self.make_room(cost);
+        self.make_room(cost, orig.len());
         let p = SeedPacket {
             src,
             dst,
@@ -435,13 +561,13 @@ impl Mux {
         let n = seed::write_packet(&mut f.buf[f.len..], &p).expect("room was made");
         f.len += n;
         f.count += 1;
-        f.orig_bytes += orig as u64;
+        f.orig_bytes += orig.len() as u64;
         let c = (f.count as u16).to_be_bytes();
         f.buf[..2].copy_from_slice(&c);
         Verdict::Queued(sid)
     }
 
-    fn queue_compact(&mut self, u: &Udp<'_>, slot: usize, orig: usize) -> Verdict {
+    fn queue_compact(&mut self, u: &Udp<'_>, slot: usize, orig: &[u8]) -> Verdict {
         let Some(mut stream) = self.streams[slot] else {
             return Verdict::Pass;
         };
@@ -474,20 +600,27 @@ impl Mux {
         } else {
             self.stats.compressed_entries += 1;
         }
-        self.make_room(e.wire_len());
+        self.make_room(e.wire_len(), orig.len());
         let f = self.open_mut();
         let n = compact::write_entry(&mut f.buf[f.len..], &e).expect("room was made");
         f.len += n;
         f.count += 1;
-        f.orig_bytes += orig as u64;
+        f.orig_bytes += orig.len() as u64;
         Verdict::Queued(stream.sid)
     }
 
-    /// Closes the open frame if `cost` more bytes would not fit, then opens
-    /// a frame if none is open.
-    fn make_room(&mut self, cost: usize) {
-        let (len, count) = (self.open().len, self.open().count);
-        if count > 0 && (len + cost > self.cfg.max_frame || count == super::MAX_PACKETS_PER_FRAME) {
+    /// Closes the open frame if `cost` more bytes (and, under the airtime
+    /// rule, a copy of `orig` bytes) would not fit, then opens a frame if
+    /// none is open.
+    fn make_room(&mut self, cost: usize, orig: usize) {
+        let f = self.open();
+        let (len, count) = (f.len, f.count);
+        let copies_full = self.cfg.airtime.is_some() && f.orig_len + ORIG_HDR + orig > f.orig.len();
+        if count > 0
+            && (len + cost > self.cfg.max_frame
+                || count == super::MAX_PACKETS_PER_FRAME
+                || copies_full)
+        {
             self.close(FrameReason::Size);
         }
         if self.open().count == 0 {
@@ -499,6 +632,10 @@ impl Mux {
             let f = self.open_mut();
             f.first_arrival = now;
             f.orig_bytes = 0;
+            f.orig_len = 0;
+            f.unicast_us = 0.0;
+            f.unicast = false;
+            f.cursor = 0;
             f.seq = seq;
             f.len = match format {
                 Format::Compact => {
@@ -523,6 +660,31 @@ impl Mux {
             return;
         }
         self.open_mut().reason = reason;
+        if let Some(cell) = self.cfg.airtime {
+            let overhead = self.cfg.frame_overhead;
+            let idx = (self.head + self.ready) % self.frames.len();
+            let f = &mut self.frames[idx];
+            let frame_us = cell.multicast_us(f.len as u32 + overhead);
+            if frame_us >= f.unicast_us {
+                // Unicast: the stations never see this frame (module doc).
+                f.unicast = true;
+                let seq = f.seq;
+                let mut at = 0;
+                while at < f.orig_len {
+                    let slot = usize::from(u16::from_le_bytes([f.orig[at], f.orig[at + 1]]));
+                    let len = usize::from(u16::from_le_bytes([f.orig[at + 2], f.orig[at + 3]]));
+                    at += ORIG_HDR + len;
+                    if let Some(Some(s)) = self.streams.get_mut(slot) {
+                        s.ctx.restart();
+                    }
+                }
+                self.next_seq = seq;
+                self.stats.fallback_frames += 1;
+            }
+        }
+        if self.cfg.redundancy && self.cfg.format == Format::Compact {
+            self.add_repeat();
+        }
         if self.ready == self.cfg.queue_frames {
             let old = &mut self.frames[self.head];
             self.stats.dropped += old.count as u64;
@@ -536,6 +698,47 @@ impl Mux {
         let f = self.open_mut();
         f.count = 0;
         f.len = 0;
+    }
+
+    /// Redundancy (module doc): puts the previous frame's entries in front
+    /// of the closing frame's own when they fit (and, under the airtime
+    /// rule, the frame still pays), and keeps this frame's entries for the
+    /// next one.
+    fn add_repeat(&mut self) {
+        let idx = (self.head + self.ready) % self.frames.len();
+        let f = &mut self.frames[idx];
+        if f.unicast {
+            // Not sent: the next frame has nothing to repeat.
+            self.last_seq = None;
+            return;
+        }
+        let h = compact::HEADER_LEN;
+        let own = f.len - h;
+        self.next_last[..own].copy_from_slice(&f.buf[h..f.len]);
+        let extra = compact::REPEAT_LEN + self.last_len;
+        let fits = self.last_seq == Some(f.seq.wrapping_sub(1))
+            && self.last_len > 0
+            && self.last_len <= usize::from(u16::MAX)
+            && f.len + extra <= self.cfg.max_frame
+            && f.count + self.last_count <= super::MAX_PACKETS_PER_FRAME
+            && self.cfg.airtime.map_or(true, |cell| {
+                cell.frame_pays(
+                    (f.len + extra) as u32 + self.cfg.frame_overhead,
+                    f.unicast_us,
+                )
+            });
+        if fits {
+            f.buf.copy_within(h..f.len, h + extra);
+            f.buf[h..h + 2].copy_from_slice(&(self.last_len as u16).to_be_bytes());
+            f.buf[h + 2..h + extra].copy_from_slice(&self.last[..self.last_len]);
+            f.buf[0] |= compact::FLAG_REPEAT;
+            f.len += extra;
+            self.stats.repeated += self.last_count as u64;
+        }
+        std::mem::swap(&mut self.last, &mut self.next_last);
+        self.last_len = own;
+        self.last_count = f.count;
+        self.last_seq = Some(f.seq);
     }
 
     /// The medium became busy or idle (the caller's view, as for the engine).
@@ -580,10 +783,42 @@ impl Mux {
         }
         let n = self.frames.len();
         let f = &mut self.frames[self.head];
+        if f.unicast {
+            let at = f.cursor;
+            let len = usize::from(u16::from_le_bytes([f.orig[at + 2], f.orig[at + 3]]));
+            if buf.len() < len {
+                return None;
+            }
+            buf[..len].copy_from_slice(&f.orig[at + ORIG_HDR..at + ORIG_HDR + len]);
+            f.cursor += ORIG_HDR + len;
+            f.count -= 1;
+            self.stats.fallback += 1;
+            let t = Transmit {
+                len,
+                packets: 1,
+                unicast: true,
+                seq: 0,
+                reason: f.reason,
+            };
+            if f.cursor >= f.orig_len {
+                f.count = 0;
+                f.len = 0;
+                f.unicast = false;
+                self.head = (self.head + 1) % n;
+                self.ready -= 1;
+            }
+            return Some(t);
+        }
         buf[..f.len].copy_from_slice(&f.buf[..f.len]);
+        if let Some(cell) = self.cfg.airtime {
+            let frame_us = cell.multicast_us(f.len as u32 + self.cfg.frame_overhead);
+            self.stats.airtime_frames_us += frame_us.round() as u64;
+            self.stats.airtime_unicast_us += f.unicast_us.round() as u64;
+        }
         let t = Transmit {
             len: f.len,
             packets: f.count,
+            unicast: false,
             seq: if self.cfg.format == Format::Compact {
                 f.seq
             } else {
@@ -696,6 +931,130 @@ mod tests {
         assert_eq!(m.stats().unicast, [0, 1, 1, 1, 0, 0]);
         assert_eq!(m.stats().passed, 2);
         assert_eq!(m.pending(), 0);
+    }
+
+    fn airtime_mux(mc: f64) -> Mux {
+        use crate::downlink::airtime::Rate;
+        let mut m = Mux::new(MuxConfig {
+            airtime: Some(CellPhy {
+                unicast: Rate::of(11.0, false).unwrap(),
+                multicast: Rate::of(mc, false).unwrap(),
+            }),
+            ..MuxConfig::default()
+        });
+        m.add_stream(IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5)), 6600, 1)
+            .unwrap();
+        m.set_link_busy(0, true);
+        m
+    }
+
+    /// 802.11b at 11 Mbit/s, multicast at 2: a frame of one G.729 packet
+    /// (77 bytes with UDP/IP: 1004 µs) costs more than its unicast
+    /// exchange (835 µs), so the packet leaves unchanged; a frame of ten
+    /// (about 2.1 ms against 8.4 ms) is sent. At 11 Mbit/s one packet's
+    /// frame (about 634 µs) is sent.
+    #[test]
+    fn airtime_rule_falls_back_to_unicast_when_the_frame_costs_more() {
+        let mut m = airtime_mux(2.0);
+        let mut buf = vec![0u8; 1440];
+        let p = g729(0, 0, 0, 64);
+        assert_eq!(m.handle_packet(0, &p), Verdict::Queued(1));
+        m.flush();
+        let t = m.poll_transmit(0, &mut buf).unwrap();
+        assert!(t.unicast && t.packets == 1, "{t:?}");
+        assert_eq!(&buf[..t.len], &p[..], "the original packet, unchanged");
+        assert!(m.poll_transmit(0, &mut buf).is_none());
+        assert_eq!((m.stats().fallback, m.stats().fallback_frames), (1, 1));
+        assert_eq!(m.stats().frames_sent(), 0);
+        // Ten packets in one interval: one frame, sequence number 0 (the
+        // unsent frame's number is reused), first entry full again.
+        for k in 1..=10u16 {
+            m.handle_packet(1_000, &g729(k, 160 * u32::from(k), 0, 64));
+        }
+        let t = m.poll_transmit(21_000, &mut buf).unwrap();
+        assert!(!t.unicast, "{t:?}");
+        assert_eq!((t.packets, t.seq), (10, 0));
+        let f = compact::decode(&buf[..t.len]).unwrap();
+        assert!(f.iter().next().unwrap().full.is_some());
+        let s = m.stats();
+        assert_eq!(
+            s.queued,
+            s.sent_packets + s.fallback + s.dropped + m.pending() as u64
+        );
+        assert!(s.airtime_frames_us * 3 < s.airtime_unicast_us, "{s:?}");
+
+        let mut m = airtime_mux(11.0);
+        m.handle_packet(0, &g729(0, 0, 0, 64));
+        m.flush();
+        let t = m.poll_transmit(0, &mut buf).unwrap();
+        assert!(!t.unicast);
+        assert_eq!(m.stats().fallback, 0);
+    }
+
+    /// A frame turned unicast drains packet by packet, in order.
+    #[test]
+    fn fallback_frames_drain_one_packet_at_a_time() {
+        let mut m = airtime_mux(1.0);
+        let mut buf = vec![0u8; 1440];
+        // Two G.729 packets at 1 Mbit/s: a 122-byte frame, 1816 µs
+        // against 2 x 835 µs.
+        for k in 0..2u16 {
+            m.handle_packet(0, &g729(k, 160 * u32::from(k), 0, 64));
+        }
+        m.flush();
+        assert_eq!(m.pending(), 2);
+        let mut out = Vec::new();
+        while let Some(t) = m.poll_transmit(0, &mut buf) {
+            assert!(t.unicast);
+            out.push(buf[..t.len].to_vec());
+            assert_eq!(m.pending(), 2 - out.len());
+        }
+        assert_eq!(out, [g729(0, 0, 0, 64), g729(1, 160, 0, 64)]);
+        assert_eq!(m.stats().fallback, 2);
+    }
+
+    /// Redundancy: frame 1 lost, frame 2 carries its entries: the station
+    /// rebuilds all packets in order; with nothing lost the repeats are
+    /// skipped as duplicates.
+    #[test]
+    fn redundancy_recovers_a_lost_frame() {
+        use crate::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
+        let run = |lose: Option<usize>| {
+            let mut m = Mux::new(MuxConfig {
+                redundancy: true,
+                ..MuxConfig::default()
+            });
+            let dst = IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5));
+            m.add_stream(dst, 6600, 1).unwrap();
+            m.set_link_busy(0, true);
+            let mut d = Demux::new(DemuxConfig::default());
+            d.add_stream(1, dst, 6600);
+            let (mut buf, mut scratch) = (vec![0u8; 1440], vec![0u8; MAX_REBUILT]);
+            let mut got = Vec::new();
+            for k in 0..6u16 {
+                m.handle_packet(0, &g729(k, 160 * u32::from(k), 0, 64));
+                if k % 2 == 1 {
+                    m.flush();
+                    let t = m.poll_transmit(0, &mut buf).unwrap();
+                    assert_eq!(t.packets, 2);
+                    if Some(usize::from(k / 2)) != lose {
+                        d.handle_frame(&buf[..t.len], &mut scratch, |p| got.push(p.to_vec()))
+                            .unwrap();
+                    }
+                }
+            }
+            assert_eq!(m.stats().repeated, 4);
+            (got, d.stats().clone())
+        };
+        let want: Vec<Vec<u8>> = (0..6u16)
+            .map(|k| g729(k, 160 * u32::from(k), 0, 63))
+            .collect();
+        let (got, st) = run(None);
+        assert_eq!(got, want);
+        assert_eq!((st.duplicates, st.recovered), (4, 0));
+        let (got, st) = run(Some(1));
+        assert_eq!(got, want, "frame 1's packets come from frame 2's repeat");
+        assert_eq!((st.recovered, st.lost_frames), (2, 1));
     }
 
     #[test]

@@ -103,6 +103,30 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// All codes, in [`ErrorCode::index`] order.
+    pub const ALL: [ErrorCode; 6] = [
+        ErrorCode::BadRequest,
+        ErrorCode::TableFull,
+        ErrorCode::PortsTaken,
+        ErrorCode::RangeTooLarge,
+        ErrorCode::NoLease,
+        ErrorCode::AddressMismatch,
+    ];
+    /// Position in [`ErrorCode::ALL`].
+    pub fn index(self) -> usize {
+        self as usize - 1
+    }
+    /// Short snake-case name (statistics).
+    pub fn reason(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::TableFull => "table_full",
+            ErrorCode::PortsTaken => "ports_taken",
+            ErrorCode::RangeTooLarge => "range_too_large",
+            ErrorCode::NoLease => "no_lease",
+            ErrorCode::AddressMismatch => "address_mismatch",
+        }
+    }
     fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
             1 => ErrorCode::BadRequest,

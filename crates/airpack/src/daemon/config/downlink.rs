@@ -10,6 +10,7 @@
 use super::{spec_range, valid_ifname, Config, Located, Spec, Transport};
 use crate::linux::Match;
 use airpack_core::auth::Key;
+use airpack_core::downlink::airtime::{CellPhy, Rate};
 use airpack_core::downlink::lease::LeaseConfig;
 use airpack_core::downlink::mux::{Format, MuxConfig, MIN_FRAME};
 use airpack_core::downlink::register::Ports;
@@ -87,6 +88,31 @@ pub struct ApSection {
     /// UDP destination ports steered to the daemon (registered ports must lie
     /// in it; "auto" registrations pick up streams in it).
     pub media_ports: Spec,
+    /// Rate (Mbit/s) of unicast frames to the stations; with
+    /// `multicast_rate`, turns on the airtime rule (a frame is sent only
+    /// when it takes less airtime than its packets as unicast).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unicast_rate: Option<f64>,
+    /// Rate (Mbit/s) the AP sends group-addressed frames at (its multicast
+    /// or lowest basic rate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multicast_rate: Option<f64>,
+    /// 802.11b PLCP preamble of the cell, "long" or "short" (OFDM rates: ignored).
+    pub preamble: PreambleCfg,
+    /// Each frame also carries the previous frame's packets when it has
+    /// room (compact only): a station that lost that frame recovers them.
+    pub redundancy: bool,
+}
+
+/// 802.11b PLCP preamble, as written in the file.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PreambleCfg {
+    /// 192 µs.
+    #[default]
+    Long,
+    /// 96 µs (not at 1 Mbit/s).
+    Short,
 }
 
 impl Default for ApSection {
@@ -109,6 +135,10 @@ impl Default for ApSection {
             max_lease_secs: 600,
             max_range: 128,
             media_ports: Spec::Str("16384-32767".into()),
+            unicast_rate: None,
+            multicast_rate: None,
+            preamble: PreambleCfg::Long,
+            redundancy: false,
         }
     }
 }
@@ -392,7 +422,48 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
             ));
         }
     }
+    let short = s.preamble == PreambleCfg::Short;
+    let rate = |k: &str, r: f64| {
+        Rate::of(r, short).ok_or_else(|| {
+            e(
+                k,
+                format!("{r} is not an 802.11 rate (1, 2, 5.5, 11; 6, 9, 12, 18, 24, 36, 48, 54)"),
+            )
+        })
+    };
+    let airtime = match (s.unicast_rate, s.multicast_rate) {
+        (None, None) => None,
+        (Some(u), Some(m)) => Some(CellPhy {
+            unicast: rate("unicast_rate", u)?,
+            multicast: rate("multicast_rate", m)?,
+        }),
+        (Some(_), None) => {
+            return Err(e(
+                "multicast_rate",
+                "is required with unicast_rate (the airtime rule needs both rates)".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(e(
+                "unicast_rate",
+                "is required with multicast_rate (the airtime rule needs both rates)".into(),
+            ))
+        }
+    };
+    let frame_overhead = match destination {
+        Destination::Group(a) | Destination::Unicast(a) if a.is_ipv6() => 48,
+        _ => 28,
+    };
+    if s.redundancy && s.format == FormatCfg::Seed {
+        return Err(e(
+            "redundancy",
+            "needs format = \"compact\" (the seed layout has no repeat block)".into(),
+        ));
+    }
     let mux = MuxConfig {
+        redundancy: s.redundancy,
+        airtime,
+        frame_overhead,
         format: s.format.into(),
         interval: u64::from(s.interval_ms) * 1000,
         max_frame: s.max_frame,

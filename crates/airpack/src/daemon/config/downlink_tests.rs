@@ -138,3 +138,46 @@ fn ap_and_station_compose_with_aggregation() {
     assert_eq!(p.peers.len(), 1);
     assert!(p.ap.is_some() && p.station.is_some());
 }
+
+#[test]
+fn airtime_rule_needs_both_rates_of_802_11() {
+    let base = format!("[ap]\nenabled = true\ninterfaces = [\"wlan0\"]\nkey = \"{K}\"\n");
+    let plan = |extra: &str| parse("t.toml", &format!("{base}{extra}"), &[], &[]);
+    assert!(plan("").unwrap().ap.unwrap().mux.airtime.is_none());
+    let ap = plan("unicast_rate = 11\nmulticast_rate = 5.5\npreamble = \"short\"\n")
+        .unwrap()
+        .ap
+        .unwrap();
+    let cell = ap.mux.airtime.expect("rule on");
+    assert_eq!(cell.unicast.mbps, 11.0);
+    assert_eq!(
+        cell.multicast.modulation,
+        airpack_core::downlink::airtime::Modulation::DsssShort
+    );
+    assert_eq!(ap.mux.frame_overhead, 28);
+    let e = err(&format!("{base}unicast_rate = 11\n"));
+    assert!(
+        e.contains("ap.multicast_rate") && e.contains("required"),
+        "{e}"
+    );
+    let e = err(&format!("{base}multicast_rate = 2\n"));
+    assert!(e.contains("ap.unicast_rate"), "{e}");
+    let e = err(&format!("{base}unicast_rate = 7\nmulticast_rate = 2\n"));
+    assert!(
+        e.contains("ap.unicast_rate") && e.contains("not an 802.11 rate"),
+        "{e}"
+    );
+    let e = err(&format!("{base}preamble = \"medium\"\n"));
+    assert!(e.contains("preamble"), "{e}");
+}
+
+#[test]
+fn redundancy_is_compact_only() {
+    let base = format!(
+        "[ap]\nenabled = true\ninterfaces = [\"wlan0\"]\nkey = \"{K}\"\nredundancy = true\n"
+    );
+    let p = parse("t.toml", &base, &[], &[]).unwrap();
+    assert!(p.ap.unwrap().mux.redundancy);
+    let e = err(&format!("{base}format = \"seed\"\n"));
+    assert!(e.contains("ap.redundancy") && e.contains("compact"), "{e}");
+}

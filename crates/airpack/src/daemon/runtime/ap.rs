@@ -25,16 +25,19 @@
 
 use super::Daemon;
 use crate::daemon::config::downlink::{ApPlan, Destination};
+use crate::daemon::config::Plan;
+use crate::linux::poll::Interest;
+use crate::linux::socket::RawIpSender;
 use crate::linux::{self, mcast};
 use airpack_core::downlink::lease::LeaseTable;
-use airpack_core::downlink::mux::{Mux, UnicastReason, Verdict};
-use airpack_core::downlink::register::{self, Message, RegError, MAX_MESSAGE};
+use airpack_core::downlink::mux::{FrameReason, Mux, UnicastReason, Verdict};
+use airpack_core::downlink::register::{self, ErrorCode, Message, RegError, MAX_MESSAGE};
 use airpack_core::Micros;
 use serde_json::{json, Value};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 /// Poll token of the registration server (IPv4 and IPv6 sockets).
 pub(super) const TOK_AP_REG4: u64 = 15;
@@ -66,8 +69,18 @@ pub(super) struct Ap {
     requests: u64,
     answers: u64,
     reg_errors: u64,
+    /// Frame datagrams sent (one per frame and destination).
     frames_sent: u64,
     frame_send_errors: u64,
+    /// Packets of frames at least one destination took.
+    packets_out: u64,
+    /// Packets of frames no destination took (lost).
+    packets_send_failed: u64,
+    /// Sender of the packets the airtime rule hands back (rule on only).
+    raw: Option<RawIpSender>,
+    /// Those packets sent, and lost in failed sends.
+    fallback_sent: u64,
+    fallback_failed: u64,
     frame_buf: Vec<u8>,
 }
 
@@ -124,6 +137,16 @@ impl Ap {
             reg_errors: 0,
             frames_sent: 0,
             frame_send_errors: 0,
+            packets_out: 0,
+            packets_send_failed: 0,
+            raw: match ap.mux.airtime {
+                Some(_) => {
+                    Some(RawIpSender::open(mark).context("ap: raw sender for unicast fallback")?)
+                }
+                None => None,
+            },
+            fallback_sent: 0,
+            fallback_failed: 0,
             frame_buf: vec![0; ap.mux.max_frame.max(2048)],
         })
     }
@@ -209,14 +232,38 @@ impl Ap {
     /// Sends every closed frame to each destination.
     fn transmit(&mut self, now: Micros) {
         while let Some(t) = self.mux.poll_transmit(now, &mut self.frame_buf) {
+            if t.unicast {
+                // The airtime rule: this packet leaves as it came.
+                let r = match &self.raw {
+                    Some(raw) => raw.send(&self.frame_buf[..t.len]),
+                    None => Err(io::Error::from_raw_os_error(libc::EBADF)),
+                };
+                match r {
+                    Ok(()) => self.fallback_sent += 1,
+                    Err(e) => {
+                        self.fallback_failed += 1;
+                        debug!("ap: unicast fallback: {e}");
+                    }
+                }
+                continue;
+            }
+            let mut taken = false;
             for (s, d) in &self.out {
                 match s.send_to(&self.frame_buf[..t.len], *d) {
-                    Ok(_) => self.frames_sent += 1,
+                    Ok(_) => {
+                        self.frames_sent += 1;
+                        taken = true;
+                    }
                     Err(e) => {
                         self.frame_send_errors += 1;
                         debug!("ap: frame to {d}: {e}");
                     }
                 }
+            }
+            if taken {
+                self.packets_out += t.packets as u64;
+            } else {
+                self.packets_send_failed += t.packets as u64;
             }
         }
     }
@@ -247,48 +294,122 @@ impl Ap {
         }
     }
 
-    /// The `ap` object of `airpack stats --json`.
+    /// The `ap` object of `airpack stats --json` (and of `/metrics`,
+    /// `airpack_ap_*`): every packet the mux took is multiplexed, pending,
+    /// or in `drops`; every registration message refused is in
+    /// `registrations.rejected`, by reason.
     pub(super) fn json(&self) -> Value {
         let m = self.mux.stats();
         let l = self.leases.stats();
-        let unicast: serde_json::Map<String, Value> = UnicastReason::ALL
+        let mut unicast: serde_json::Map<String, Value> = UnicastReason::ALL
             .iter()
             .zip(m.unicast)
-            .map(|(r, v)| (format!("{r:?}").to_lowercase(), v.into()))
+            .map(|(r, v)| (r.reason().to_owned(), v.into()))
             .collect();
+        unicast.insert("airtime".into(), self.fallback_sent.into());
+        let frames: serde_json::Map<String, Value> = FrameReason::ALL
+            .iter()
+            .zip(m.frames)
+            .map(|(r, v)| (r.reason().to_owned(), v.into()))
+            .collect();
+        let mut rejected = serde_json::Map::new();
+        for (k, v) in [
+            ("malformed", self.drops.malformed),
+            ("unknown_key", self.drops.unknown_key),
+            ("bad_tag", self.drops.bad_tag),
+            ("replay", l.replays),
+            ("not_for_ap", l.ignored),
+        ] {
+            rejected.insert(k.into(), v.into());
+        }
+        for c in ErrorCode::ALL {
+            rejected.insert(c.reason().into(), l.errors_by_code[c.index()].into());
+        }
         json!({
             "stations": self.leases.active(),
             "streams": self.mux.streams(),
-            "frames": m.frames_sent(),
-            "frames_sent": self.frames_sent,
-            "frame_send_errors": self.frame_send_errors,
-            "packets": m.sent_packets,
+            "packets_in": m.handled,
+            "packets": self.packets_out,
             "packets_pending": self.mux.pending(),
             "packets_passed": m.passed,
+            "unicast": unicast,
+            "frames": m.frames_sent(),
+            "frames_by_reason": frames,
+            "frame_datagrams_sent": self.frames_sent,
+            "frame_send_errors": self.frame_send_errors,
             "bytes_in": m.bytes_in,
             "bytes_out": m.bytes_out,
             "bytes_saved": m.bytes_saved(),
-            "unicast": unicast,
+            "packets_repeated": m.repeated,
             "drops": {
                 "queue_full": m.dropped,
-                "registration_malformed": self.drops.malformed,
-                "registration_unknown_key": self.drops.unknown_key,
-                "registration_bad_tag": self.drops.bad_tag,
-                "registration_replay": l.replays,
-                "registration_ignored": l.ignored,
+                "frame_send_failed": self.packets_send_failed,
+                "unicast_send_failed": self.fallback_failed,
             },
+            "airtime": {
+                "rule": self.plan.mux.airtime.is_some(),
+                "frames_not_sent": m.fallback_frames,
+                "frames_us": m.airtime_frames_us,
+                "as_unicast_us": m.airtime_unicast_us,
+            },
+            "lease_expiries": l.expired,
             "registrations": {
                 "received": self.requests,
                 "answered": self.answers,
-                "errors_answered": l.errors,
                 "registered": l.registered,
                 "renewed": l.renewed,
                 "unregistered": l.unregistered,
-                "expired": l.expired,
                 "auto_found": l.auto_found,
                 "socket_errors": self.reg_errors,
+                "rejected": rejected,
             },
         })
+    }
+
+    /// This role's packets in the send-side accounting: multiplexed (or
+    /// forwarded by the airtime rule), waiting in the mux, or lost.
+    fn account(&self, a: &mut crate::daemon::accounting::Extra) {
+        let m = self.mux.stats();
+        a.send_out += self.packets_out + self.fallback_sent;
+        a.send_queued += self.mux.pending() as u64;
+        for (k, v) in [
+            ("downlink_queue_full", m.dropped),
+            ("downlink_frame_send_failed", self.packets_send_failed),
+            ("downlink_unicast_send_failed", self.fallback_failed),
+        ] {
+            a.send_dropped.push((k.into(), v));
+        }
+    }
+
+    /// The `stations` list of `airpack peers`: one object per active lease.
+    pub(super) fn stations_json(&self, now: Micros) -> Value {
+        let list: Vec<Value> = self
+            .leases
+            .leases()
+            .map(|l| {
+                let runs: Vec<Value> = l
+                    .runs
+                    .iter()
+                    .zip(l.live)
+                    .map(|(r, live)| {
+                        let last = r.first_port.saturating_add(r.count - 1);
+                        json!({
+                            "ports": if r.count == 1 { r.first_port.to_string() } else { format!("{}-{last}", r.first_port) },
+                            "first_stream_id": r.first_sid,
+                            "multiplexed": live,
+                        })
+                    })
+                    .collect();
+                json!({
+                    "station": l.addr.to_string(),
+                    "auto": l.auto,
+                    "lease_left_s": l.expires.saturating_sub(now) as f64 / 1e6,
+                    "streams": l.runs.iter().zip(l.live).filter(|(_, v)| **v).map(|(r, _)| u64::from(r.count)).sum::<u64>(),
+                    "runs": runs,
+                })
+            })
+            .collect();
+        Value::Array(list)
     }
 }
 
@@ -361,13 +482,9 @@ impl Daemon {
 
     /// TUN packets the mux took leave in frames, wait in it, or were
     /// dropped with a frame: they join the send-side accounting.
-    pub(super) fn ap_account(&self, a: &mut crate::daemon::accounting::Accounting) {
+    pub(super) fn ap_account(&self, a: &mut crate::daemon::accounting::Extra) {
         if let Some(ap) = &self.ap {
-            let m = ap.mux.stats();
-            a.send_out += m.sent_packets;
-            a.send_queued += ap.mux.pending() as u64;
-            a.send_dropped
-                .push(("downlink_queue_full".into(), m.dropped));
+            ap.account(a);
         }
     }
 
@@ -381,6 +498,83 @@ impl Daemon {
             v.push(("station", s.json()));
         }
         v
+    }
+
+    /// The downlink part of `airpack peers`: the AP's `stations`, the
+    /// station's `station`.
+    pub(super) fn downlink_peers_json(&self) -> Vec<(&'static str, Value)> {
+        let mut v = Vec::new();
+        if let Some(a) = &self.ap {
+            v.push((
+                "stations",
+                a.stations_json(crate::linux::timer::monotonic_micros()),
+            ));
+        }
+        if let Some(s) = self.station_peer_json() {
+            v.push(("station", s));
+        }
+        v
+    }
+
+    /// SIGHUP with a changed `[ap]`: the role is started, stopped, or
+    /// rebuilt with the new settings (a new key, group, interfaces, ...):
+    /// the running mux is flushed (its packets leave in a last frame), the
+    /// leases start anew (stations get "no lease" at their next renew and
+    /// register again, with the new key if it changed). When the new role
+    /// cannot be opened (an interface missing, a port taken) the change is
+    /// refused: the running role and its settings stay, in `new` too, and
+    /// the reason is logged. Returns a phrase for the reload's log line.
+    pub(super) fn reload_ap(&mut self, new: &mut Plan, now: Micros) -> Option<String> {
+        if self.plan.config.ap == new.config.ap {
+            return None;
+        }
+        let mark = new.config.daemon.bypass_mark;
+        let opened = match &new.ap {
+            None => None,
+            Some(p) => match Ap::open(p, mark) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    self.counters.reload_errors += 1;
+                    error!("reload: [ap] change refused, the running AP role is kept: {e:#}");
+                    new.config.ap = self.plan.config.ap.clone();
+                    new.ap = self.plan.ap.clone();
+                    return Some("[ap] change refused (see the error above)".into());
+                }
+            },
+        };
+        let was = self.ap.is_some();
+        if let Some(mut old) = self.ap.take() {
+            old.mux.flush();
+            old.transmit(now);
+            // Its packets stay in the accounting.
+            let mut e = crate::daemon::accounting::Extra::default();
+            old.account(&mut e);
+            self.downlink_retired.add(&e);
+            for (fd, _) in old.fds() {
+                let _ = self.poller.delete(fd);
+            }
+            info!(
+                stations = old.leases.active(),
+                "reload: the running AP role stopped (leases dropped)"
+            );
+        }
+        let phrase = match opened {
+            Some(a) => {
+                for (fd, token) in a.fds() {
+                    if let Err(e) = self.poller.add(fd, token, Interest::READ) {
+                        error!("reload: cannot watch the AP's registration socket: {e}");
+                    }
+                }
+                self.ap = Some(a);
+                if was {
+                    "[ap] restarted with the new settings; stations register again"
+                } else {
+                    "[ap] started"
+                }
+            }
+            None => "[ap] stopped",
+        };
+        Some(phrase.into())
     }
 
     /// At stop: every packet in the mux leaves in a last frame.

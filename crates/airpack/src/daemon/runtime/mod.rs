@@ -164,6 +164,8 @@ pub struct Daemon {
     auth: Option<bundle_auth::BundleAuth>,
     /// The voice-adaptive gateway pacer role (`[gateway]`), if enabled.
     gateway: Option<gateway::Gateway>,
+    /// Accounting of downlink roles a reload stopped or rebuilt.
+    downlink_retired: crate::daemon::accounting::Extra,
     tun_buf: Vec<u8>,
     tx_buf: Vec<u8>,
     rx_buf: Vec<u8>,
@@ -356,6 +358,7 @@ impl Daemon {
             station,
             auth: auth_for(&plan),
             gateway,
+            downlink_retired: Default::default(),
             tun_buf: vec![0; BUF],
             tx_buf: vec![0; BUF],
             rx_buf: vec![0; BUF],

@@ -44,8 +44,6 @@ impl Daemon {
             keep!(daemon.cpu_latency_us);
             keep!(aggregation.protocol);
             keep!(discovery);
-            keep!(ap);
-            keep!(station);
             if !kept.is_empty() {
                 warn!(
                     "reload: {} only take effect after a restart; keeping the running values",
@@ -54,10 +52,17 @@ impl Daemon {
             }
         }
         new.prometheus = self.plan.prometheus;
-        // The downlink roles' sockets and tables are set up at start.
-        new.ap = self.plan.ap.clone();
-        new.station = self.plan.station.clone();
-        let changed = crate::daemon::config_diff::changes(&self.plan.config, &new.config);
+        // The downlink roles: applied (rebuilt) or refused, before the
+        // steering follows `new` (it carries the AP's media ports).
+        let downlink: Vec<String> = [
+            self.reload_ap(&mut new, now),
+            self.reload_station(&mut new, now),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let mut changed = crate::daemon::config_diff::changes(&self.plan.config, &new.config);
+        changed.extend(downlink);
         let mut new_spec = new.steer_spec();
         self.steer_auto = new_spec.interfaces.is_empty();
         if self.steer_auto {

@@ -55,10 +55,13 @@ pub(super) struct Snapshot {
     peers: Vec<PeerSnap>,
     /// `peers` only: the neighbour tables, when discovery is on.
     discovery: Option<Value>,
-    /// `stats`: the downlink roles' objects (`ap`, `station`), when enabled.
+    /// `stats`, `metrics`: the downlink roles' objects (`ap`, `station`),
+    /// when enabled; `peers`: the AP's `stations` and the station's `station`.
     downlink: Vec<(&'static str, Value)>,
     /// `stats` and `/metrics`: the gateway role's object, when enabled.
     gateway: Option<Value>,
+    /// The downlink roles' packets in the accounting.
+    downlink_account: accounting::Extra,
 }
 
 impl Daemon {
@@ -76,8 +79,18 @@ impl Daemon {
             tun_queue_drops,
             self.sock.rx_queue_drops(),
         );
-        self.ap_account(&mut a);
+        a.add(&self.downlink_account());
         a
+    }
+
+    /// The downlink roles' part of the accounting.
+    pub(super) fn downlink_account(&self) -> accounting::Extra {
+        let mut now = accounting::Extra::default();
+        self.ap_account(&mut now);
+        self.station_account(&mut now);
+        let mut e = self.downlink_retired.clone();
+        e.add(&now);
+        e
     }
 
     pub(super) fn sorted_peers(&self) -> Vec<IpAddr> {
@@ -143,7 +156,12 @@ impl Daemon {
             discovery: with_config
                 .then(|| self.discovery.as_ref().map(|d| d.json(monotonic_micros())))
                 .flatten(),
-            downlink: self.downlink_json(),
+            downlink_account: self.downlink_account(),
+            downlink: if with_config {
+                self.downlink_peers_json()
+            } else {
+                self.downlink_json()
+            },
             gateway: self.gateway.as_ref().map(|g| g.json()),
         }
     }
@@ -238,6 +256,14 @@ fn render_bad(req: &Request) -> (bool, Vec<u8>) {
 fn stats_head(s: &Snapshot, tun: Option<&LinkStats>) -> serde_json::Map<String, Value> {
     let mut total = stats::stats_json(&s.total);
     total.insert("daemon".into(), stats::daemon_json(&s.counters));
+    let mut acc = accounting::Accounting::new(
+        &s.total.counters,
+        s.queued.0 as u64,
+        &s.counters,
+        tun.map(|l| l.tx_dropped),
+        s.rx_queue_drops,
+    );
+    acc.add(&s.downlink_account);
     let head = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "mode": s.mode,
@@ -257,14 +283,7 @@ fn stats_head(s: &Snapshot, tun: Option<&LinkStats>) -> serde_json::Map<String, 
         "routes": s.routes,
         "loop": s.loop_times,
         "total": total,
-        "accounting": accounting::Accounting::new(
-            &s.total.counters,
-            s.queued.0 as u64,
-            &s.counters,
-            tun.map(|l| l.tx_dropped),
-            s.rx_queue_drops,
-        )
-        .json(),
+        "accounting": acc.json(),
     });
     match head {
         Value::Object(mut m) => {
@@ -327,6 +346,9 @@ fn render(s: Snapshot, tun: Option<LinkStats>) -> (bool, Vec<u8>) {
         }
         Request::Metrics => {
             let mut head = stats_head(&s, tun.as_ref());
+            for (k, v) in &s.downlink {
+                head.insert((*k).into(), v.clone());
+            }
             if let Some(g) = &s.gateway {
                 head.insert("gateway".into(), g.clone());
             }
@@ -339,6 +361,9 @@ fn render(s: Snapshot, tun: Option<LinkStats>) -> (bool, Vec<u8>) {
             head.insert("mode".into(), s.mode.into());
             if let Some(d) = &s.discovery {
                 head.insert("discovery".into(), d.clone());
+            }
+            for (k, v) in &s.downlink {
+                head.insert((*k).into(), v.clone());
             }
             stats::write_with_peers(&mut out, &head, s.peers.len(), |i| peers_peer(&s.peers[i]));
         }

@@ -11,7 +11,9 @@
 
 use super::Daemon;
 use crate::daemon::config::downlink::StationPlan;
+use crate::daemon::config::Plan;
 use crate::linux::mcast;
+use crate::linux::poll::Interest;
 use airpack_core::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
 use airpack_core::downlink::register::{self, Answer, Body, Message, RegError, MAX_MESSAGE};
 use airpack_core::downlink::StreamId;
@@ -20,7 +22,7 @@ use serde_json::{json, Value};
 use std::io;
 use std::net::{IpAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 /// Poll token of the registration client socket.
 pub(super) const TOK_ST_REG: u64 = 17;
@@ -56,7 +58,11 @@ pub(super) struct Station {
     errors_answered: u64,
     answers_refused: u64,
     answers_replayed: u64,
+    /// Frame datagrams read from the frame socket.
+    frames_read: u64,
     not_from_ap: u64,
+    /// Rebuilt packets written into the TUN.
+    packets_written: u64,
     tun_write_errors: u64,
     socket_errors: u64,
 }
@@ -105,7 +111,9 @@ impl Station {
             errors_answered: 0,
             answers_refused: 0,
             answers_replayed: 0,
+            frames_read: 0,
             not_from_ap: 0,
+            packets_written: 0,
             tun_write_errors: 0,
             socket_errors: 0,
         })
@@ -248,39 +256,81 @@ impl Station {
         }
     }
 
-    /// The `station` object of `airpack stats --json`.
+    /// The `station` object of `airpack stats --json` (and of `/metrics`,
+    /// `airpack_station_*`). Frames read = accepted + dropped (by reason);
+    /// packets extracted = written into the TUN + dropped (by reason).
     pub(super) fn json(&self) -> Value {
         let s = self.demux.stats();
-        let refused: serde_json::Map<String, Value> = airpack_core::downlink::FrameError::ALL
-            .iter()
-            .zip(s.refused)
-            .map(|(e, v)| (e.reason().to_string(), v.into()))
-            .collect();
+        let mut frame_drops = serde_json::Map::new();
+        for (k, v) in self.frame_drops() {
+            frame_drops.insert(k, v.into());
+        }
         json!({
             "ap": self.plan.ap.to_string(),
             "address": self.addr.to_string(),
             "registered": self.registered,
             "streams": self.streams.len(),
+            "frames_received": self.frames_read,
             "frames": s.frames,
-            "packets": s.delivered,
-            "packets_for_others": s.skipped,
             "lost_frames": s.lost_frames,
+            "packets": s.delivered,
+            "packets_written": self.packets_written,
+            "packets_for_others": s.skipped,
+            "packets_recovered": s.recovered,
+            "duplicates": s.duplicates,
             "requests_sent": self.requests_sent,
             "answers": self.answers,
             "errors_answered": self.errors_answered,
             "drops": {
-                "not_from_ap": self.not_from_ap,
-                "refused": refused,
-                "wrong_epoch": s.wrong_epoch,
-                "stale_frames": s.stale_frames,
-                "no_context": s.no_context,
-                "bad_entry": s.bad_entry,
-                "answers_refused": self.answers_refused,
-                "answers_replayed": self.answers_replayed,
-                "tun_write_errors": self.tun_write_errors,
+                "frames": frame_drops,
+                "packets": {
+                    "no_context": s.no_context,
+                    "bad_entry": s.bad_entry,
+                    "tun_write_failed": self.tun_write_errors,
+                },
+                "answers": {
+                    "refused": self.answers_refused,
+                    "replayed": self.answers_replayed,
+                },
             },
             "socket_errors": self.socket_errors,
         })
+    }
+
+    /// This role's frames and extracted packets in the receive-side accounting.
+    fn account(&self, a: &mut crate::daemon::accounting::Extra) {
+        let s = self.demux.stats();
+        a.datagrams_in += self.frames_read;
+        a.datagrams_out += s.frames;
+        for (k, v) in self.frame_drops() {
+            a.datagrams_dropped.push((format!("downlink_{k}"), v));
+        }
+        a.receive_in += s.delivered;
+        a.receive_out += self.packets_written;
+        a.receive_dropped
+            .push(("downlink_tun_write_failed".into(), self.tun_write_errors));
+    }
+
+    /// Frames read but not accepted, by reason.
+    fn frame_drops(&self) -> Vec<(String, u64)> {
+        let s = self.demux.stats();
+        let mut v = vec![
+            ("not_from_ap".to_owned(), self.not_from_ap),
+            ("wrong_epoch".to_owned(), s.wrong_epoch),
+            ("stale".to_owned(), s.stale_frames),
+        ];
+        for e in airpack_core::downlink::FrameError::ALL {
+            v.push((format!("refused_{}", e.reason()), s.refused[e.index()]));
+        }
+        v
+    }
+}
+
+/// An IPv4-mapped IPv6 source as the IPv4 address it is.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
     }
 }
 
@@ -305,18 +355,22 @@ impl Daemon {
                     return;
                 }
             };
-            if from.ip() != st.plan.ap {
+            st.frames_read += 1;
+            if canonical(from.ip()) != st.plan.ap {
                 st.not_from_ap += 1;
                 continue;
             }
-            let mut werr = 0;
+            let (mut ok, mut werr) = (0, 0);
             let _ = st
                 .demux
                 .handle_frame(&st.frame_buf[..n], &mut st.scratch, |pkt| {
-                    if tun.write(pkt).is_err() {
+                    if tun.write(pkt).is_ok() {
+                        ok += 1;
+                    } else {
                         werr += 1;
                     }
                 });
+            st.packets_written += ok;
             st.tun_write_errors += werr;
         }
     }
@@ -326,6 +380,88 @@ impl Daemon {
         if let Some(st) = self.station.as_mut() {
             st.poll(now);
         }
+    }
+
+    /// The station's frames and packets join the receive-side accounting:
+    /// frame datagrams as received datagrams, extracted packets as
+    /// received inner packets.
+    pub(super) fn station_account(&self, a: &mut crate::daemon::accounting::Extra) {
+        if let Some(st) = &self.station {
+            st.account(a);
+        }
+    }
+
+    /// The `station` object of `airpack peers`: the AP and the lease.
+    pub(super) fn station_peer_json(&self) -> Option<Value> {
+        let st = self.station.as_ref()?;
+        let ports: Vec<Value> = st
+            .streams
+            .iter()
+            .map(|(sid, port)| json!({"port": port, "stream_id": sid}))
+            .collect();
+        Some(json!({
+            "ap": st.plan.ap.to_string(),
+            "address": st.addr.to_string(),
+            "registered": st.registered,
+            "streams": ports,
+        }))
+    }
+
+    /// SIGHUP with a changed `[station]`: the role is started, stopped
+    /// (unregistering first), or rebuilt with the new settings (it
+    /// unregisters from the old AP with the old key, then registers anew).
+    /// When the new role cannot be opened (no interface, no route to the
+    /// AP) the change is refused: the running role and its settings stay,
+    /// in `new` too, and the reason is logged. Returns a phrase for the
+    /// reload's log line.
+    pub(super) fn reload_station(&mut self, new: &mut Plan, now: Micros) -> Option<String> {
+        if self.plan.config.station == new.config.station {
+            return None;
+        }
+        let mark = new.config.daemon.bypass_mark;
+        let opened = match &new.station {
+            None => None,
+            Some(p) => {
+                match Station::open(p, mark, now) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        self.counters.reload_errors += 1;
+                        error!("reload: [station] change refused, the running station role is kept: {e:#}");
+                        new.config.station = self.plan.config.station.clone();
+                        new.station = self.plan.station.clone();
+                        return Some("[station] change refused (see the error above)".into());
+                    }
+                }
+            }
+        };
+        let was = self.station.is_some();
+        self.station_stop();
+        if let Some(old) = self.station.take() {
+            // Its packets stay in the accounting.
+            let mut e = crate::daemon::accounting::Extra::default();
+            old.account(&mut e);
+            self.downlink_retired.add(&e);
+            for (fd, _) in old.fds() {
+                let _ = self.poller.delete(fd);
+            }
+        }
+        let phrase = match opened {
+            Some(s) => {
+                for (fd, token) in s.fds() {
+                    if let Err(e) = self.poller.add(fd, token, Interest::READ) {
+                        error!("reload: cannot watch the station's sockets: {e}");
+                    }
+                }
+                self.station = Some(s);
+                if was {
+                    "[station] restarted with the new settings; registering again"
+                } else {
+                    "[station] started"
+                }
+            }
+            None => "[station] stopped",
+        };
+        Some(phrase.into())
     }
 
     /// At a clean stop: unregister (best effort, one datagram).
