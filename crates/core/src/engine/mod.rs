@@ -817,6 +817,8 @@ pub struct Engine {
     /// [`LinkMode::Adaptive`] and the last utilisation reported by
     /// `set_medium` reached the mode's threshold.
     utilisation_high: bool,
+    /// [`LinkMode::Adaptive`]: smoothed utilisation and per-peer flow sketches.
+    adaptive_state: policy::AdaptiveState,
     /// `!link_busy && config.link_mode == LinkMode::Fixed`.
     calm_link: bool,
     /// `poll_transmit` has nothing to send while `now` is before this: 0 when
@@ -905,6 +907,7 @@ impl Engine {
             link_busy: false,
             medium_busy: false,
             utilisation_high: false,
+            adaptive_state: Default::default(),
             now: 0,
             retired: Stats::default(),
         }
