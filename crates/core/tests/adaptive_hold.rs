@@ -313,6 +313,41 @@ fn a_lone_flow_never_waits_even_on_a_busy_medium() {
 }
 
 #[test]
+fn a_lone_talker_is_held_only_on_a_saturated_medium() {
+    // Three flows to one peer for 100 ms, then flow 0 alone (the others
+    // silent), one packet every 20 ms, hold 10 ms, threshold 0.3.
+    let run = |utilisation| {
+        let mut r = Run::new(10_000, 40_000, 300);
+        for k in 0..20u64 {
+            r.advance(k * 20_000);
+            r.apply(&Event::Medium {
+                utilisation,
+                busy: false,
+            });
+            for f in 0..if k < 5 { 3 } else { 1 } {
+                r.apply(&Event::Packet {
+                    peer: 0,
+                    v6: false,
+                    ttl: 64,
+                    size: 60,
+                    flow: f,
+                });
+            }
+        }
+        r.finish();
+        r.waited[15..].to_vec()
+    };
+    // Busy (0.5 >= 0.3) but not saturated (< 0.6): the lone talker waits nothing.
+    assert!(run(500).iter().all(|&(w, _)| w == 0));
+    // Saturated: held its full limit while the silent flows were seen within
+    // 8-16 hold times (80-160 ms), then no longer.
+    let w = run(700);
+    let held: Vec<bool> = w.iter().map(|&(w, _)| w == 10_000).collect();
+    assert!(held[..4].iter().all(|&h| h), "{w:?}");
+    assert!(!held[held.len() - 1], "{w:?}");
+}
+
+#[test]
 fn one_quiet_window_under_load_keeps_holding() {
     let mut e = Engine::new(config(10_000, 40_000, 300));
     let mut t = 0;
@@ -542,15 +577,14 @@ fn a_busy_chain_bundles_within_the_budget() {
     for e in &mut c.nodes {
         e.set_medium(0, 1000, true);
     }
-    let mut tag = 0;
     for k in 0..600u64 {
         let to = k * 20_000 / 6;
         c.advance(to);
+        let tag = k as u32;
         c.entered.insert(tag, c.now);
         let now = c.now;
         let p = packet(false, 60, 64, tag, (k % 6) as u16);
         c.nodes[0].handle_packet(now, peer(1), &p, 0);
-        tag += 1;
         c.drain();
     }
     c.advance(Micros::MAX / 2);

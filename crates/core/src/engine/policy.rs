@@ -39,6 +39,13 @@
 //!   (one call's voice, or the only flow a relay forwards to a next hop,
 //!   waits nothing). The flows are counted in a 64-bit sketch per peer
 //!   ([`FlowSketch`]): a hash collision can only hide company.
+//! * Saturation: when the smoothed utilisation reaches
+//!   [`SATURATED_FACTOR`] times the threshold and the peer carried another
+//!   flow within the last [`LATELY_WINDOWS`] to twice that many hold times
+//!   (it serves several calls, some silent now), a packet without company
+//!   is held too: with a hold of one packet interval it may leave with its
+//!   own flow's next packet, halving that flow's frames, as the fixed hold
+//!   does. One call (one flow per peer) is never held by this rule.
 //! * Delay budget: a packet that crossed `h` hops before this node (see
 //!   [`hops_crossed`]) may wait here at most
 //!   `min(hold_time, delay_budget - h * hold_time)` (saturating at 0), the
@@ -65,7 +72,7 @@ impl Default for AdaptiveHold {
     fn default() -> Self {
         AdaptiveHold {
             delay_budget: 40_000,
-            busy_utilisation: 300,
+            busy_utilisation: 100,
         }
     }
 }
@@ -75,6 +82,17 @@ impl Default for AdaptiveHold {
 /// (three windows) across a 0.3 threshold, while one quiet window under load
 /// moves the average by a sixth of the dip.
 pub const UTILISATION_TAU: Micros = 100_000;
+
+/// The long flow sketch's window, in hold times: a peer that carried
+/// another flow within the last 8 to 16 hold times (160-320 ms at 20 ms)
+/// serves several calls.
+pub const LATELY_WINDOWS: Micros = 8;
+
+/// On a medium whose smoothed utilisation reaches this many times
+/// [`AdaptiveHold::busy_utilisation`], airtime is scarce: a packet without
+/// company now is held as well (it may be bundled with its own flow's next
+/// packet, as the fixed hold does) if its peer serves several flows.
+pub const SATURATED_FACTOR: u16 = 2;
 
 /// Hops a packet crossed before reaching this node, estimated from its TTL
 /// (IPv4) or hop limit (IPv6) against the usual initial values 64 (Linux,
@@ -232,7 +250,9 @@ impl Utilisation {
 #[derive(Clone, Debug, Default)]
 pub(super) struct AdaptiveState {
     utilisation: Utilisation,
-    flows: Vec<FlowSketch>,
+    /// Per slot: flows of the last one to two hold times, and of the last
+    /// [`LATELY_WINDOWS`] to twice that many.
+    flows: Vec<[FlowSketch; 2]>,
 }
 
 impl Engine {
@@ -286,12 +306,18 @@ impl Engine {
         };
         let flows = &mut self.adaptive_state.flows;
         if flows.len() <= i {
-            flows.resize(self.slots.len().max(i + 1), FlowSketch::default());
+            flows.resize(self.slots.len().max(i + 1), Default::default());
         }
         let s = &mut self.slots[i];
-        let company = flows[i].note(self.now, s.cfg.hold_time, flow_hash(packet));
-        let limit = if company {
-            hold_limit(s.cfg.hold_time, a.delay_budget, hops_crossed(packet))
+        let hash = flow_hash(packet);
+        let hold = s.cfg.hold_time;
+        let [recent, lately] = &mut flows[i];
+        let company = recent.note(self.now, hold, hash);
+        let several = lately.note(self.now, hold.saturating_mul(LATELY_WINDOWS), hash);
+        let saturated = self.adaptive_state.utilisation.value()
+            >= a.busy_utilisation.saturating_mul(SATURATED_FACTOR);
+        let limit = if company || (several && saturated) {
+            hold_limit(hold, a.delay_budget, hops_crossed(packet))
         } else {
             0
         };
