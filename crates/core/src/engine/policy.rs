@@ -316,7 +316,9 @@ impl Engine {
         let several = lately.note(self.now, hold.saturating_mul(LATELY_WINDOWS), hash);
         let saturated = self.adaptive_state.utilisation.value()
             >= a.busy_utilisation.saturating_mul(SATURATED_FACTOR);
-        let limit = if company || (several && saturated) {
+        // Without company the packet leaves at once: on a busy link by a
+        // zero limit (Timeout), on an idle one by the idle rule (Idle).
+        let limit = if company || (several && saturated) || !self.link_busy {
             hold_limit(hold, a.delay_budget, hops_crossed(packet))
         } else {
             0
