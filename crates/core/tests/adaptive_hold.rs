@@ -1,8 +1,11 @@
 //! The medium-aware hold policy (`LinkMode::Adaptive`, issue 11 point 7)
 //! under simulated time: no packet waits beyond min(hold time, its share of
-//! the delay budget); on an idle medium no packet waits at all; on a busy
-//! medium bundles form. The driver below calls `handle_timeout` exactly at
-//! every `poll_timeout`, so waiting times are exact.
+//! the delay budget), and along a chain of nodes no packet accumulates more
+//! than the delay budget; on an idle medium, or without a second flow to the
+//! same peer, no packet waits at all; on a busy medium bundles form, and one
+//! quiet window under load does not release them. The drivers below call
+//! `handle_timeout` exactly at every `poll_timeout`, so waiting times are
+//! exact.
 
 mod engine_common;
 
@@ -40,20 +43,29 @@ fn config(hold_time: Micros, delay_budget: Micros, busy_utilisation: u16) -> Eng
     }
 }
 
-/// A voice-like packet with the given TTL / hop limit; `tag` identifies it.
-fn packet(v6: bool, total: usize, ttl: u8, tag: u32) -> Vec<u8> {
+/// A voice-like packet of flow `flow` (its source port) with the given TTL /
+/// hop limit; `tag` identifies it.
+fn packet(v6: bool, total: usize, ttl: u8, tag: u32, flow: u16) -> Vec<u8> {
+    let port = (16384 + 2 * flow).to_be_bytes();
     if v6 {
         let mut p = udp6(total, 46, tag);
         p[7] = ttl;
+        p[40..42].copy_from_slice(&port);
         p
     } else {
         let mut p = udp4(total, 46, tag);
-        p[8] = ttl;
-        p[10..12].copy_from_slice(&[0, 0]);
-        let c = checksum(&p[..20]);
-        p[10..12].copy_from_slice(&c.to_be_bytes());
+        p[20..22].copy_from_slice(&port);
+        set_ttl4(&mut p, ttl);
         p
     }
+}
+
+/// Sets an IPv4 packet's TTL and header checksum.
+fn set_ttl4(p: &mut [u8], ttl: u8) {
+    p[8] = ttl;
+    p[10..12].copy_from_slice(&[0, 0]);
+    let c = checksum(&p[..20]);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
 }
 
 fn tag_of(p: &[u8]) -> u32 {
@@ -68,6 +80,7 @@ enum Event {
         v6: bool,
         ttl: u8,
         size: usize,
+        flow: u16,
     },
     Medium {
         utilisation: u16,
@@ -77,8 +90,8 @@ enum Event {
 
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
-        4 => (0u32..3, any::<bool>(), prop_oneof![Just(64u8), Just(63), Just(61), Just(128), Just(125), Just(255), Just(250), 1u8..=255], 60usize..200)
-            .prop_map(|(peer, v6, ttl, size)| Event::Packet { peer, v6, ttl, size }),
+        4 => (0u32..3, any::<bool>(), prop_oneof![Just(64u8), Just(63), Just(61), Just(128), Just(125), Just(255), Just(250), 1u8..=255], 60usize..200, 0u16..4)
+            .prop_map(|(peer, v6, ttl, size, flow)| Event::Packet { peer, v6, ttl, size, flow }),
         1 => (0u16..=1200, any::<bool>()).prop_map(|(utilisation, busy)| Event::Medium { utilisation, busy }),
     ]
 }
@@ -156,10 +169,11 @@ impl Run {
                 v6,
                 ttl,
                 size,
+                flow,
             } => {
                 let tag = self.next_tag;
                 self.next_tag += 1;
-                let p = packet(v6, size, ttl, tag);
+                let p = packet(v6, size, ttl, tag, flow);
                 let limit = hold_limit(self.hold, self.budget, hops_crossed(&p));
                 self.pending.insert(tag, (self.now, limit));
                 self.engine.handle_packet(self.now, peer(n), &p, 0);
@@ -231,23 +245,33 @@ proptest! {
     }
 }
 
-/// Ten G.729-like flows (one packet every 20 ms each, staggered by 2 ms) on
-/// a medium reported 60 % utilised: packets are held and leave in bundles,
-/// none beyond the hold time.
-fn busy_run(utilisation: u16, busy: bool) -> Run {
+/// `flows` G.729-like flows (one packet every 20 ms each, one every 2 ms in
+/// all) to one peer on a medium reported busy or utilised, the report
+/// repeated every 20 ms.
+fn busy_run_flows(utilisation: u16, busy: bool, flows: u64) -> Run {
     let mut r = Run::new(10_000, 40_000, 300);
-    r.engine.set_medium(0, utilisation, busy);
+    let step = 20_000 / flows;
     for k in 0..500u64 {
-        r.advance(k * 2_000);
+        r.advance(k * step);
+        if (k * step) % 20_000 < step {
+            r.apply(&Event::Medium { utilisation, busy });
+        }
         r.apply(&Event::Packet {
             peer: 0,
             v6: false,
             ttl: 64,
             size: 60,
+            flow: (k % flows) as u16,
         });
     }
     r.finish();
     r
+}
+
+/// Ten flows, staggered by 2 ms: packets are held and leave in bundles, none
+/// beyond the hold time.
+fn busy_run(utilisation: u16, busy: bool) -> Run {
+    busy_run_flows(utilisation, busy, 10)
 }
 
 #[test]
@@ -256,13 +280,14 @@ fn busy_medium_forms_bundles() {
         let r = busy_run(util, busy);
         assert_eq!(r.waited.len(), 500);
         assert!(r.waited.iter().all(|&(w, l)| w <= l && l == 10_000));
-        // Every bundle but the last holds the packets of one hold time (10 ms / 2 ms).
+        // Every bundle but the first (no company yet) and the last holds the
+        // packets of one hold time (10 ms / 2 ms).
         assert!(
-            r.transmits.len() <= 500 / 5 + 1,
+            r.transmits.len() <= 500 / 5 + 2,
             "{} transmits",
             r.transmits.len()
         );
-        assert!(r.transmits.iter().filter(|&&n| n >= 5).count() >= 99);
+        assert!(r.transmits.iter().filter(|&&n| n >= 5).count() >= 98);
     }
 }
 
@@ -274,26 +299,104 @@ fn idle_medium_sends_each_packet_alone() {
 }
 
 #[test]
+fn a_lone_flow_never_waits_even_on_a_busy_medium() {
+    // One call's voice to a next hop: nothing could join its packets within
+    // the hold, so holding them would only add delay.
+    for (util, busy) in [(1000, true), (1000, false), (0, true)] {
+        let r = busy_run_flows(util, busy, 1);
+        assert_eq!(r.transmits, vec![1; 500]);
+        assert!(r.waited.iter().all(|&(w, _)| w == 0));
+    }
+    // Four flows (5 ms apart, hold 10 ms): held again, in pairs.
+    let r = busy_run_flows(1000, true, 4);
+    assert!(r.transmits.len() < 300, "{} transmits", r.transmits.len());
+}
+
+#[test]
+fn a_lone_talker_is_held_only_on_a_saturated_medium() {
+    // Three flows to one peer for 100 ms, then flow 0 alone (the others
+    // silent), one packet every 20 ms, hold 10 ms, threshold 0.3.
+    let run = |utilisation| {
+        let mut r = Run::new(10_000, 40_000, 300);
+        for k in 0..20u64 {
+            r.advance(k * 20_000);
+            r.apply(&Event::Medium {
+                utilisation,
+                busy: false,
+            });
+            for f in 0..if k < 5 { 3 } else { 1 } {
+                r.apply(&Event::Packet {
+                    peer: 0,
+                    v6: false,
+                    ttl: 64,
+                    size: 60,
+                    flow: f,
+                });
+            }
+        }
+        r.finish();
+        r.waited[15..].to_vec()
+    };
+    // Busy (0.5 >= 0.3) but not saturated (< 0.6): the lone talker waits nothing.
+    assert!(run(500).iter().all(|&(w, _)| w == 0));
+    // Saturated: held its full limit while the silent flows were seen within
+    // 8-16 hold times (80-160 ms), then no longer.
+    let w = run(700);
+    let held: Vec<bool> = w.iter().map(|&(w, _)| w == 10_000).collect();
+    assert!(held[..4].iter().all(|&h| h), "{w:?}");
+    assert!(!held[held.len() - 1], "{w:?}");
+}
+
+#[test]
+fn one_quiet_window_under_load_keeps_holding() {
+    let mut e = Engine::new(config(10_000, 40_000, 300));
+    let mut t = 0;
+    for _ in 0..10 {
+        t += 20_000;
+        e.set_medium(t, 600, false);
+    }
+    assert!(e.utilisation_high());
+    // Bundled voice is bursty: one window at 0, then load again.
+    t += 20_000;
+    e.set_medium(t, 0, false);
+    assert!(e.link_busy() && e.utilisation_high(), "{}", e.utilisation());
+    t += 20_000;
+    e.set_medium(t, 600, false);
+    assert!(e.link_busy());
+    // The load ends: released within a few windows (600 -> below 150).
+    let mut n = 0;
+    while e.link_busy() {
+        t += 20_000;
+        e.set_medium(t, 0, false);
+        n += 1;
+    }
+    assert!((5..=9).contains(&n), "{n} windows");
+}
+
+#[test]
 fn budget_spent_packets_pass_at_once_on_a_busy_medium() {
     // Hold 20 ms, budget 40 ms: a packet that crossed two hops (TTL 62) may wait 0 here.
     let mut r = Run::new(20_000, 40_000, 300);
     r.engine.set_medium(0, 1000, true);
-    r.apply(&Event::Packet {
+    let p = |flow, ttl| Event::Packet {
         peer: 0,
         v6: false,
-        ttl: 64,
+        ttl,
         size: 60,
-    });
-    r.advance(1_000);
-    r.apply(&Event::Packet {
-        peer: 0,
-        v6: false,
-        ttl: 62,
-        size: 60,
-    });
-    // The second packet's budget is spent: both leave now, in one bundle.
-    assert_eq!(r.transmits, vec![2]);
-    assert_eq!(r.waited, vec![(1_000, 20_000), (0, 0)]);
+        flow,
+    };
+    // The first packet of flow 1 has no company yet: it leaves at once.
+    r.apply(&p(1, 64));
+    assert_eq!(r.transmits, vec![1]);
+    r.advance(100);
+    // Flow 0 has flow 1's company: held.
+    r.apply(&p(0, 64));
+    assert_eq!(r.transmits, vec![1]);
+    r.advance(1_100);
+    r.apply(&p(1, 62));
+    // The last packet's budget is spent: both leave now, in one bundle.
+    assert_eq!(r.transmits, vec![1, 2]);
+    assert_eq!(r.waited, vec![(0, 20_000), (1_000, 20_000), (0, 0)]);
 }
 
 #[test]
@@ -317,16 +420,178 @@ fn utilisation_is_ignored_outside_adaptive_mode() {
 
 #[test]
 fn utilisation_has_hysteresis() {
+    // Reports 2 s apart replace the average (over 16 time constants).
     let mut e = Engine::new(config(10_000, 40_000, 300));
-    e.set_medium(0, 299, false);
+    let mut t = 0;
+    let mut report = |e: &mut Engine, u| {
+        t += 2_000_000;
+        e.set_medium(t, u, false);
+        assert_eq!(e.utilisation(), u);
+    };
+    report(&mut e, 299);
     assert!(!e.link_busy());
-    e.set_medium(0, 300, false);
+    report(&mut e, 300);
     assert!(e.link_busy());
     // Below the threshold but not below half of it: still utilised.
-    e.set_medium(0, 150, false);
+    report(&mut e, 150);
     assert!(e.link_busy() && e.utilisation_high());
-    e.set_medium(0, 149, false);
+    report(&mut e, 149);
     assert!(!e.link_busy() && !e.utilisation_high());
-    e.set_medium(0, 200, false);
+    report(&mut e, 200);
     assert!(!e.link_busy());
+}
+
+/// A chain of `n` adaptive nodes: node `i` forwards to node `i + 1` (peer
+/// `i + 1`), decrementing the TTL as a router does; transmission takes no
+/// time. Returns, per packet, the time from entering node 0 to leaving the
+/// last node.
+struct Chain {
+    nodes: Vec<Engine>,
+    now: Micros,
+    entered: HashMap<u32, Micros>,
+    total: Vec<Micros>,
+    bundles: usize,
+}
+
+impl Chain {
+    fn new(n: usize, hold: Micros, budget: Micros, util: u16) -> Chain {
+        Chain {
+            nodes: (0..n)
+                .map(|_| Engine::new(config(hold, budget, util)))
+                .collect(),
+            now: 0,
+            entered: HashMap::new(),
+            total: Vec::new(),
+            bundles: 0,
+        }
+    }
+
+    /// Drains every node's output into the next, in order (an output can
+    /// only go downstream).
+    fn drain(&mut self) {
+        let mut buf = vec![0u8; 65_535];
+        for i in 0..self.nodes.len() {
+            while let Some(t) = self.nodes[i].poll_transmit(self.now, &mut buf) {
+                let inner: Vec<Vec<u8>> = match t.kind {
+                    TransmitKind::Bundle { encoding, .. } => {
+                        self.bundles += 1;
+                        encoding
+                            .decode(&buf[..t.len])
+                            .expect("engine output decodes")
+                            .iter()
+                            .map(<[u8]>::to_vec)
+                            .collect()
+                    }
+                    _ => vec![buf[..t.len].to_vec()],
+                };
+                for mut p in inner {
+                    if i + 1 == self.nodes.len() {
+                        let at = self.entered.remove(&tag_of(&p)).expect("delivered once");
+                        self.total.push(self.now - at);
+                    } else {
+                        let ttl = p[8] - 1;
+                        set_ttl4(&mut p, ttl);
+                        self.nodes[i + 1].handle_packet(self.now, peer(i as u32 + 2), &p, 0);
+                    }
+                }
+            }
+            check_accounting(&self.nodes[i]);
+        }
+    }
+
+    fn advance(&mut self, to: Micros) {
+        loop {
+            let next = self.nodes.iter_mut().filter_map(|e| e.poll_timeout()).min();
+            match next {
+                Some(t) if t <= to => {
+                    self.now = self.now.max(t);
+                    for e in &mut self.nodes {
+                        e.handle_timeout(self.now);
+                    }
+                    self.drain();
+                }
+                _ => break,
+            }
+        }
+        self.now = self.now.max(to);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// The per-flow delay budget along a path: through a chain of 1-6
+    /// adaptive nodes with the same hold time, each told its own random
+    /// medium state, no packet accumulates more than the delay budget, nor
+    /// more than the sum of the per-hop limits.
+    #[test]
+    fn a_path_never_exceeds_the_delay_budget(
+        n in 1usize..=6,
+        hold in 1_000u64..30_000,
+        budget in 0u64..80_000,
+        util in 0u16..=1000,
+        events in prop::collection::vec(
+            (0u64..6_000, prop_oneof![
+                4 => (0u16..6, 60usize..200).prop_map(|(f, s)| (None, f, s)),
+                1 => (0usize..6, 0u16..=1200, any::<bool>())
+                    .prop_map(|(node, u, b)| (Some((node, u, b)), 0, 0)),
+            ]),
+            1..300,
+        ),
+    ) {
+        let mut c = Chain::new(n, hold, budget, util);
+        let mut tag = 0u32;
+        for (gap, (medium, flow, size)) in &events {
+            let to = c.now + gap;
+            c.advance(to);
+            match medium {
+                Some((node, u, busy)) => {
+                    let now = c.now;
+                    c.nodes[node % n].set_medium(now, *u, *busy);
+                }
+                None => {
+                    let p = packet(false, *size, 64, tag, *flow);
+                    c.entered.insert(tag, c.now);
+                    tag += 1;
+                    let now = c.now;
+                    c.nodes[0].handle_packet(now, peer(1), &p, 0);
+                }
+            }
+            c.drain();
+        }
+        c.advance(Micros::MAX / 2);
+        prop_assert!(c.entered.is_empty(), "stranded: {:?}", c.entered);
+        let per_hop: Micros = (0..n as u32).map(|h| hold_limit(hold, budget, h)).sum();
+        for &t in &c.total {
+            prop_assert!(t <= budget && t <= per_hop, "{} > budget {} / {}", t, budget, per_hop);
+        }
+    }
+}
+
+#[test]
+fn a_busy_chain_bundles_within_the_budget() {
+    // Six flows through three busy nodes, hold 20 ms, budget 40 ms: the
+    // first two hops hold (bundles form), the third passes at once, and no
+    // packet accumulates more than 40 ms.
+    let mut c = Chain::new(3, 20_000, 40_000, 300);
+    for e in &mut c.nodes {
+        e.set_medium(0, 1000, true);
+    }
+    for k in 0..600u64 {
+        let to = k * 20_000 / 6;
+        c.advance(to);
+        let tag = k as u32;
+        c.entered.insert(tag, c.now);
+        let now = c.now;
+        let p = packet(false, 60, 64, tag, (k % 6) as u16);
+        c.nodes[0].handle_packet(now, peer(1), &p, 0);
+        c.drain();
+    }
+    c.advance(Micros::MAX / 2);
+    assert_eq!(c.total.len(), 600);
+    assert!(c.total.iter().all(|&t| t <= 40_000));
+    let mean = c.total.iter().sum::<Micros>() as f64 / 600.0;
+    assert!(mean > 10_000.0, "held: mean {mean} µs");
+    // Far fewer bundles than packets per hop.
+    assert!(c.bundles < 3 * 600 / 3, "{} bundles", c.bundles);
 }

@@ -33,9 +33,11 @@
 //!   holds an opportunistic packet (Idle); [`Engine::flush`] or [`Engine::remove_peer`] (Flush); the peer
 //!   does not accept bundles (NotAccepted, every packet alone at once).
 //! * [`LinkMode::Adaptive`] (see [`policy`]): the link counts as busy when
-//!   the driver says so or the medium's utilisation (`set_medium`) reaches a
-//!   threshold, and a queue's deadline is also bounded by each queued
-//!   packet's share of the per-flow delay budget (Timeout).
+//!   the driver says so or the medium's smoothed utilisation (`set_medium`)
+//!   reaches a threshold; a packet is held only when its peer has company
+//!   (another flow within one to two hold times, or a saturated medium), and
+//!   a queue's deadline is also bounded by each queued packet's share of the
+//!   per-flow delay budget (Timeout).
 //! * Opportunistic packets that joined a bundle while the link was busy are
 //!   still bounded by the peer's hold time, so a driver that never reports an
 //!   idle link cannot strand them.
@@ -278,6 +280,8 @@ pub struct Engine {
     /// [`LinkMode::Adaptive`] and the last utilisation reported by
     /// `set_medium` reached the mode's threshold.
     utilisation_high: bool,
+    /// [`LinkMode::Adaptive`]: smoothed utilisation and per-peer flow sketches.
+    adaptive_state: policy::AdaptiveState,
     /// `!link_busy && config.link_mode == LinkMode::Fixed`.
     calm_link: bool,
     /// `poll_transmit` has nothing to send while `now` is before this: 0 when
@@ -366,6 +370,7 @@ impl Engine {
             link_busy: false,
             medium_busy: false,
             utilisation_high: false,
+            adaptive_state: Default::default(),
             now: 0,
             retired: Stats::default(),
         }

@@ -26,6 +26,9 @@ pub(super) struct Sample {
     pub busy: bool,
     /// Medium utilisation of the last window, thousandths (0 without a file).
     pub utilisation: u16,
+    /// Windows measured so far: a new window makes a new sample even when
+    /// its utilisation repeats, so the engine's average sees every window.
+    pub window: u64,
 }
 
 /// Whether the link mode uses the busy signal at all.
@@ -71,12 +74,17 @@ impl BusySources {
             }
             busy |= q.backlog().packets > 0;
         }
-        let mut utilisation = 0;
+        let (mut utilisation, mut window) = (0, 0);
         if let Some(f) = &mut self.file {
             f.poll(now);
             busy |= f.queue_packets() > 0;
             utilisation = f.utilisation();
+            window = f.windows;
         }
-        Sample { busy, utilisation }
+        Sample {
+            busy,
+            utilisation,
+            window,
+        }
     }
 }
