@@ -37,6 +37,11 @@ p.prefs.encoding = Pref.enum("Encoding", ENC.auto,
     { { 1, "auto", ENC.auto }, { 2, "native", ENC.native },
       { 3, "kau", ENC.kau }, { 4, "simplemux", ENC.simplemux } }, false)
 p.prefs.udp_port = Pref.uint("UDP port", 4150, "daemon.udp_port of the UDP transport")
+p.prefs.sealed = Pref.bool("Authenticated (mesh key)", false,
+    "discovery.key is set: every bundle ends in a 20-byte trailer (node, sequence number, SipHash tag; not verified here)")
+
+-- The authentication trailer of wire::sealed (docs/wire-format.md).
+local TRAILER = 20
 
 local MAX_BUNDLE = 65535
 local MAX_PACKETS = 1024
@@ -51,6 +56,9 @@ local f = {
     crit = ProtoField.uint8("airpack.native.crit", "Must-understand flags", base.HEX, nil, 0xF0),
     info = ProtoField.uint8("airpack.native.info", "May-ignore flags", base.HEX, nil, 0x0F),
     packet = ProtoField.bytes("airpack.packet", "Inner packet"),
+    auth_node = ProtoField.uint32("airpack.auth.node", "Sender node", base.HEX),
+    auth_seq = ProtoField.uint64("airpack.auth.seq", "Sequence number"),
+    auth_tag = ProtoField.bytes("airpack.auth.tag", "Tag (SipHash-2-4, not verified)"),
     index = ProtoField.uint16("airpack.index", "Index"),
     len = ProtoField.uint32("airpack.len", "Length"),
     sep = ProtoField.bytes("airpack.separator", "Length prefix / separator"),
@@ -60,7 +68,7 @@ local f = {
         { [4] = "IPv4", [41] = "IPv6" }),
     inner_error = ProtoField.string("airpack.inner_error", "Inner packet refused"),
 }
-p.fields = { f.encoding, f.count, f.error, f.version, f.mode, f.crit, f.info, f.packet,
+p.fields = { f.auth_node, f.auth_seq, f.auth_tag, f.encoding, f.count, f.error, f.version, f.mode, f.crit, f.info, f.packet,
     f.index, f.len, f.sep, f.sep_len, f.spb, f.proto, f.inner_error }
 
 local ex_refused = ProtoExpert.new("airpack.refused", "Bundle refused",
@@ -252,9 +260,25 @@ function p.dissector(tvb, pinfo, tree)
     for _, x in ipairs(extra) do
         if x.detect(tvb, pinfo) then return x.dissect(tvb, pinfo, tree) end
     end
+    -- With a mesh key the bundle is everything before the trailer.
+    local whole, trailer = tvb, nil
+    if p.prefs.sealed and tvb:len() > TRAILER then
+        trailer = tvb(tvb:len() - TRAILER, TRAILER)
+        tvb = tvb(0, tvb:len() - TRAILER):tvb()
+    end
     local enc, pkts, err = pick(tvb)
+    if p.prefs.sealed and trailer == nil then
+        err = "too short for the authentication trailer"
+        pkts = {}
+    end
     pinfo.cols.protocol = "airpack"
-    local root = tree:add(p, tvb(), "airpack bundle (" .. enc_names[enc] .. ")")
+    local root = tree:add(p, whole(), "airpack bundle (" .. enc_names[enc] .. ")")
+    if trailer then
+        local a = root:add(trailer, "Authentication trailer")
+        a:add(f.auth_node, trailer(0, 4))
+        a:add(f.auth_seq, trailer(4, 8))
+        a:add(f.auth_tag, trailer(12, 8))
+    end
     root:add(f.encoding, enc_names[enc])
     root:add(f.count, #pkts)
     if enc == ENC.native and tvb:len() >= 2 then
@@ -306,7 +330,7 @@ function p.dissector(tvb, pinfo, tree)
     if err then summary = summary .. ", refused: " .. err end
     if refused > 0 then summary = summary .. string.format(", %d refused", refused) end
     pinfo.cols.info:prepend(summary .. " | ")
-    return tvb:len()
+    return whole:len()
 end
 
 local ip_proto = DissectorTable.get("ip.proto")

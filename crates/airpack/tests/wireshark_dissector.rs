@@ -611,3 +611,74 @@ fn hostile_payloads_never_raise_lua_errors() {
         frames.len()
     );
 }
+
+/// A bundle sealed with a mesh key (`wire::sealed`): with the `airpack.sealed`
+/// preference the dissector shows the trailer's node and sequence number and
+/// decodes the inner packets before it; a bundle too short for a trailer is
+/// refused, not decoded.
+#[test]
+fn sealed_bundles_show_their_trailer() {
+    use airpack_core::auth::Key;
+    use airpack_core::wire::sealed;
+    use airpack_core::{BundleWriter, Encoding};
+    if !have("tshark") {
+        println!("SKIP sealed_bundles_show_their_trailer: tshark not installed");
+        return;
+    }
+    let inner: Vec<Vec<u8>> = (0..3u8)
+        .map(|i| {
+            let mut p = vec![
+                0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+            ];
+            p.extend([0x42, 0x68, 0x4e, 0x20, 0, 8, 0, 0]);
+            p[19] = 10 + i;
+            let c = airpack_core::wire::ip::checksum(&p[..20]);
+            p[10..12].copy_from_slice(&c.to_be_bytes());
+            p
+        })
+        .collect();
+    let mut buf = vec![0u8; 2000];
+    let mut w = BundleWriter::new(Encoding::Native, &mut buf).unwrap();
+    for p in &inner {
+        w.push(p).unwrap();
+    }
+    let n = w.finish();
+    let key = Key::from_bytes([3; 16]);
+    let m = sealed::seal(&key, 0x0a0b_0c0d, 77, &mut buf, n).unwrap();
+    let dir = std::env::temp_dir().join(format!("airpack-sealed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("sealed.pcap");
+    write_pcap(&pcap, &[frame_253(&buf[..m]), frame_253(&buf[..15])]);
+    let lua = repo().join("dist/wireshark/airpack.lua");
+    let out = Command::new("tshark")
+        .arg("-n")
+        .arg("-X")
+        .arg(format!("lua_script:{}", lua.display()))
+        .args(["-o", "airpack.encoding:native", "-o", "airpack.sealed:TRUE"])
+        .arg("-r")
+        .arg(&pcap)
+        .args(["-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,"])
+        .args(["-e", "airpack.auth.node", "-e", "airpack.auth.seq"])
+        .args(["-e", "airpack.count", "-e", "ip.dst", "-e", "airpack.error"])
+        .output()
+        .expect("tshark runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert_eq!(rows[0][0], "0x0a0b0c0d", "{text}");
+    assert_eq!(rows[0][1], "77", "{text}");
+    assert_eq!(rows[0][2], "3", "{text}");
+    assert_eq!(
+        rows[0][3], "10.0.0.9,10.0.0.10,10.0.0.11,10.0.0.12",
+        "{text}"
+    );
+    assert_eq!(rows[0][4], "", "{text}");
+    assert_eq!(rows[1][2], "0", "{text}");
+    assert!(rows[1][4].contains("trailer"), "{text}");
+}

@@ -52,6 +52,8 @@ local f = {
     hflags = ProtoField.uint8("airpack_dl.flags", "Flags", base.HEX, nil, 0x0F),
     epoch = ProtoField.uint8("airpack_dl.epoch", "Epoch"),
     fseq = ProtoField.uint16("airpack_dl.frame_seq", "Frame sequence number"),
+    rlen = ProtoField.uint16("airpack_dl.repeat_len", "Repeat block length"),
+    rcount = ProtoField.uint16("airpack_dl.repeat_count", "Repeated packets (previous frame's)"),
     -- compact entry
     sid = ProtoField.uint16("airpack_dl.sid", "Stream id"),
     ctl = ProtoField.uint8("airpack_dl.ctl", "Control", base.HEX),
@@ -234,16 +236,41 @@ local function compact(tvb, root)
     root:add(f.version, b0)
     root:add(f.hflags, b0)
     if math.floor(b0:uint() / 16) ~= 1 then fail("bad_version") end
-    if b0:uint() % 16 ~= 0 then fail("reserved") end
+    -- Flag bit 0: a repeat block (ap.redundancy); bits 1-3 reserved.
+    local flags = b0:uint() % 16
+    if flags > 1 then fail("reserved") end
     if n < 4 then fail("truncated") end
     root:add(f.epoch, tvb(1, 1))
     root:add(f.fseq, tvb(2, 2))
-    if n == 4 then fail("empty") end
-    local c, count = cursor(tvb, 4), 0
+    local start, rlen = 4, 0
+    if flags == 1 then
+        if n < 6 then fail("truncated") end
+        rlen = tvb(4, 2):uint()
+        if rlen == 0 then fail("empty") end
+        if n < 6 + rlen then fail("truncated") end
+        start = 6 + rlen
+    end
+    if n == start then fail("empty") end
+    -- The frame's own entries are checked first, then the repeat block's
+    -- (the core's order, so both name the same reason).
+    local c, count = cursor(tvb, start), 0
     while c.o < n do
         if count == MAX_PACKETS then fail("too_many_packets") end
         count = count + 1
         entry(tvb, c, root, count)
+    end
+    if rlen > 0 then
+        local rt = root:add(tvb(4, 2 + rlen), "Repeat block (the previous frame's entries)")
+        rt:add(f.rlen, tvb(4, 2))
+        local sub = tvb(6, rlen):tvb()
+        local rc, repeated = cursor(sub, 0), 0
+        while rc.o < rlen do
+            if repeated == MAX_PACKETS then fail("too_many_packets") end
+            repeated = repeated + 1
+            entry(sub, rc, rt, repeated)
+        end
+        rt:add(f.rcount, repeated)
+        if count + repeated > MAX_PACKETS then fail("too_many_packets") end
     end
     return count
 end

@@ -88,7 +88,22 @@ fn hostile_hellos_and_downlink_frames_match_the_core_and_raise_no_lua_error() {
     for v in vectors("downlink") {
         match v.get("format").unwrap() {
             "seed" => seeds.extend(mutations(v.section("frame")[0])),
-            "compact" => compacts.extend(mutations(v.section("frame")[0])),
+            "compact" => {
+                let f = v.section("frame")[0];
+                compacts.extend(mutations(f));
+                // The same entries behind a repeat block (ap.redundancy):
+                // 0x11, epoch, seq, block length, the block, the entries.
+                if f.len() > 4 {
+                    let e = &f[4..];
+                    let mut r = vec![0x11, f[1], f[2], f[3]];
+                    r.extend((e.len() as u16).to_be_bytes());
+                    r.extend(e);
+                    r.extend(e);
+                    assert!(compact::decode(&r).is_ok() || compact::decode(f).is_err());
+                    compacts.extend(mutations(&r));
+                    compacts.push(r);
+                }
+            }
             _ => regs.extend(mutations(v.section("message")[0])),
         }
     }
