@@ -487,4 +487,18 @@ fn with_a_mesh_key_only_sealed_fresh_bundles_are_taken() {
     );
     assert_eq!(t["daemon"]["rx_rejected"]["auth_failed"], 3, "{t}");
     assert_eq!(t["daemon"]["rx_rejected"]["replayed"], 1, "{t}");
+
+    // A new key needs a restart: the reload is refused, the old key stays.
+    let other = keyed("vb", ip_a).replace(KEY, "ffeeddccbbaa99887766554433221100");
+    std::fs::write(&db.config, other).unwrap();
+    db.signal(libc::SIGHUP);
+    wait_until("reload refused", Duration::from_secs(3), || {
+        db.stat("/total/daemon/reload_errors") >= 1.0
+    });
+    let rcv = udp_receiver(&b, false, Duration::from_secs(3));
+    send_udp(&a, ip_a, ip_b, 0xb8, 2000..2010);
+    let got = rcv.join().unwrap();
+    assert_eq!(got.len(), 10, "{got:?}");
+    let t = &db.stats()["total"];
+    assert_eq!(t["daemon"]["rx_rejected"]["auth_failed"], 3, "{t}");
 }

@@ -48,11 +48,6 @@ impl BundleAuth {
         }
     }
 
-    /// True when `key` is the key in use.
-    pub(super) fn uses_key(&self, key: &Key) -> bool {
-        &self.key == key
-    }
-
     /// Appends the trailer to the bundle in `buf[..len]`; the new length, or
     /// `None` when `buf` has no room (the engine leaves room: the trailer is
     /// part of each peer's `outer_overhead`).

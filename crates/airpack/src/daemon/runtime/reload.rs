@@ -20,6 +20,14 @@ impl Daemon {
                 return;
             }
         };
+        // The mesh key also sizes every peer's outer overhead (its bundle
+        // trailer) in the new plan: a change needs a restart, like the rest
+        // of [discovery], so the whole reload is refused.
+        if new.bundle_key != self.plan.bundle_key {
+            self.counters.reload_errors += 1;
+            error!("reload rejected, keeping the running configuration: discovery.key changes need a restart");
+            return;
+        }
         // Keys bound to open descriptors need a restart; keep their old values.
         {
             let (o, n) = (&self.plan.config, &mut new.config);
@@ -122,12 +130,6 @@ impl Daemon {
             self.medium = Default::default();
             self.link_busy = false;
             self.engine.set_link_busy(now, false);
-        }
-        match (&self.auth, &new.bundle_key) {
-            (Some(a), Some(k)) if a.uses_key(k) => {}
-            (None, None) => {}
-            // New windows too: the config diff below names the key change.
-            _ => self.auth = super::auth_for(&new),
         }
         self.peers = peer_map(&new);
         self.resolver.invalidate();
