@@ -88,7 +88,7 @@ pub fn binary() -> Result<PathBuf> {
         return Ok(out);
     }
     if let Err(why) = check_available() {
-        bail!("cannot build the ns-3 air: {why}");
+        bail!("cannot build the ns-3 air: {why}; or run on the tc air (--air tc)");
     }
     std::fs::create_dir_all(out.parent().expect("has a parent"))?;
     // One build at a time, across threads (tests run in parallel) and
