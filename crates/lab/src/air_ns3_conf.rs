@@ -203,6 +203,10 @@ pub fn config_text(
             .map_or(LINK_LOSS_DB, |l| l.2);
         s.push_str(&format!("link {} {} {loss}\n", idx(a), idx(b)));
     }
+    // in range but not neighbours: heard and interfering, filtered above IP
+    for [a, b] in &topo.wifi.in_range {
+        s.push_str(&format!("link {} {} {LINK_LOSS_DB}\n", idx(a), idx(b)));
+    }
     for (k, w) in topo.wired.iter().enumerate() {
         let [fa, fb] = fds.wired.get(k).copied().unwrap_or([-1, -1]);
         s.push_str(&format!(
@@ -283,6 +287,40 @@ mod tests {
             "adhoc, no cables: {c}"
         );
         assert!(supports(&crate::medium::preset("b11s").unwrap()));
+    }
+
+    #[test]
+    fn seed001_nodes_are_all_in_range_but_only_neighbours_route() {
+        let mut t = Topology::preset("seed001").unwrap();
+        // the tc air accepts it (one collision domain: all in range anyway)
+        t.check_air_opts_fit().unwrap();
+        t.air = Air::Ns3;
+        let opts = MediumOpts {
+            phy: crate::medium::preset("b2").unwrap(),
+            queue_limit: 50,
+            loss_pct: 0.0,
+        };
+        let c = config_text(&t, &opts, &TapFds::default(), &[], 1.0, &Outputs::default());
+        // A B C D = 0 1 2 3: neighbours A-C, B-C, C-D; in range A-B, A-D, B-D
+        for l in [
+            "link 0 2 50",
+            "link 1 2 50",
+            "link 2 3 50",
+            "link 0 1 50",
+            "link 0 3 50",
+            "link 1 3 50",
+        ] {
+            assert!(c.lines().any(|x| x == l), "missing {l:?} in\n{c}");
+        }
+        assert_eq!(t.links.len(), 3, "in-range pairs are not neighbours");
+        let base = "name = 'p'\nnodes = ['A', 'B', 'C']\nlinks = [['A', 'B'], ['B', 'C']]\ncalls = [['A', 'C']]\n[wifi]\n";
+        assert!(Topology::from_toml(&format!("{base}in_range = [['A', 'C']]\n")).is_ok());
+        for bad in ["[['A', 'B']]", "[['A', 'A']]", "[['A', 'X']]"] {
+            assert!(
+                Topology::from_toml(&format!("{base}in_range = {bad}\n")).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -66,6 +66,14 @@ pub struct WifiOpts {
     /// [`crate::air_ns3::LINK_LOSS_DB`]); each pair must be a link.
     #[serde(default)]
     pub link_loss_db: Vec<(String, String, f64)>,
+    /// Pairs that hear each other without being neighbours (adhoc only):
+    /// their frames take airtime, defer each other's carrier sense and
+    /// interfere (at [`crate::air_ns3::LINK_LOSS_DB`]), but the neighbour
+    /// filter drops them and no route uses them, as seed 001's testbed,
+    /// where all nodes were in range and MAC filtering made the routes.
+    /// The tc air ignores it (one collision domain: every pair is in range).
+    #[serde(default)]
+    pub in_range: Vec<[String; 2]>,
 }
 
 /// How the Wi-Fi MAC picks data rates.
@@ -110,7 +118,12 @@ impl Topology {
     /// air, and babeld runs on the radios only. Called by
     /// [`crate::topology::Mesh::build`].
     pub fn check_air_opts_fit(&self) -> Result<()> {
-        let what = if self.wifi != WifiOpts::default() {
+        // `in_range` holds on the tc air anyway (one collision domain)
+        let wifi = WifiOpts {
+            in_range: Vec::new(),
+            ..self.wifi.clone()
+        };
+        let what = if wifi != WifiOpts::default() {
             "the [wifi] table"
         } else if !self.wired.is_empty() {
             "a wired link"
@@ -157,6 +170,21 @@ impl Topology {
             }
             if !(0.0..=400.0).contains(db) {
                 bail!("link_loss_db: {a}-{b}: {db} dB is not in 0..400");
+            }
+        }
+        for [a, b] in &w.in_range {
+            if !known(a) || !known(b) || a == b {
+                bail!("in_range: bad pair {a}-{b}");
+            }
+            if self
+                .links
+                .iter()
+                .any(|[x, y]| (x == a && y == b) || (x == b && y == a))
+            {
+                bail!("in_range: {a}-{b} is a link already (neighbours hear each other)");
+            }
+            if w.mode == BssMode::Infrastructure {
+                bail!("in_range is for adhoc meshes");
             }
         }
         match (self.wifi.mode, &self.wifi.ap) {

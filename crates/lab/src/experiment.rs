@@ -489,6 +489,9 @@ fn remeasure_reason(r: &Result<Point>) -> Option<String> {
         Err(e) if format!("{e:#}").contains(crate::air_ns3::HARD_LIMIT_ABORT) => {
             Some("the ns-3 air aborted on its real-time hard limit".into())
         }
+        Err(e) if format!("{e:#}").contains(crate::air_ns3::IGNORED_SIGTERM) => {
+            Some("the ns-3 air did not stop after SIGTERM".into())
+        }
         _ => None,
     }
 }
@@ -1080,6 +1083,8 @@ mod tests {
         assert!(remeasure_reason(&Ok(p)).unwrap().contains("senders lagged"));
         let abort = anyhow::anyhow!("the ns-3 air died during the point (signal: 6):\nmsg=\"RealtimeSimulatorImpl::ProcessOneEvent (): Hard real-time limit exceeded (jitter = 931313919)\"");
         assert!(remeasure_reason(&Err(abort)).is_some());
+        let stuck = anyhow::anyhow!("the ns-3 air ignored SIGTERM for 20 s: ").context("stop the ns-3 air");
+        assert!(remeasure_reason(&Err(stuck)).unwrap().contains("did not stop"));
         assert_eq!(remeasure_reason(&Err(anyhow::anyhow!("voip on A failed"))), None);
         // the point's JSON carries the air's numbers
         let mut q = summarize(Setup::Off, 1, json!([]), 1.0, 0, 0, BTreeMap::new(), Instant::now());

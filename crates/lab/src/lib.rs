@@ -73,9 +73,9 @@ struct Common {
     /// the babeld package); default: the topology file's, else static.
     #[arg(long, value_parser = ["static", "babel"])]
     routing: Option<String>,
-    /// Air between the radios: tc (one HTB, fast) or ns3 (ns-3's 802.11
-    /// model in real time; needs libns3-dev and g++); default: the
-    /// topology file's, else tc.
+    /// Air between the radios: ns3 (ns-3's 802.11 model in real time;
+    /// needs libns3-dev and g++) or tc (one HTB, fast); default: the
+    /// topology file's, else ns3.
     #[arg(long, value_parser = ["tc", "ns3"])]
     air: Option<String>,
     /// PHY preset (b1, b2, b5.5, b11, b11s, a6, a12, a24, a54); default: the topology's, else b2.
@@ -154,18 +154,41 @@ struct PointArgs {
     work: Option<PathBuf>,
 }
 
+/// The air of `airpack lab run` and `point` when neither `--air` nor the
+/// topology file's `air` key names one: ns-3's 802.11 model since it agreed
+/// with pure simulation and a default run still takes under 10 minutes
+/// (issue 10 point 8; docs/lab.md section 2b). `--air tc` is the fast option.
+pub const DEFAULT_AIR: topology::Air = topology::Air::Ns3;
+
+/// The air a run uses: `--air`, else the topology file's `air` key, else
+/// [`DEFAULT_AIR`] (`file` is the topology file's text, None for a preset).
+pub fn choose_air(cli: Option<&str>, file: Option<&str>) -> Result<topology::Air> {
+    if let Some(a) = cli {
+        return topology::Air::parse(a);
+    }
+    if let Some(text) = file {
+        let table: toml::Table = toml::from_str(text).context("bad topology file")?;
+        if let Some(a) = table.get("air") {
+            return topology::Air::parse(a.as_str().context("air must be a string")?);
+        }
+    }
+    Ok(DEFAULT_AIR)
+}
+
 fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) -> Result<ExperimentConfig> {
-    let topo = match &c.topology {
-        Some(f) => Topology::from_toml(&std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?)?,
+    let text = match &c.topology {
+        Some(f) => Some(std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?),
+        None => None,
+    };
+    let topo = match &text {
+        Some(t) => Topology::from_toml(t)?,
         None => Topology::preset(&c.preset)?,
     };
     let mut topo = topo;
     if let Some(r) = &c.routing {
         topo.routing = topology::Routing::parse(r)?;
     }
-    if let Some(a) = &c.air {
-        topo.air = topology::Air::parse(a)?;
-    }
+    topo.air = choose_air(c.air.as_deref(), text.as_deref())?;
     if topo.routing == topology::Routing::Babel {
         babel::check_available()?;
         if !topo.routes.is_empty() {
@@ -279,7 +302,7 @@ fn run(r: RunArgs) -> Result<()> {
         topology: match cfg.topo.routing {
             topology::Routing::Static => cfg.topo.name.clone(),
             r => format!("{} ({} routing)", cfg.topo.name, r.name()),
-        } + if cfg.topo.air == topology::Air::Ns3 { " on the ns-3 air" } else { "" },
+        } + if cfg.topo.air == topology::Air::Ns3 { " on the ns-3 air" } else { " on the tc air" },
         phy: experiment::phy_label(&cfg.medium.phy),
         codec: match cfg.client {
             experiment::Client::Airpack => cfg.codec.clone(),
@@ -333,4 +356,23 @@ fn run(r: RunArgs) -> Result<()> {
         bail!("some setups stopped on errors (see the report)");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use topology::Air;
+
+    #[test]
+    fn the_air_is_the_flag_else_the_files_else_ns3() {
+        assert_eq!(DEFAULT_AIR, Air::Ns3);
+        assert_eq!(choose_air(None, None).unwrap(), Air::Ns3);
+        assert_eq!(choose_air(Some("tc"), None).unwrap(), Air::Tc);
+        let file = "name = \"x\"\nair = \"tc\"\n";
+        assert_eq!(choose_air(None, Some(file)).unwrap(), Air::Tc);
+        assert_eq!(choose_air(Some("ns3"), Some(file)).unwrap(), Air::Ns3);
+        assert_eq!(choose_air(None, Some("name = \"x\"\n")).unwrap(), Air::Ns3);
+        assert!(choose_air(Some("radio"), None).is_err());
+        assert!(choose_air(None, Some("air = 3\n")).is_err());
+    }
 }

@@ -141,7 +141,11 @@ impl Topology {
                 phy: Some(s("b2")),
                 routing: Routing::Static,
                 air: Air::Tc,
-                wifi: Default::default(),
+                // all four were in range; MAC filtering made the routes
+                wifi: crate::air_opts::WifiOpts {
+                    in_range: vec![l("A", "B"), l("A", "D"), l("B", "D")],
+                    ..Default::default()
+                },
                 wired: vec![],
                 cell: None,
             },

@@ -21,7 +21,9 @@ use std::path::PathBuf;
 /// `airpack lab validate` arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ValidateArgs {
-    /// PHY presets, comma separated.
+    /// PHY presets, comma separated; `ht0`..`ht7`: 802.11n HT at that MCS
+    /// with the MAC's aggregation off (A-MPDU and A-MSDU; control frames
+    /// at 6 Mbit/s; ns-3 only, no tc row).
     #[arg(long, default_value = "b2")]
     presets: String,
     /// Codecs, comma separated (g729, g711).
@@ -77,6 +79,18 @@ pub fn published_single_hop(preset: &str, codec: &str) -> Option<u32> {
         _ => return None,
     };
     Some(if codec == "g711" { g711 } else { g729 })
+}
+
+/// The HT MCS of a validation preset `ht0`..`ht7` (None: a plain
+/// `medium` preset).
+pub fn ht_mcs(preset: &str) -> Result<Option<u8>> {
+    match preset.strip_prefix("ht") {
+        None => Ok(None),
+        Some(m) => match m.parse::<u8>() {
+            Ok(m) if m <= 7 => Ok(Some(m)),
+            _ => bail!("unknown HT preset {preset:?} (ht0 .. ht7)"),
+        },
+    }
 }
 
 /// Expand `string:1..5` ranges in a comma-separated topology list.
@@ -203,8 +217,19 @@ fn config(
 ) -> Result<ExperimentConfig> {
     let mut t = Topology::preset(topo)?;
     t.air = air;
-    let phy =
-        crate::medium::preset(preset).with_context(|| format!("unknown PHY preset {preset:?}"))?;
+    let ht = ht_mcs(preset)?;
+    if let Some(m) = ht {
+        if air == Air::Tc {
+            bail!("HT presets run on the ns-3 air only");
+        }
+        // no aggregation, as every validation row: the MAC's off too
+        t.wifi.ht_mcs = Some(m);
+        t.wifi.ampdu = Some(false);
+        t.wifi.amsdu = Some(false);
+    }
+    let phy_name = if ht.is_some() { "a6" } else { preset };
+    let phy = crate::medium::preset(phy_name)
+        .with_context(|| format!("unknown PHY preset {preset:?}"))?;
     Ok(ExperimentConfig {
         bin: match &a.bin {
             Some(b) => b.clone(),
@@ -288,6 +313,10 @@ pub fn main(a: ValidateArgs) -> Result<()> {
                 };
                 let dir = work.join(format!("{preset}-{codec}-{}", topo.replace(':', "")));
                 for air in &airs {
+                    if air == "tc" && ht_mcs(preset)?.is_some() {
+                        eprintln!("lab validate: {preset}: no tc row (HT needs the ns-3 air)");
+                        continue;
+                    }
                     eprintln!("lab validate: {preset} {codec} {topo}: {air}");
                     let (kind, runner): (Air, PointRunner) = match air.as_str() {
                         "sim" => (Air::Ns3, |c, _, n| crate::validate_sim::sim_point(c, n)),
@@ -360,6 +389,33 @@ mod tests {
         assert_eq!(published_single_hop("b2", "g729"), Some(8));
         assert_eq!(published_single_hop("b2", "g711"), Some(5));
         assert_eq!(published_single_hop("a6", "g729"), None);
+        assert_eq!(ht_mcs("ht0").unwrap(), Some(0));
+        assert_eq!(ht_mcs("b2").unwrap(), None);
+        assert!(ht_mcs("ht8").is_err() && ht_mcs("htx").is_err());
+    }
+
+    #[test]
+    fn ht_presets_turn_the_macs_aggregation_off_and_refuse_the_tc_air() {
+        let a = ValidateArgs {
+            presets: "ht0".into(),
+            codecs: "g729".into(),
+            topologies: "string:1".into(),
+            airs: "sim,ns3".into(),
+            duration: 8.0,
+            max_calls: 64,
+            out: None,
+            quick: false,
+            bin: Some(PathBuf::from("/bin/true")),
+        };
+        let c = config(&a, "ht3", "g729", "string:2", Air::Ns3, PathBuf::from("/x")).unwrap();
+        assert_eq!(
+            (c.topo.wifi.ht_mcs, c.topo.wifi.ampdu, c.topo.wifi.amsdu),
+            (Some(3), Some(false), Some(false))
+        );
+        assert_eq!(c.medium.phy.name, "a6");
+        assert!(config(&a, "ht0", "g729", "string:1", Air::Tc, PathBuf::from("/x")).is_err());
+        let b = config(&a, "b11", "g729", "string:1", Air::Tc, PathBuf::from("/x")).unwrap();
+        assert_eq!(b.topo.wifi.ht_mcs, None);
     }
 
     #[test]
