@@ -52,6 +52,9 @@ impl Daemon {
             keep!(daemon.cpu_latency_us);
             keep!(aggregation.protocol);
             keep!(discovery);
+            // The gateway role is not rebuilt by a reload (its HTB tree and
+            // observation sockets stay): its section needs a restart.
+            keep!(gateway);
             if !kept.is_empty() {
                 warn!(
                     "reload: {} only take effect after a restart; keeping the running values",
@@ -60,6 +63,7 @@ impl Daemon {
             }
         }
         new.prometheus = self.plan.prometheus;
+        new.gateway = self.plan.gateway.clone();
         // The downlink roles: applied (rebuilt) or refused, before the
         // steering follows `new` (it carries the AP's media ports).
         let downlink: Vec<String> = [
