@@ -44,6 +44,12 @@ pub enum Setup {
     /// As [`Setup::DownlinkMux`] without the idle release: one frame per
     /// 20 ms interval (or when full).
     DownlinkMuxInterval,
+    /// As [`Setup::DownlinkMux`] with `ap.redundancy = true` (each frame
+    /// also carries the previous frame's packets when it has room) and the
+    /// airtime rule on the preset's rates (`ap.unicast_rate`,
+    /// `ap.multicast_rate`, `ap.preamble`: a frame is sent only when it
+    /// costs less airtime than unicast).
+    DownlinkMuxRed,
 }
 
 impl Setup {
@@ -57,7 +63,8 @@ impl Setup {
             "adaptive" => Setup::Adaptive,
             "downlink-mux" | "mux" => Setup::DownlinkMux,
             "downlink-mux-interval" | "mux-interval" => Setup::DownlinkMuxInterval,
-            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, downlink-mux, downlink-mux-interval)"),
+            "downlink-mux-red" | "mux-red" => Setup::DownlinkMuxRed,
+            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, downlink-mux, downlink-mux-interval, downlink-mux-red)"),
         })
     }
     /// Its name.
@@ -70,11 +77,12 @@ impl Setup {
             Setup::Adaptive => "adaptive",
             Setup::DownlinkMux => "downlink-mux",
             Setup::DownlinkMuxInterval => "downlink-mux-interval",
+            Setup::DownlinkMuxRed => "downlink-mux-red",
         }
     }
     /// The downlink-multiplexing setups (a cell's AP and stations run daemons).
     pub fn downlink(self) -> bool {
-        matches!(self, Setup::DownlinkMux | Setup::DownlinkMuxInterval)
+        matches!(self, Setup::DownlinkMux | Setup::DownlinkMuxInterval | Setup::DownlinkMuxRed)
     }
 }
 
@@ -282,13 +290,14 @@ pub fn daemon_config(
     let addr = |x: &str| Topology::addr_of(idx(x)).to_string();
     let (mode, link_mode, peers): (&str, &str, Vec<(String, Option<String>)>) = match setup {
         Setup::Off => return None,
-        Setup::DownlinkMux | Setup::DownlinkMuxInterval => {
+        Setup::DownlinkMux | Setup::DownlinkMuxInterval | Setup::DownlinkMuxRed => {
             let sock = socket.to_string_lossy();
             let ap = topo.wifi.ap.as_deref()?;
             if node == ap {
-                let release = if setup == Setup::DownlinkMux { crate::cell::Release::Medium } else { crate::cell::Release::Interval };
+                let release = if setup == Setup::DownlinkMuxInterval { crate::cell::Release::Interval } else { crate::cell::Release::Medium };
                 let f = air_file.map(|f| f.to_string_lossy().into_owned());
-                return Some(crate::cell::ap_config(&sock, f.as_deref(), release));
+                let red = (setup == Setup::DownlinkMuxRed).then(|| crate::cell::Redundancy::of(&cfg.medium.phy, topo.wifi.multicast_mbit));
+                return Some(crate::cell::ap_config(&sock, f.as_deref(), release, red));
             }
             if !topo.neighbours(ap).iter().any(|x| x == node) {
                 return None; // an outer node (or a node of no BSS)
@@ -758,17 +767,30 @@ fn summarize(
 }
 
 /// Packets the multiplexer or a demultiplexer dropped: the AP's
-/// `queue_full` and the stations' drops of frames or entries (`wrong_epoch`,
-/// `stale_frames`, `no_context`, `bad_entry`, `tun_write_errors`);
-/// registration refusals and frames from other sources are not packets of
-/// a call.
+/// `queue_full`, `frame_send_failed`, `unicast_send_failed` and the
+/// stations' drops of frames or entries (`wrong_epoch`, `stale`,
+/// `no_context`, `bad_entry`, `tun_write_failed`); registration refusals and
+/// frames from other sources are not packets of a call. Reads the daemon's
+/// stats layout (`drops.frames.*`, `drops.packets.*`) and the flat one of
+/// earlier daemons (`drops.no_context`, ...).
 pub fn downlink_drops(downlink: &BTreeMap<String, Value>) -> u64 {
     let mut n = 0;
     for (k, v) in downlink {
         let keys: &[&str] = if k.ends_with(".ap") {
-            &["queue_full"]
+            &["queue_full", "frame_send_failed", "unicast_send_failed"]
         } else {
-            &["wrong_epoch", "stale_frames", "no_context", "bad_entry", "tun_write_errors"]
+            &[
+                "wrong_epoch",
+                "stale_frames",
+                "no_context",
+                "bad_entry",
+                "tun_write_errors",
+                "frames/wrong_epoch",
+                "frames/stale",
+                "packets/no_context",
+                "packets/bad_entry",
+                "packets/tun_write_failed",
+            ]
         };
         for key in keys {
             n += v.pointer(&format!("/drops/{key}")).and_then(Value::as_u64).unwrap_or(0);
@@ -1006,6 +1028,22 @@ mod tests {
         assert!(daemon_config(&cfg(), Setup::DownlinkMux, "C", 2, s, None).is_none());
         assert_eq!(Setup::parse("mux").unwrap(), Setup::DownlinkMux);
         assert!(Setup::DownlinkMuxInterval.downlink() && !Setup::HopByHop.downlink());
+        // redundancy: the setup's names, and the airtime rule of the preset's rates
+        for n in ["downlink-mux-red", "mux-red"] {
+            assert_eq!(Setup::parse(n).unwrap(), Setup::DownlinkMuxRed);
+        }
+        assert_eq!(Setup::DownlinkMuxRed.name(), "downlink-mux-red");
+        assert!(Setup::DownlinkMuxRed.downlink());
+        assert!(!daemon_config(&c, Setup::DownlinkMux, "AP", 3, s, Some(f)).unwrap().contains("redundancy"));
+        c.medium.phy = crate::medium::preset("b11").unwrap();
+        let ap = daemon_config(&c, Setup::DownlinkMuxRed, "AP", 3, s, Some(f)).unwrap();
+        let v = toml::from_str::<toml::Value>(&ap).unwrap();
+        assert_eq!(v["ap"]["redundancy"].as_bool(), Some(true), "{ap}");
+        assert_eq!(v["ap"]["idle_release"].as_bool(), Some(true), "{ap}");
+        assert_eq!((v["ap"]["unicast_rate"].as_float(), v["ap"]["multicast_rate"].as_float()), (Some(11.0), Some(11.0)), "{ap}");
+        assert_eq!(v["medium"]["file"].as_str(), Some("/dev/shm/x/AP.air"), "{ap}");
+        // stations are those of downlink-mux (they recover without a key of their own)
+        assert_eq!(daemon_config(&c, Setup::DownlinkMuxRed, "S1", 3, s, None), daemon_config(&c, Setup::DownlinkMux, "S1", 3, s, None));
     }
 
     #[test]
@@ -1014,6 +1052,14 @@ mod tests {
         d.insert("AP.ap".to_string(), json!({"drops": {"queue_full": 2, "registration_bad_tag": 9}}));
         d.insert("S1.station".to_string(), json!({"drops": {"no_context": 3, "not_from_ap": 7, "bad_entry": 1}, "lost_frames": 40}));
         assert_eq!(downlink_drops(&d), 6);
+        // the daemon's nested layout (drops.frames.*, drops.packets.*)
+        let mut d = BTreeMap::new();
+        d.insert("AP.ap".to_string(), json!({"drops": {"queue_full": 1, "frame_send_failed": 2, "unicast_send_failed": 4}, "registrations": {"rejected": {"bad_tag": 9}}}));
+        d.insert(
+            "S1.station".to_string(),
+            json!({"drops": {"frames": {"not_from_ap": 7, "stale": 8, "wrong_epoch": 16, "refused_truncated": 5}, "packets": {"no_context": 32, "bad_entry": 64, "tun_write_failed": 128}}, "lost_frames": 40, "duplicates": 3}),
+        );
+        assert_eq!(downlink_drops(&d), 255);
     }
 
     #[test]
