@@ -1,7 +1,8 @@
 //! Fuzz target: the compact downlink frame parser and a station's
 //! demultiplexer (IPv4 and IPv6 streams, contexts carried across inputs'
 //! halves) on untrusted bytes. An accepted frame re-encodes to the same
-//! bytes; every packet a station rebuilds is a valid IP packet.
+//! bytes (its own entries and its repeat block's apart); every packet a
+//! station rebuilds is a valid IP packet.
 #![no_main]
 use airpack_core::downlink::compact::{self, CompactWriter};
 use airpack_core::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
@@ -31,5 +32,24 @@ fuzz_target!(|data: &[u8]| {
     }
     assert_eq!(w.count(), f.len());
     let n = w.finish();
-    assert_eq!(&out[..n], data);
+    if data[0] & compact::FLAG_REPEAT == 0 {
+        assert_eq!(&out[..n], data);
+        return;
+    }
+    // With a repeat block: the writer makes header + own entries (no
+    // block), which are the input's header without the flag and its tail;
+    // the block's entries re-encode to the block's bytes.
+    let own = n - 4;
+    let mut want = vec![data[0] & !compact::FLAG_REPEAT, data[1], data[2], data[3]];
+    want.extend_from_slice(&data[data.len() - own..]);
+    assert_eq!(&out[..n], &want[..]);
+    let rlen = usize::from(u16::from_be_bytes([data[4], data[5]]));
+    let mut rout = vec![0u8; data.len()];
+    let mut rw = CompactWriter::new(&mut rout, f.header).expect("header fits");
+    for e in f.repeated() {
+        rw.push(&e).expect("accepted repeated entry re-encodes");
+    }
+    assert_eq!(rw.count(), f.repeated_len());
+    let rn = rw.finish();
+    assert_eq!(&rout[4..rn], &data[6..6 + rlen]);
 });
