@@ -1,8 +1,7 @@
 //! Fuzz target: the hello parser (`neighbor::hello`) on untrusted bytes.
 //! Whatever it accepts must list exactly `len()` entries, re-encode to the
-//! same bytes (tag aside, may-ignore flag bits aside), and verification must
-//! never succeed under a key the input was not made with (the input has no
-//! way to know the fixed key below, so a pass would be a forgery).
+//! same bytes (tag aside, may-ignore flag bits aside); tag verification runs
+//! on every tagged input (see below why a pass is not a forgery here).
 #![no_main]
 use airpack_core::auth::Key;
 use airpack_core::neighbor::hello::{Hello, HelloWriter, MAX_HELLO};
@@ -24,8 +23,13 @@ fuzz_target!(|data: &[u8]| {
     match h.auth {
         Some((id, tag)) => {
             assert_eq!(data.len(), n + 1 + tag.len());
+            // Verification runs on every tagged input, but a pass is not
+            // asserted impossible: libFuzzer's comparison tracing sees the
+            // computed tag (8 bytes compare as one 64-bit value) and copies
+            // it into the next input, which no sender on the radio can do
+            // (CI's sealed_open found such a "forgery" that way).
             let key = Key::from_bytes(*b"fuzzer-never-kno");
-            assert!(!h.verify(id, &key), "forged tag accepted");
+            let _ = h.verify(id, &key);
         }
         None => assert_eq!(data.len(), n),
     }
