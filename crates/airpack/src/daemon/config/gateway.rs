@@ -13,13 +13,13 @@
 //! Must not touch: the other sections, sockets, the kernel. The role may run
 //! alone (no `[[peer]]`) or beside the others.
 
-use super::{spec_protocol, spec_range, valid_ifname, Config, Located, Spec};
+use super::validate::MatchFields;
+use super::{valid_ifname, Config, Located, Spec};
 use crate::linux::Match;
 use airpack_core::engine::{Rule, TrafficClass};
 use airpack_core::gateway::rate::RateConfig;
 use airpack_voice::vpm::VpmConfig;
 use serde::{Deserialize, Serialize};
-use std::ops::RangeInclusive;
 
 /// One `[[gateway.voice]]` / `[[gateway.tcp]]` rule; every present field
 /// must match (the fields of a `[[class]]` rule, without `class` and `mark`).
@@ -200,75 +200,19 @@ fn rule(
     force_tcp: bool,
 ) -> anyhow::Result<(Rule, Match)> {
     let e = |key: &str, m: String| at.err(section, i, key, m);
-    let version = match r.version {
-        None => None,
-        Some(v @ (4 | 6)) => Some(v),
-        Some(v) => return Err(e("version", format!("{v} must be 4 or 6"))),
-    };
-    let mut protocol = r
-        .protocol
-        .as_ref()
-        .map(spec_protocol)
-        .transpose()
-        .map_err(|m| e("protocol", m))?;
-    if force_tcp {
-        match protocol {
-            None | Some(6) => protocol = Some(6),
-            Some(p) => return Err(e("protocol", format!("{p}: only TCP is paced"))),
-        }
-    }
-    let port = |key: &str, s: &Option<Spec>| -> anyhow::Result<Option<RangeInclusive<u16>>> {
-        s.as_ref()
-            .map(|s| spec_range(s, 65_535).map(|r| *r.start() as u16..=*r.end() as u16))
-            .transpose()
-            .map_err(|m| e(key, m))
-    };
-    let ports = port("ports", &r.ports)?;
-    let src_ports = port("src_ports", &r.src_ports)?;
-    let dst_ports = port("dst_ports", &r.dst_ports)?;
-    if (ports.is_some() || src_ports.is_some() || dst_ports.is_some())
-        && !matches!(protocol, Some(6 | 17 | 132 | 136 | 33))
-    {
-        return Err(e(
-            "protocol",
-            "port matches need protocol = \"udp\" or \"tcp\"".into(),
-        ));
-    }
-    let dscp = r
-        .dscp
-        .as_ref()
-        .map(|s| spec_range(s, 63).map(|r| *r.start() as u8..=*r.end() as u8))
-        .transpose()
-        .map_err(|m| e("dscp", m))?;
-    let len = r
-        .len
-        .as_ref()
-        .map(|s| spec_range(s, 65_535).map(|r| *r.start() as usize..=*r.end() as usize))
-        .transpose()
-        .map_err(|m| e("len", m))?;
-    let m = Match {
-        steer: true,
-        protocol,
-        ports: ports.as_ref().map(|r| (*r.start(), *r.end())),
-        src_ports: src_ports.as_ref().map(|r| (*r.start(), *r.end())),
-        dst_ports: dst_ports.as_ref().map(|r| (*r.start(), *r.end())),
-        dscp: dscp.as_ref().map(|r| (*r.start(), *r.end())),
-        len: len.as_ref().map(|r| (*r.start() as u16, *r.end() as u16)),
-        version,
-        mark: None,
-    };
-    let rule = Rule {
-        class: TrafficClass::Bundle,
-        version,
-        protocol,
-        src_ports,
-        dst_ports,
-        ports,
-        dscp,
-        len,
-        mark: None,
-    };
-    Ok((rule, m))
+    let f = MatchFields::parse(
+        &e,
+        r.version,
+        r.protocol.as_ref(),
+        [&r.ports, &r.src_ports, &r.dst_ports],
+        r.dscp.as_ref(),
+        r.len.as_ref(),
+        force_tcp,
+    )?;
+    Ok((
+        f.rule(TrafficClass::Bundle, None),
+        f.steer_match(true, None),
+    ))
 }
 
 /// `[gateway]` checks; `None` when the role is off.

@@ -155,53 +155,15 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
     let mut steer = Vec::new();
     for (i, c) in config.classes.iter().enumerate() {
         let e = |key: &str, m: String| at.err("class", i, key, m);
-        let version = match c.version {
-            None => None,
-            Some(v @ (4 | 6)) => Some(v),
-            Some(v) => return Err(e("version", format!("{v} must be 4 or 6"))),
-        };
-        let protocol = c
-            .protocol
-            .as_ref()
-            .map(spec_protocol)
-            .transpose()
-            .map_err(|m| e("protocol", m))?;
-        let port = |key: &str, s: &Option<Spec>| -> anyhow::Result<Option<RangeInclusive<u16>>> {
-            s.as_ref()
-                .map(|s| spec_range(s, 65_535).map(|r| *r.start() as u16..=*r.end() as u16))
-                .transpose()
-                .map_err(|m| e(key, m))
-        };
-        let ports = port("ports", &c.ports)?;
-        let src_ports = port("src_ports", &c.src_ports)?;
-        let dst_ports = port("dst_ports", &c.dst_ports)?;
-        if (ports.is_some() || src_ports.is_some() || dst_ports.is_some())
-            && !matches!(protocol, Some(6 | 17 | 132 | 136 | 33))
-        {
-            let key = if ports.is_some() {
-                "ports"
-            } else if src_ports.is_some() {
-                "src_ports"
-            } else {
-                "dst_ports"
-            };
-            return Err(e(
-                key,
-                "port matches need protocol = \"udp\", \"tcp\", \"sctp\" or \"udplite\"".into(),
-            ));
-        }
-        let dscp = c
-            .dscp
-            .as_ref()
-            .map(|s| spec_range(s, 63).map(|r| *r.start() as u8..=*r.end() as u8))
-            .transpose()
-            .map_err(|m| e("dscp", m))?;
-        let len = c
-            .len
-            .as_ref()
-            .map(|s| spec_range(s, 65_535).map(|r| *r.start() as usize..=*r.end() as usize))
-            .transpose()
-            .map_err(|m| e("len", m))?;
+        let f = MatchFields::parse(
+            &e,
+            c.version,
+            c.protocol.as_ref(),
+            [&c.ports, &c.src_ports, &c.dst_ports],
+            c.dscp.as_ref(),
+            c.len.as_ref(),
+            false,
+        )?;
         let mark = c
             .mark
             .as_ref()
@@ -212,28 +174,8 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
             return Err(e("mark", NO_MARKS.into()));
         }
         let class: TrafficClass = c.class.into();
-        rules.push(Rule {
-            class,
-            version,
-            protocol,
-            src_ports: src_ports.clone(),
-            dst_ports: dst_ports.clone(),
-            ports: ports.clone(),
-            dscp: dscp.clone(),
-            len: len.clone(),
-            mark,
-        });
-        steer.push(Match {
-            steer: class != TrafficClass::Bypass,
-            protocol,
-            ports: ports.map(|r| (*r.start(), *r.end())),
-            src_ports: src_ports.map(|r| (*r.start(), *r.end())),
-            dst_ports: dst_ports.map(|r| (*r.start(), *r.end())),
-            dscp: dscp.map(|r| (*r.start(), *r.end())),
-            len: len.map(|r| (*r.start() as u16, *r.end() as u16)),
-            version,
-            mark,
-        });
+        rules.push(f.rule(class, mark));
+        steer.push(f.steer_match(class != TrafficClass::Bypass, mark));
     }
 
     // Peers.
@@ -580,4 +522,123 @@ pub(super) fn check_sizes(
         ));
     }
     Ok(())
+}
+
+/// The match fields of a `[[class]]` or `[gateway]` rule, parsed and
+/// checked (errors name the key through `e`).
+pub(super) struct MatchFields {
+    version: Option<u8>,
+    protocol: Option<u8>,
+    ports: Option<RangeInclusive<u16>>,
+    src_ports: Option<RangeInclusive<u16>>,
+    dst_ports: Option<RangeInclusive<u16>>,
+    dscp: Option<RangeInclusive<u8>>,
+    len: Option<RangeInclusive<usize>>,
+}
+
+impl MatchFields {
+    /// `ports` are `ports`, `src_ports`, `dst_ports`; `tcp_only` makes an
+    /// absent protocol TCP and refuses any other (the gateway's paced rules).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn parse(
+        e: &dyn Fn(&str, String) -> anyhow::Error,
+        version: Option<u8>,
+        protocol: Option<&Spec>,
+        ports: [&Option<Spec>; 3],
+        dscp: Option<&Spec>,
+        len: Option<&Spec>,
+        tcp_only: bool,
+    ) -> anyhow::Result<MatchFields> {
+        let version = match version {
+            None => None,
+            Some(v @ (4 | 6)) => Some(v),
+            Some(v) => return Err(e("version", format!("{v} must be 4 or 6"))),
+        };
+        let mut protocol = protocol
+            .map(spec_protocol)
+            .transpose()
+            .map_err(|m| e("protocol", m))?;
+        if tcp_only {
+            match protocol {
+                None | Some(6) => protocol = Some(6),
+                Some(p) => return Err(e("protocol", format!("{p}: only TCP is paced"))),
+            }
+        }
+        let port = |key: &str, s: &Option<Spec>| -> anyhow::Result<Option<RangeInclusive<u16>>> {
+            s.as_ref()
+                .map(|s| spec_range(s, 65_535).map(|r| *r.start() as u16..=*r.end() as u16))
+                .transpose()
+                .map_err(|m| e(key, m))
+        };
+        let [p, sp, dp] = ports;
+        let ports = port("ports", p)?;
+        let src_ports = port("src_ports", sp)?;
+        let dst_ports = port("dst_ports", dp)?;
+        if (ports.is_some() || src_ports.is_some() || dst_ports.is_some())
+            && !matches!(protocol, Some(6 | 17 | 132 | 136 | 33))
+        {
+            let key = if ports.is_some() {
+                "ports"
+            } else if src_ports.is_some() {
+                "src_ports"
+            } else {
+                "dst_ports"
+            };
+            return Err(e(
+                key,
+                "port matches need protocol = \"udp\", \"tcp\", \"sctp\" or \"udplite\"".into(),
+            ));
+        }
+        let dscp = dscp
+            .map(|s| spec_range(s, 63).map(|r| *r.start() as u8..=*r.end() as u8))
+            .transpose()
+            .map_err(|m| e("dscp", m))?;
+        let len = len
+            .map(|s| spec_range(s, 65_535).map(|r| *r.start() as usize..=*r.end() as usize))
+            .transpose()
+            .map_err(|m| e("len", m))?;
+        Ok(MatchFields {
+            version,
+            protocol,
+            ports,
+            src_ports,
+            dst_ports,
+            dscp,
+            len,
+        })
+    }
+
+    /// The engine's classifier rule.
+    pub(super) fn rule(&self, class: TrafficClass, mark: Option<(u32, u32)>) -> Rule {
+        Rule {
+            class,
+            version: self.version,
+            protocol: self.protocol,
+            src_ports: self.src_ports.clone(),
+            dst_ports: self.dst_ports.clone(),
+            ports: self.ports.clone(),
+            dscp: self.dscp.clone(),
+            len: self.len.clone(),
+            mark,
+        }
+    }
+
+    /// The kernel steering's match.
+    pub(super) fn steer_match(&self, steer: bool, mark: Option<(u32, u32)>) -> Match {
+        let pair = |r: &Option<RangeInclusive<u16>>| r.as_ref().map(|r| (*r.start(), *r.end()));
+        Match {
+            steer,
+            protocol: self.protocol,
+            ports: pair(&self.ports),
+            src_ports: pair(&self.src_ports),
+            dst_ports: pair(&self.dst_ports),
+            dscp: self.dscp.as_ref().map(|r| (*r.start(), *r.end())),
+            len: self
+                .len
+                .as_ref()
+                .map(|r| (*r.start() as u16, *r.end() as u16)),
+            version: self.version,
+            mark,
+        }
+    }
 }
