@@ -17,12 +17,11 @@
 //! drops) are made on a point whose senders and air kept real time
 //! (re-measured up to 3 times, else SKIP for those checks only).
 
-use airpack_lab::air_ns3;
+mod common;
 use airpack_lab::experiment::{
     point_line, run_point, ExperimentConfig, Point, Setup, MAX_SEND_LAG_MS,
 };
 use airpack_lab::medium::preset;
-use airpack_lab::netns;
 use airpack_lab::topology::{MediumOpts, Topology};
 use std::path::PathBuf;
 
@@ -36,32 +35,7 @@ fn airpack_bin() -> Option<PathBuf> {
 }
 
 fn ready() -> Option<PathBuf> {
-    if let Err(why) = netns::check_privileges() {
-        eprintln!("SKIP lab_cell: {why} (needs root with ip, tc, nft)");
-        return None;
-    }
-    if air_ns3::check_available().is_err() {
-        let ok = std::process::Command::new("apt-get")
-            .args([
-                "install",
-                "-y",
-                "-qq",
-                "--no-install-recommends",
-                "libns3-dev",
-                "g++",
-                "pkg-config",
-            ])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !ok {
-            eprintln!("SKIP lab_cell: Debian's libns3-dev/g++ are missing and cannot be installed (the cell runs on the ns-3 air only)");
-            return None;
-        }
-    }
-    if let Err(why) = air_ns3::check_available() {
-        eprintln!("SKIP lab_cell: {why}");
+    if !common::ns3_ready("lab_cell", " (the cell runs on the ns-3 air only)") {
         return None;
     }
     let Some(bin) = airpack_bin() else {

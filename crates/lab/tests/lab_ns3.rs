@@ -14,9 +14,9 @@
 //! - HT with A-MPDU/A-MSDU, Minstrel over a weak link, per-node queues;
 //! - a dead air is reported with its exit status.
 
+mod common;
 use airpack_lab::air_ns3::{self, FlowKind, SimFlow};
 use airpack_lab::medium::preset;
-use airpack_lab::netns;
 use airpack_lab::topology::{Air, MediumOpts, Mesh, Topology};
 use std::net::{SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
@@ -25,35 +25,7 @@ use std::time::{Duration, Instant};
 const MAX_LAG_P99_MS: f64 = 1.0;
 
 fn ready() -> bool {
-    if let Err(why) = netns::check_privileges() {
-        eprintln!("SKIP lab_ns3: {why} (needs root with ip, tc, nft)");
-        return false;
-    }
-    if air_ns3::check_available().is_err() {
-        let ok = std::process::Command::new("apt-get")
-            .args([
-                "install",
-                "-y",
-                "-qq",
-                "--no-install-recommends",
-                "libns3-dev",
-                "g++",
-                "pkg-config",
-            ])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !ok {
-            eprintln!("SKIP lab_ns3: Debian's libns3-dev/g++ are missing and cannot be installed");
-            return false;
-        }
-    }
-    if let Err(why) = air_ns3::check_available() {
-        eprintln!("SKIP lab_ns3: {why}");
-        return false;
-    }
-    true
+    common::ns3_ready("lab_ns3", "")
 }
 
 fn pair() -> Topology {
