@@ -80,16 +80,7 @@ fn rtp_sender(
 }
 
 fn scrape(ns: &str, port: u16) -> String {
-    let resp = in_ns(ns, move || {
-        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-        let mut s = String::new();
-        c.read_to_string(&mut s).unwrap();
-        s
-    })
-    .join()
-    .unwrap();
+    let resp = metrics_response(ns, port);
     resp.split_once("\r\n\r\n")
         .map(|x| x.1.to_owned())
         .unwrap_or(resp)

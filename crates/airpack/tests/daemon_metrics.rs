@@ -59,17 +59,7 @@ print(json.dumps(out))
 }
 
 fn scrape(ns: &str, port: u16) -> String {
-    let resp = in_ns(ns, move || {
-        use std::io::{Read, Write};
-        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-        let mut s = String::new();
-        c.read_to_string(&mut s).unwrap();
-        s
-    })
-    .join()
-    .unwrap();
+    let resp = metrics_response(ns, port);
     assert!(resp.starts_with("HTTP/1.0 200 OK"), "{resp}");
     assert!(
         resp.contains("Content-Type: text/plain; version=0.0.4"),

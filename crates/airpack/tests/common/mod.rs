@@ -913,3 +913,18 @@ pub fn two(tag: &str, subnet: u8) -> (Net, String, String, std::net::Ipv4Addr, s
     );
     (net, a, b, ip_a, ip_b)
 }
+
+/// `GET /metrics` from the daemon's Prometheus listener on `port` inside
+/// `ns`: the whole HTTP response (status line and headers included).
+pub fn metrics_response(ns: &str, port: u16) -> String {
+    in_ns(ns, move || {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut s = String::new();
+        c.read_to_string(&mut s).unwrap();
+        s
+    })
+    .join()
+    .unwrap()
+}
