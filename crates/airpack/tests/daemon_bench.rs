@@ -100,14 +100,15 @@ fn machine_jiffies() -> (u64, u64) {
     (idle, v.iter().take(8).sum())
 }
 
-/// Closed-loop blast of 60-byte packets (16 flows) for `secs`; returns counts.
-fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
+/// Closed-loop blast of 60-byte packets (16 flows) for `secs` from A to
+/// `dst` (an address of namespace `b`); returns counts.
+fn blast_to(a: &str, b: &str, dst: &'static str, secs: f64, window: u64) -> Throughput {
     let received = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = std::sync::mpsc::channel();
     let (r2, s2) = (received.clone(), stop.clone());
     let receiver = in_ns(b, move || {
-        let s = UdpSocket::bind(format!("{B}:20000")).unwrap();
+        let s = UdpSocket::bind(format!("{dst}:20000")).unwrap();
         rcvbuf(s.as_raw_fd(), 64 << 20);
         s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
         tx.send(()).unwrap();
@@ -152,7 +153,7 @@ fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
         let socks: Vec<UdpSocket> = (0..16)
             .map(|i| {
                 let s = UdpSocket::bind(format!("{A}:{}", 17000 + i)).unwrap();
-                s.connect(SocketAddr::new(B.parse().unwrap(), 20000))
+                s.connect(SocketAddr::new(dst.parse().unwrap(), 20000))
                     .unwrap();
                 s
             })
@@ -209,6 +210,11 @@ fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
         rx_cpu,
         idle: (j1.0 - j0.0) as f64 / (j1.1 - j0.1).max(1) as f64,
     }
+}
+
+/// [`blast_to`] B's veth address.
+fn blast(a: &str, b: &str, secs: f64, window: u64) -> Throughput {
+    blast_to(a, b, B, secs, window)
 }
 
 #[test]
@@ -389,4 +395,172 @@ fn bench_delay() {
         assert_eq!(da.stop(), 0);
         assert_eq!(db.stop(), 0);
     }
+}
+
+/// An address on B's loopback that every variant of `bench_vs_simplemux`
+/// sends to, reached through the veth (kernel only, airpack) or through
+/// Simplemux's TUN (a route to B's veth address through that TUN would also
+/// catch Simplemux's own tunnel packets).
+const B_INNER: &str = "10.103.0.2";
+
+/// One measured variant of `bench_vs_simplemux`.
+struct Run {
+    pps: f64,
+    /// CPU per packet received of the sending and the receiving process (µs; 0 without).
+    cpu_tx: f64,
+    cpu_rx: f64,
+    loss: f64,
+}
+
+/// A child process killed (and reaped) on drop.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn inner_setup(tag: &str) -> (Net, String, String) {
+    let (net, a, b) = setup(tag);
+    net.ip(&b, &["addr", "add", &format!("{B_INNER}/32"), "dev", "lo"]);
+    (net, a, b)
+}
+
+fn measure(a: &str, b: &str, pids: Option<(i32, i32)>, secs: f64, window: u64) -> Run {
+    let c0 = pids.map(|(x, y)| (cpu_seconds(x), cpu_seconds(y)));
+    let t = blast_to(a, b, B_INNER, secs, window);
+    let per = |c: f64| c * 1e6 / t.received.max(1) as f64;
+    let (cpu_tx, cpu_rx) = match (pids, c0) {
+        (Some((x, y)), Some((cx, cy))) => (per(cpu_seconds(x) - cx), per(cpu_seconds(y) - cy)),
+        _ => (0.0, 0.0),
+    };
+    assert!(t.received > 0, "nothing arrived: the setup is broken");
+    Run {
+        pps: t.received as f64 / t.secs,
+        cpu_tx,
+        cpu_rx,
+        loss: 100.0 * (t.sent - t.received.min(t.sent)) as f64 / t.sent.max(1) as f64,
+    }
+}
+
+fn run_kernel(secs: f64, window: u64) -> Run {
+    let (net, a, b) = inner_setup("vsk");
+    net.ip(&a, &["route", "add", &format!("{B_INNER}/32"), "via", B]);
+    measure(&a, &b, None, secs, window)
+}
+
+fn run_airpack(secs: f64, window: u64) -> Run {
+    let (net, a, b) = inner_setup("vsa");
+    net.ip(&a, &["route", "add", &format!("{B_INNER}/32"), "via", B]);
+    let da = net.daemon(&a, &cfg(B, 5000, "fixed"), &["--log", "warn"]);
+    let db = net.daemon(&b, &cfg(A, 5000, "fixed"), &["--log", "warn"]);
+    measure(&a, &b, Some((da.pid(), db.pid())), secs, window)
+}
+
+/// Simplemux, normal flavour, network mode (IP protocol 253), bundles sent
+/// when they exceed 1400 bytes or 5 ms after the last one (airpack: 1400 /
+/// 1500 bytes, 5 ms hold).
+fn run_simplemux(bin: &str, secs: f64, window: u64) -> Run {
+    let (net, a, b) = inner_setup("vss");
+    let start = |ns: &str, dev: &str, peer: &str| {
+        let log = std::fs::File::create(net.dir.join(format!("smx-{dev}.log"))).unwrap();
+        let child = std::process::Command::new("ip")
+            .args([
+                "netns", "exec", ns, bin, "-i", "smx0", "-e", dev, "-c", peer,
+            ])
+            .args(["-M", "network", "-T", "tun", "-B", "1400", "-t", "5000"])
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start simplemux");
+        let c = Child(child);
+        wait_until("simplemux's TUN", Duration::from_secs(10), || {
+            std::process::Command::new("ip")
+                .args(["-n", ns, "link", "show", "smx0"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        net.ip(ns, &["link", "set", "smx0", "up"]);
+        c
+    };
+    let sa = start(&a, "va", B);
+    let sb = start(&b, "vb", A);
+    net.ip(
+        &a,
+        &["route", "add", &format!("{B_INNER}/32"), "dev", "smx0"],
+    );
+    let pids = (sa.0.id() as i32, sb.0.id() as i32);
+    measure(&a, &b, Some(pids), secs, window)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|x, y| x.total_cmp(y));
+    v[v.len() / 2]
+}
+
+/// airpack against Simplemux (issue 13 point 3): the kernel alone, airpack
+/// and Simplemux alternated, each `AIRPACK_BENCH_RUNS` times (default 5),
+/// same namespaces, generator and receiver; medians. `SIMPLEMUX_BIN` is a
+/// Simplemux binary built from its public source without debug, logs,
+/// assertions and ROHC (`crates/airpack/benches/simplemux.sh` builds it and
+/// runs this).
+#[test]
+#[ignore]
+fn bench_vs_simplemux() {
+    if !can_run("bench_vs_simplemux") {
+        return;
+    }
+    let Ok(bin) = std::env::var("SIMPLEMUX_BIN") else {
+        println!("SKIP bench_vs_simplemux: SIMPLEMUX_BIN is not set (crates/airpack/benches/simplemux.sh)");
+        return;
+    };
+    let runs: usize = std::env::var("AIRPACK_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let (secs, window) = (5.0, 4096);
+    let mut all: [Vec<Run>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    let names = ["kernel only", "airpack", "simplemux"];
+    for round in 0..runs {
+        // Rotate the order so no variant always follows the same one.
+        for k in 0..3 {
+            let v = (round + k) % 3;
+            let r = match v {
+                0 => run_kernel(secs, window),
+                1 => run_airpack(secs, window),
+                _ => run_simplemux(&bin, secs, window),
+            };
+            println!(
+                "BENCH vs-simplemux round {round}: {:<11} {:>9.0} packets/s, CPU per packet sending {:.2} µs + receiving {:.2} µs = {:.2} µs, loss {:.3} %",
+                names[v],
+                r.pps,
+                r.cpu_tx,
+                r.cpu_rx,
+                r.cpu_tx + r.cpu_rx,
+                r.loss
+            );
+            all[v].push(r);
+        }
+    }
+    let med = |v: usize, f: fn(&Run) -> f64| median(all[v].iter().map(f).collect());
+    for (v, name) in names.iter().enumerate() {
+        println!(
+            "BENCH vs-simplemux median of {runs}: {name:<11} {:>9.0} packets/s, CPU per packet {:.2} + {:.2} = {:.2} µs, loss {:.3} %",
+            med(v, |r| r.pps),
+            med(v, |r| r.cpu_tx),
+            med(v, |r| r.cpu_rx),
+            med(v, |r| r.cpu_tx + r.cpu_rx),
+            med(v, |r| r.loss)
+        );
+    }
+    println!(
+        "BENCH vs-simplemux: airpack/Simplemux packets/s {:.2}x (target >= 2), CPU per packet {:.2}x (target <= 0.5); airpack both ends {:.2} µs (target <= 1.75)",
+        med(1, |r| r.pps) / med(2, |r| r.pps),
+        med(1, |r| r.cpu_tx + r.cpu_rx) / med(2, |r| r.cpu_tx + r.cpu_rx),
+        med(1, |r| r.cpu_tx + r.cpu_rx)
+    );
 }

@@ -303,11 +303,12 @@ impl Tun {
     }
 }
 
-/// Writes batches of packets into a TUN with one system call per batch
-/// (io_uring), or with one `write` each where io_uring is not available (old
-/// kernel, `kernel.io_uring_disabled`, a seccomp filter). Each write is still
-/// one packet taking the kernel's normal receive path; the batch only saves
-/// the per-packet system call, which dominates on small packets.
+/// Writes batches of packets into a TUN, and reads batches out of it, with
+/// one system call per batch (io_uring), or with one `write`/`read` each where
+/// io_uring is not available (old kernel, `kernel.io_uring_disabled`, a
+/// seccomp filter). Each write or read is still one packet taking the
+/// kernel's normal path; the batch only saves the per-packet system call,
+/// which dominates on small packets.
 pub struct TunBatch {
     ring: Option<io_uring::IoUring>,
     /// The TUN descriptor registered with the ring (a fixed file: no
@@ -315,6 +316,8 @@ pub struct TunBatch {
     fd: RawFd,
     /// Submitted, not yet completed.
     inflight: usize,
+    /// Reads go through the ring too (false once the TUN refused `RWF_NOWAIT`).
+    uring_reads: bool,
 }
 
 impl std::fmt::Debug for TunBatch {
@@ -346,12 +349,19 @@ impl TunBatch {
             ring,
             fd,
             inflight: 0,
+            uring_reads: true,
         }
     }
 
     /// Whether batches go through io_uring.
     pub fn uses_io_uring(&self) -> bool {
         self.ring.is_some()
+    }
+
+    /// Whether batched reads go through io_uring (false once the TUN refused
+    /// `RWF_NOWAIT` on an older kernel: plain reads then).
+    pub fn reads_use_io_uring(&self) -> bool {
+        self.ring.is_some() && self.uring_reads
     }
 
     /// Writes every packet of `packets` into `tun` (the device given to
@@ -398,6 +408,110 @@ impl TunBatch {
             }
         }
         self.complete_all(&mut done);
+    }
+
+    /// Reads up to `bufs.len()` packets from `tun` (the device given to
+    /// [`TunBatch::new`]) with one system call: read `i` goes into `bufs[i]`
+    /// and its result into `res[i]` (the packet's length, or a negative errno:
+    /// `-EAGAIN` when the queue was empty by then). The reads run in order,
+    /// inline (`RWF_NOWAIT`: an empty queue completes at once), so
+    /// the packets read keep the TUN's order. Without io_uring, plain reads,
+    /// stopping at the first that fails (later entries get `-EAGAIN`).
+    /// Returns how many reads got a packet. Every read has completed when it
+    /// returns: the kernel references none of `bufs` afterwards.
+    pub fn read(&mut self, tun: &Tun, bufs: &mut [Vec<u8>], res: &mut [i32]) -> usize {
+        let k = bufs.len().min(res.len());
+        res[..k].fill(-libc::EAGAIN);
+        if self.ring.is_some() && self.uring_reads && k > 1 {
+            debug_assert_eq!(tun.as_raw_fd(), self.fd, "the TUN given to TunBatch::new");
+            debug_assert_eq!(self.inflight, 0);
+            if let Some(n) = self.read_uring(&mut bufs[..k], &mut res[..k]) {
+                return n;
+            }
+            // A kernel whose TUN refuses RWF_NOWAIT: nothing was read; plain
+            // reads from now on.
+            self.uring_reads = false;
+            res[..k].fill(-libc::EAGAIN);
+        }
+        // One read at a time (no io_uring, a single read, or the ring failed).
+        let mut n = 0;
+        for (b, r) in bufs[..k].iter_mut().zip(res[..k].iter_mut()) {
+            match tun.read(b) {
+                Ok(len) => {
+                    *r = i32::try_from(len).unwrap_or(i32::MAX);
+                    n += 1;
+                }
+                Err(e) => {
+                    *r = -e.raw_os_error().unwrap_or(libc::EIO);
+                    break;
+                }
+            }
+        }
+        n
+    }
+
+    /// [`TunBatch::read`] through the ring (`None`: no ring, or the TUN
+    /// refused `RWF_NOWAIT`, so nothing was read).
+    fn read_uring(&mut self, bufs: &mut [Vec<u8>], res: &mut [i32]) -> Option<usize> {
+        let ring = self.ring.as_mut()?;
+        let fd = io_uring::types::Fixed(0);
+        let mut pushed = 0;
+        for (i, b) in bufs.iter_mut().enumerate() {
+            let len = u32::try_from(b.len()).unwrap_or(u32::MAX);
+            // RWF_NOWAIT: an empty queue completes with -EAGAIN at once (a
+            // read on a non-blocking file alone would wait for a packet).
+            let sqe = io_uring::opcode::Read::new(fd, b.as_mut_ptr(), len)
+                .rw_flags(libc::RWF_NOWAIT)
+                .build()
+                .user_data(i as u64);
+            // SAFETY: `b` is exclusively borrowed for this whole call and every
+            // read is reaped below before returning (or the ring is dropped,
+            // which waits for in-flight requests), so the kernel never writes
+            // into it afterwards.
+            if unsafe { ring.submission().push(&sqe) }.is_err() {
+                break;
+            }
+            pushed += 1;
+        }
+        let mut left = pushed;
+        let mut n = 0;
+        let mut tries = 0;
+        while left > 0 {
+            if let Err(e) = ring.submit_and_wait(left) {
+                let retry = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                );
+                tries += 1;
+                if !retry || tries > ENTER_RETRIES {
+                    // Never seen with a valid ring. Take what completed, then
+                    // drop the ring (closing it cancels and waits for the
+                    // rest); later calls read plainly.
+                    n += Self::reap_reads(ring, res, &mut left);
+                    self.ring = None;
+                    return Some(n);
+                }
+            }
+            n += Self::reap_reads(ring, res, &mut left);
+        }
+        let refused = |r: i32| r == -libc::EOPNOTSUPP || r == -libc::EINVAL;
+        if n == 0 && res.first().copied().is_some_and(refused) {
+            return None;
+        }
+        Some(n)
+    }
+
+    /// Takes the completed reads' results into `res`; returns how many got a packet.
+    fn reap_reads(ring: &mut io_uring::IoUring, res: &mut [i32], left: &mut usize) -> usize {
+        let mut n = 0;
+        for c in ring.completion() {
+            *left = left.saturating_sub(1);
+            if let Some(r) = res.get_mut(c.user_data() as usize) {
+                *r = c.result();
+                n += usize::from(c.result() >= 0);
+            }
+        }
+        n
     }
 
     /// Submits what is queued and reaps every completion.

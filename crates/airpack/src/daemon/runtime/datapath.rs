@@ -64,9 +64,33 @@ impl Daemon {
         }
     }
 
+    /// Reads what the TUN holds, up to [`BATCH`] packets, several per system
+    /// call ([`TunReads`]).
     pub(super) fn on_tun(&mut self, now: u64) {
-        for _ in 0..BATCH {
-            if !self.read_tun_one(now) {
+        let mut budget = BATCH;
+        while budget > 0 {
+            let want = self.tun_reads.want.min(budget);
+            budget -= want;
+            let r = &mut self.tun_reads;
+            let got = self
+                .tun_batch
+                .read(&self.tun, &mut r.bufs[..want], &mut r.res[..want]);
+            let mut failed = false;
+            for i in 0..want {
+                let res = self.tun_reads.res[i];
+                if res >= 0 {
+                    // The packet's buffer becomes the one every handler reads
+                    // (`tun_buf`); the old one takes its place for the next read.
+                    std::mem::swap(&mut self.tun_buf, &mut self.tun_reads.bufs[i]);
+                    self.handle_tun(now, res as usize);
+                } else if res != -libc::EAGAIN && res != -libc::EINTR {
+                    self.counters.tun_read_errors += 1;
+                    debug!("TUN read: {}", io::Error::from_raw_os_error(-res));
+                    failed = true;
+                }
+            }
+            self.tun_reads.adapt(want, got);
+            if got < want || failed {
                 break;
             }
         }
@@ -84,21 +108,27 @@ impl Daemon {
                 return false;
             }
         };
+        self.handle_tun(now, n);
+        true
+    }
+
+    /// Handles the packet read from the TUN into `tun_buf[..n]`.
+    fn handle_tun(&mut self, now: u64, n: usize) {
         self.counters.tun_read += 1;
         self.counters.tun_read_bytes += n as u64;
         let Some((src, dst)) = sys::addrs(&self.tun_buf[..n]) else {
             self.counters.tun_unparsable += 1;
-            return true;
+            return;
         };
         if sys::link_scoped(dst) {
             // The kernel's own traffic on the TUN (IPv6 router solicitations,
             // MLD, ...): never steered by us, meaningless elsewhere.
             self.counters.tun_ignored += 1;
-            return true;
+            return;
         }
         if self.ap_intercept(now, n) {
             // A registered downlink stream: it leaves in an AP frame.
-            return true;
+            return;
         }
         match self.route_for(now, src, dst) {
             Dest::Wait => self.park(now, src, dst, n),
@@ -108,7 +138,6 @@ impl Daemon {
                 self.tun_buf = buf;
             }
         }
-        true
     }
 
     /// Hands a TUN packet to its destination (the engine, the wire unchanged,
@@ -309,5 +338,34 @@ impl Daemon {
     /// and count the error queues.
     pub(super) fn on_socket_errors(&mut self) {
         self.sock.drain_errors(&mut self.counters);
+    }
+}
+
+/// Buffers of the batched TUN reads, and how many reads to ask for next:
+/// twice what the last batch got (2 to [`TUN_READS`]), so a busy TUN is read
+/// [`TUN_READS`] packets per system call while a quiet one (a voice packet per
+/// wakeup) costs one empty read, as the read-until-empty loop before it did.
+/// The buffers are [`super::BUF`] bytes (the largest packet) but only the
+/// pages packets touch become resident.
+pub(super) struct TunReads {
+    bufs: Vec<Vec<u8>>,
+    res: Vec<i32>,
+    want: usize,
+}
+
+/// Most TUN reads per system call.
+pub(super) const TUN_READS: usize = 32;
+
+impl TunReads {
+    pub(super) fn new() -> TunReads {
+        TunReads {
+            bufs: (0..TUN_READS).map(|_| vec![0; super::BUF]).collect(),
+            res: vec![0; TUN_READS],
+            want: 2,
+        }
+    }
+
+    fn adapt(&mut self, want: usize, got: usize) {
+        self.want = if got < want { got * 2 } else { want * 2 }.clamp(2, TUN_READS);
     }
 }

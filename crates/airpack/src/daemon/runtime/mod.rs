@@ -167,6 +167,8 @@ pub struct Daemon {
     /// Accounting of downlink roles a reload stopped or rebuilt.
     downlink_retired: crate::daemon::accounting::Extra,
     tun_buf: Vec<u8>,
+    /// Batched TUN reads (see [`datapath::TunReads`]).
+    tun_reads: datapath::TunReads,
     tx_buf: Vec<u8>,
     rx_buf: Vec<u8>,
 }
@@ -360,6 +362,7 @@ impl Daemon {
             gateway,
             downlink_retired: Default::default(),
             tun_buf: vec![0; BUF],
+            tun_reads: datapath::TunReads::new(),
             tx_buf: vec![0; BUF],
             rx_buf: vec![0; BUF],
             plan,
