@@ -224,7 +224,7 @@ impl Daemon {
         };
         match self
             .engine
-            .receive_rx(src, encoding, &mut rx[start..end], ctx)
+            .receive_rx_with(src, encoding, &mut rx[start..end], ctx)
         {
             Err(e) => trace!(%src, "bundle rejected: {e}"),
             Ok(bundle) => {
