@@ -131,6 +131,15 @@ fn discovery_three_daemons_and_a_plain_node() {
     let (net, n) = segment("hello-disc", &["a", "b", "c", "d"]);
     let (a, b, c, d) = (&n[0], &n[1], &n[2], &n[3]);
     let ip = |i: u8| format!("{SUBNET}.{i}");
+    // A peer as `airpack peers --json` lists it (engine peers only).
+    let listed = |d: &Daemon, i: u8| -> Option<Value> {
+        d.peers()["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["peer"] == ip(i))
+            .cloned()
+    };
     let mut da = net.daemon(a, &config(None), &[]);
     let mut db = net.daemon(b, &config(None), &[]);
     let mut dc = net.daemon(c, &config(None), &[]);
@@ -159,6 +168,10 @@ fn discovery_three_daemons_and_a_plain_node() {
     let from_a = engine_peer(&db, &ip(1)).expect("A is an engine peer on B");
     let (_, alone) = assert_bundling_identity(&to_b, &from_a, l.total());
     assert_delivered(&log, l.flows, l.per_flow, alone);
+    let b_on_a = listed(&da, 2).expect("B listed on A");
+    assert_eq!(b_on_a["link"], "discovered", "{b_on_a}");
+    assert_eq!(b_on_a["configured"], false, "{b_on_a}");
+    assert_eq!(b_on_a["neighbor_ups"], 1, "{b_on_a}");
 
     // A -> D (no airpack): unbundled, complete.
     let before = da.stat("/total/daemon/passthrough");
@@ -196,6 +209,14 @@ fn discovery_three_daemons_and_a_plain_node() {
         "no bundles to C after its return: {to_c}"
     );
     log.assert_complete(l.flows, l.per_flow);
+    // The lost peer came back with its history: one loss, two ups.
+    let c_on_a = listed(&da, 3).expect("C listed on A again");
+    assert_eq!(c_on_a["link"], "discovered", "{c_on_a}");
+    assert_eq!(
+        (&c_on_a["neighbor_ups"], &c_on_a["neighbor_downs"]),
+        (&serde_json::json!(2), &serde_json::json!(1)),
+        "{c_on_a}"
+    );
 
     // SIGHUP rebuilds the peer map from the file (no [[peer]]): the
     // discovered peers stay peers and keep getting bundles.
