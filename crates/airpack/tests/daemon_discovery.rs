@@ -9,6 +9,8 @@
 //!   voice to C then arrives complete, unbundled; C starts again: A takes
 //!   it up and bundles again;
 //! - SIGHUP on A keeps the discovered peers;
+//! - a static `[[peer]]` overrides the neighbour discovery finds at its
+//!   address, and stays a peer when discovery loses it;
 //! - with a key on A and B, a daemon with another key (E) is never taken up
 //!   and its hellos are counted as `bad_tag`;
 //! - link-adaptive size: when B's hellos are lost on the way to A (an nft
@@ -259,6 +261,56 @@ fn discovery_three_daemons_and_a_plain_node() {
     for x in [&mut da, &mut db, &mut dc] {
         assert_eq!(x.stop(), 0, "log:\n{}", x.log_text());
     }
+}
+
+#[test]
+fn discovery_static_peer_overrides_a_neighbour() {
+    if !can_run("discovery_static_peer_overrides_a_neighbour") {
+        return;
+    }
+    // A has B as a `[[peer]]` with its own max_size; B only discovers A.
+    let (net, n) = segment("hello-static", &["a", "b"]);
+    let ip = |i: u8| format!("{SUBNET}.{i}");
+    let a_cfg = format!(
+        "{}[[peer]]\naddress = \"{}\"\nmin_size = 800\nmax_size = 900\n",
+        config(None),
+        ip(2)
+    );
+    let mut da = net.daemon(&n[0], &a_cfg, &[]);
+    let mut db = net.daemon(&n[1], &config(None), &[]);
+    wait_until("A and B up", Duration::from_secs(20), || {
+        is_up(&da, &ip(2)) && is_up(&db, &ip(1))
+    });
+    let b_on_a = |da: &Daemon| -> Value {
+        let p = da.peers();
+        p["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["peer"] == ip(2))
+            .cloned()
+            .unwrap_or_else(|| panic!("B not a peer of A: {p}"))
+    };
+    let p = b_on_a(&da);
+    assert_eq!(p["link"], "static", "{p}");
+    assert_eq!(p["configured"], true, "{p}");
+    assert_eq!(p["max_size"], 900, "the static size, not discovery's: {p}");
+    assert_eq!(p["neighbor_ups"], 1, "{p}");
+    assert_eq!(da.peers()["discovery"]["static_overrides"], 1);
+    // B stops: discovery loses it, the static peer stays as configured.
+    assert_eq!(db.stop(), 0, "log:\n{}", db.log_text());
+    wait_until("A takes B down", Duration::from_secs(20), || {
+        !is_up(&da, &ip(2))
+    });
+    let p = b_on_a(&da);
+    assert_eq!(p["link"], "static", "{p}");
+    assert_eq!(
+        (&p["accepts_bundles"], &p["max_size"]),
+        (&Value::Bool(true), &Value::from(900)),
+        "{p}"
+    );
+    assert_eq!(p["neighbor_downs"], 1, "{p}");
+    assert_eq!(da.stop(), 0, "log:\n{}", da.log_text());
 }
 
 #[test]
