@@ -9,6 +9,8 @@
 //!   voice to C then arrives complete, unbundled; C starts again: A takes
 //!   it up and bundles again;
 //! - SIGHUP on A keeps the discovered peers;
+//! - a static `[[peer]]` overrides the neighbour discovery finds at its
+//!   address, and stays a peer when discovery loses it;
 //! - with a key on A and B, a daemon with another key (E) is never taken up
 //!   and its hellos are counted as `bad_tag`;
 //! - link-adaptive size: when B's hellos are lost on the way to A (an nft
@@ -131,6 +133,15 @@ fn discovery_three_daemons_and_a_plain_node() {
     let (net, n) = segment("hello-disc", &["a", "b", "c", "d"]);
     let (a, b, c, d) = (&n[0], &n[1], &n[2], &n[3]);
     let ip = |i: u8| format!("{SUBNET}.{i}");
+    // A peer as `airpack peers --json` lists it (engine peers only).
+    let listed = |d: &Daemon, i: u8| -> Option<Value> {
+        d.peers()["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["peer"] == ip(i))
+            .cloned()
+    };
     let mut da = net.daemon(a, &config(None), &[]);
     let mut db = net.daemon(b, &config(None), &[]);
     let mut dc = net.daemon(c, &config(None), &[]);
@@ -159,6 +170,10 @@ fn discovery_three_daemons_and_a_plain_node() {
     let from_a = engine_peer(&db, &ip(1)).expect("A is an engine peer on B");
     let (_, alone) = assert_bundling_identity(&to_b, &from_a, l.total());
     assert_delivered(&log, l.flows, l.per_flow, alone);
+    let b_on_a = listed(&da, 2).expect("B listed on A");
+    assert_eq!(b_on_a["link"], "discovered", "{b_on_a}");
+    assert_eq!(b_on_a["configured"], false, "{b_on_a}");
+    assert_eq!(b_on_a["neighbor_ups"], 1, "{b_on_a}");
 
     // A -> D (no airpack): unbundled, complete.
     let before = da.stat("/total/daemon/passthrough");
@@ -196,6 +211,14 @@ fn discovery_three_daemons_and_a_plain_node() {
         "no bundles to C after its return: {to_c}"
     );
     log.assert_complete(l.flows, l.per_flow);
+    // The lost peer came back with its history: one loss, two ups.
+    let c_on_a = listed(&da, 3).expect("C listed on A again");
+    assert_eq!(c_on_a["link"], "discovered", "{c_on_a}");
+    assert_eq!(
+        (&c_on_a["neighbor_ups"], &c_on_a["neighbor_downs"]),
+        (&serde_json::json!(2), &serde_json::json!(1)),
+        "{c_on_a}"
+    );
 
     // SIGHUP rebuilds the peer map from the file (no [[peer]]): the
     // discovered peers stay peers and keep getting bundles.
@@ -238,6 +261,56 @@ fn discovery_three_daemons_and_a_plain_node() {
     for x in [&mut da, &mut db, &mut dc] {
         assert_eq!(x.stop(), 0, "log:\n{}", x.log_text());
     }
+}
+
+#[test]
+fn discovery_static_peer_overrides_a_neighbour() {
+    if !can_run("discovery_static_peer_overrides_a_neighbour") {
+        return;
+    }
+    // A has B as a `[[peer]]` with its own max_size; B only discovers A.
+    let (net, n) = segment("hello-static", &["a", "b"]);
+    let ip = |i: u8| format!("{SUBNET}.{i}");
+    let a_cfg = format!(
+        "{}[[peer]]\naddress = \"{}\"\nmin_size = 800\nmax_size = 900\n",
+        config(None),
+        ip(2)
+    );
+    let mut da = net.daemon(&n[0], &a_cfg, &[]);
+    let mut db = net.daemon(&n[1], &config(None), &[]);
+    wait_until("A and B up", Duration::from_secs(20), || {
+        is_up(&da, &ip(2)) && is_up(&db, &ip(1))
+    });
+    let b_on_a = |da: &Daemon| -> Value {
+        let p = da.peers();
+        p["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["peer"] == ip(2))
+            .cloned()
+            .unwrap_or_else(|| panic!("B not a peer of A: {p}"))
+    };
+    let p = b_on_a(&da);
+    assert_eq!(p["link"], "static", "{p}");
+    assert_eq!(p["configured"], true, "{p}");
+    assert_eq!(p["max_size"], 900, "the static size, not discovery's: {p}");
+    assert_eq!(p["neighbor_ups"], 1, "{p}");
+    assert_eq!(da.peers()["discovery"]["static_overrides"], 1);
+    // B stops: discovery loses it, the static peer stays as configured.
+    assert_eq!(db.stop(), 0, "log:\n{}", db.log_text());
+    wait_until("A takes B down", Duration::from_secs(20), || {
+        !is_up(&da, &ip(2))
+    });
+    let p = b_on_a(&da);
+    assert_eq!(p["link"], "static", "{p}");
+    assert_eq!(
+        (&p["accepts_bundles"], &p["max_size"]),
+        (&Value::Bool(true), &Value::from(900)),
+        "{p}"
+    );
+    assert_eq!(p["neighbor_downs"], 1, "{p}");
+    assert_eq!(da.stop(), 0, "log:\n{}", da.log_text());
 }
 
 #[test]

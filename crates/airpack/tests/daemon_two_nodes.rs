@@ -130,6 +130,8 @@ fn two_nodes_one_hop() {
     assert_eq!(pv["peers"][0]["peer"], "10.91.0.2");
     assert_eq!(pv["peers"][0]["configured"], true);
     assert_eq!(pv["peers"][0]["accepts_bundles"], true);
+    assert_eq!(pv["peers"][0]["link"], "static");
+    assert_eq!(pv["peers"][0]["spoofed_source"], 0);
     let human = da.cli(&["peers"]);
     assert!(human.contains("10.91.0.2"), "{human}");
 

@@ -758,7 +758,7 @@ proptest! {
             let key = peer(*p as u32);
             if *as_bundle {
                 for enc in Encoding::ALL {
-                    if let Ok(b) = e.receive(key, enc, bytes) {
+                    if let Ok(b) = e.receive_with(key, enc, bytes) {
                         prop_assert!(b.iter().all(|pk| !pk.is_empty()));
                     }
                 }

@@ -768,18 +768,19 @@ fn receive_counts_bundles_and_errors() {
     e.handle_packet(0, p, &udp4(60, 0, 1), 0);
     let out = drain(&mut e, 5_000);
     let bundle = out[0].1.clone();
-    let b = e.receive(p, Encoding::Native, &bundle).unwrap();
+    let b = e.receive(p, &bundle).unwrap().unwrap();
     assert_eq!(
         b.iter().collect::<Vec<_>>(),
         vec![&udp4(60, 0, 0)[..], &udp4(60, 0, 1)[..]]
     );
-    assert_eq!(
-        e.receive(p, Encoding::Native, &[]).unwrap_err(),
-        DecodeError::Empty
-    );
+    assert_eq!(e.receive(p, &[]).unwrap().unwrap_err(), DecodeError::Empty);
     let unknown = peer(77);
+    assert!(
+        e.receive(unknown, &bundle).is_none(),
+        "unknown: nothing decoded"
+    );
     assert!(e
-        .receive(unknown, Encoding::Native, &bundle[..bundle.len() - 1])
+        .receive_with(unknown, Encoding::Native, &bundle[..bundle.len() - 1])
         .is_err());
     assert!(e.peer(unknown).is_none(), "receive does not create peers");
     let t = &e.stats().counters;
@@ -789,6 +790,40 @@ fn receive_counts_bundles_and_errors() {
     let pc = &e.peer_stats(p).unwrap().counters;
     assert_eq!((pc.bundles_received, pc.packets_received), (1, 2));
     assert_eq!(pc.decode_errors.iter().sum::<u64>(), 1);
+}
+
+#[test]
+fn receive_decodes_with_the_peers_own_encoding() {
+    // The engine owns a peer's encoding: `receive(peer, bytes)` decodes with
+    // it, and follows `set_peer` when it changes. A kau bundle is not a
+    // native one (checked below), so the wrong encoding refuses it.
+    let pkts = [udp4(60, 0, 0), udp4(61, 0, 1)];
+    let mut kau = vec![0u8; 1500];
+    let mut w = airpack_core::BundleWriter::new(Encoding::Kau, &mut kau).unwrap();
+    for p in &pkts {
+        w.push(p).unwrap();
+    }
+    let n = w.finish();
+    kau.truncate(n);
+    let mut e = Engine::new(config());
+    let p = peer(1);
+    let with = |enc| PeerConfig {
+        encoding: enc,
+        ..PeerConfig::default()
+    };
+    e.set_peer(p, with(Encoding::Kau)).unwrap();
+    let b = e.receive(p, &kau).unwrap().unwrap();
+    assert!(b.iter().eq(pkts.iter().map(|x| &x[..])));
+    assert!(Encoding::Native.decode(&kau).is_err(), "the check can fail");
+    e.set_peer(p, with(Encoding::Native)).unwrap();
+    assert!(e.receive(p, &kau).unwrap().is_err());
+    let c = &e.peer_stats(p).unwrap().counters;
+    assert_eq!(c.bundles_received, 1);
+    assert_eq!(c.decode_errors.iter().sum::<u64>(), 1);
+    // An unknown sender: nothing decoded, nothing counted anywhere.
+    let before = e.stats().counters;
+    assert!(e.receive(peer(9), &kau).is_none());
+    assert_eq!(e.stats().counters, before);
 }
 
 #[test]
@@ -928,7 +963,7 @@ fn ipv6_and_every_encoding_round_trip() {
             }
         );
         assert_eq!(inner(&out[0].0, &out[0].1), pkts, "{enc}");
-        assert_eq!(e.receive(p, enc, &out[0].1).unwrap().len(), pkts.len());
+        assert_eq!(e.receive(p, &out[0].1).unwrap().unwrap().len(), pkts.len());
     }
 }
 

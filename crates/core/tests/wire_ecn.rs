@@ -202,13 +202,13 @@ fn outer_ce_marks_ect_inner_packets_and_refuses_not_ect_ones() {
         let got: Vec<Vec<u8>> = e
             .receive_rx(
                 peer(1),
-                enc,
                 &mut rx,
                 RxContext {
                     outer_ecn: ecn::CE,
                     udp_port: None,
                 },
             )
+            .expect("a known peer")
             .unwrap()
             .iter()
             .map(<[u8]>::to_vec)
@@ -277,7 +277,8 @@ fn inner_udp_to_the_bundle_port_is_refused_as_nested() {
             udp_port: Some(port),
         };
         let got: Vec<Vec<u8>> = e
-            .receive_rx(peer(1), enc, &mut rx, ctx)
+            .receive_rx(peer(1), &mut rx, ctx)
+            .unwrap()
             .unwrap()
             .iter()
             .map(<[u8]>::to_vec)
@@ -306,14 +307,14 @@ fn mixed_simplemux_bundle_with_a_protocol_4_ipv6_packet_delivers_all() {
         b.extend_from_slice(p);
     }
     let mut e = engine(Encoding::Simplemux);
-    let d = e.receive(peer(1), Encoding::Simplemux, &b).unwrap();
+    let d = e.receive(peer(1), &b).unwrap().unwrap();
     assert_eq!((d.len(), d.framed()), (21, 21));
     assert!(d.iter().eq(pkts.iter().map(|p| &p[..])));
     // One damaged IPv4 packet among them costs only itself.
     let mut bad = b.clone();
     let at = 2 + 60 + 2 + 8; // TTL of the second packet
     bad[at] ^= 0xff;
-    let d = e.receive(peer(1), Encoding::Simplemux, &bad).unwrap();
+    let d = e.receive(peer(1), &bad).unwrap().unwrap();
     assert_eq!((d.len(), d.framed()), (20, 21));
     assert_eq!(
         d.refused().collect::<Vec<_>>(),

@@ -15,6 +15,7 @@
 //! on link state: engine.set_link_busy(now, busy)
 //!            or: engine.set_medium(now, utilisation_permille, busy)
 //! on timer:      engine.handle_timeout(now)
+//! on bundle:     engine.receive(peer, bytes)   (decoded with the peer's encoding)
 //! after each:    while let Some(t) = engine.poll_transmit(now, &mut buf) { send(&buf[..t.len]) }
 //!                arm timer at engine.poll_timeout()
 //! on stop:       engine.flush(); drain poll_transmit
@@ -62,6 +63,7 @@ mod deadlines;
 mod fast_path_tests;
 mod fifo;
 pub mod policy;
+mod receive;
 mod service;
 mod slot;
 pub mod stats;
@@ -72,7 +74,7 @@ pub use classify::{Classifier, Rule, TrafficClass};
 pub use policy::AdaptiveHold;
 pub use stats::{Counters, DropReason, Histogram, Stats};
 
-use crate::wire::{ip, Bundle, DecodeError, Encoding, RxContext, MAX_BUNDLE};
+use crate::wire::{ip, Encoding, MAX_BUNDLE};
 use crate::Micros;
 use core::cmp::Reverse;
 use core::net::IpAddr;
@@ -755,58 +757,6 @@ impl Engine {
             }
         }
         self.settle();
-    }
-
-    /// Decodes a bundle received from `peer` with `encoding`, counting the
-    /// result in that peer's statistics (or, for an unknown peer, in the
-    /// engine's own, see [`Engine::stats`]): a refused bundle under its
-    /// reason in `decode_errors`; otherwise the bundle, its delivered packets
-    /// and each refused inner packet under its reason in `inner_errors`.
-    pub fn receive<'a>(
-        &mut self,
-        peer: PeerKey,
-        encoding: Encoding,
-        payload: &'a [u8],
-    ) -> Result<Bundle<'a>, DecodeError> {
-        let r = encoding.decode(payload);
-        self.count_received(peer, &r);
-        r
-    }
-
-    /// [`Engine::receive`] for a bundle that arrived with `rx` (the outer
-    /// header's ECN, the UDP bundle port): see [`Encoding::decode_rx`], which
-    /// changes the ECN field of inner packets in place.
-    pub fn receive_rx<'a>(
-        &mut self,
-        peer: PeerKey,
-        encoding: Encoding,
-        payload: &'a mut [u8],
-        rx: RxContext,
-    ) -> Result<Bundle<'a>, DecodeError> {
-        let r = encoding.decode_rx(payload, rx);
-        self.count_received(peer, &r);
-        r
-    }
-
-    fn count_received(&mut self, peer: PeerKey, r: &Result<Bundle<'_>, DecodeError>) {
-        let i = self.lookup(peer);
-        let ps = i.map(|i| &mut self.slots[i].stats);
-        match r {
-            Ok(b) => {
-                let n = b.len() as u64;
-                let refused = b.framed() != b.len();
-                count(&mut self.retired, ps, |c| {
-                    c.bundles_received += 1;
-                    c.packets_received += n;
-                    if refused {
-                        for e in b.refused() {
-                            c.inner_errors[e.index()] += 1;
-                        }
-                    }
-                });
-            }
-            Err(e) => count(&mut self.retired, ps, |c| c.decode_errors[e.index()] += 1),
-        }
     }
 
     /// Records that a [`Transmit`] for `peer` holding `packets` packets (a

@@ -9,7 +9,6 @@
 //! Must not touch: configuration, steering, the lifecycle.
 
 use super::bundle_auth::Refused;
-use super::peers::source_allowed;
 use super::sockets::send_out;
 use super::{Daemon, Dest, BATCH, TOK_B4, TOK_B6, TOK_U4};
 use crate::daemon::config::{Mode, Transport};
@@ -57,7 +56,7 @@ impl Daemon {
                 }
                 Err(_) => Dest::Unchanged,
             },
-            Mode::EndToEnd => match self.plan.allowed_ips.lookup(dst) {
+            Mode::EndToEnd => match self.peers.endpoint(dst) {
                 Some(p) => Dest::Peer(p),
                 None => Dest::Unchanged,
             },
@@ -220,14 +219,20 @@ impl Daemon {
     /// with the UDP transport an inner UDP packet to the bundle port is
     /// refused as nested (it would come back as a fresh bundle).
     pub(super) fn on_bundle(&mut self, src: IpAddr, scope: u32, ecn: u8, start: usize, end: usize) {
+        // A peer's bundles are decoded with the encoding the engine holds
+        // for it; `heard` is the encoding of a discovered neighbour that
+        // counts us up one hello before we count it (its hellos are taken;
+        // see `Table::heard`): no peer yet, so no engine slot.
         let known = match self.peers.get(&src) {
-            Some(p) if p.via(scope) => Some((p.encoding, p.scope())),
+            Some(p) if p.via(scope) => Some((None, p.scope())),
             Some(_) => None,
-            // A discovered neighbour that counts us up one hello before we
-            // count it (its hellos are taken; see `Table::heard`).
-            None => self.discovery.as_ref().and_then(|d| d.heard(src, scope)),
+            None => self
+                .discovery
+                .as_ref()
+                .and_then(|d| d.heard(src, scope))
+                .map(|(e, i)| (Some(e), i)),
         };
-        let Some((encoding, peer_if)) = known else {
+        let Some((heard, peer_if)) = known else {
             self.counters.rx_unknown_peer += 1;
             trace!(%src, scope, "bundle from unknown peer dropped");
             return;
@@ -237,8 +242,14 @@ impl Daemon {
             Some(Ok(len)) => start + len,
             Some(Err(r)) => {
                 match r {
-                    Refused::BadTag => self.counters.rx_auth_failed += 1,
-                    Refused::Replayed => self.counters.rx_replayed += 1,
+                    Refused::BadTag => {
+                        self.counters.rx_auth_failed += 1;
+                        self.peers.count(src, |c| c.auth_failed += 1);
+                    }
+                    Refused::Replayed => {
+                        self.counters.rx_replayed += 1;
+                        self.peers.count(src, |c| c.replayed += 1);
+                    }
                 }
                 trace!(%src, ?r, "bundle refused by authentication");
                 return;
@@ -251,16 +262,23 @@ impl Daemon {
             outer_ecn: ecn,
             udp_port: (self.sock.transport == Transport::Udp).then_some(self.sock.udp_port),
         };
-        match self
-            .engine
-            .receive_rx(src, encoding, &mut rx[start..end], ctx)
-        {
-            Err(e) => trace!(%src, "bundle rejected: {e}"),
-            Ok(bundle) => {
+        let payload = &mut rx[start..end];
+        let decoded = match heard {
+            None => self.engine.receive_rx(src, payload, ctx),
+            Some(enc) => Some(self.engine.receive_rx_with(src, enc, payload, ctx)),
+        };
+        match decoded {
+            // A peer the engine has no slot for (it refused it): not a peer.
+            None => {
+                self.counters.rx_unknown_peer += 1;
+                trace!(%src, "bundle from a peer without an engine slot dropped");
+            }
+            Some(Err(e)) => trace!(%src, "bundle rejected: {e}"),
+            Some(Ok(bundle)) => {
                 let Daemon {
                     tun,
                     tun_batch,
-                    plan,
+                    peers,
                     resolver,
                     counters,
                     ..
@@ -268,7 +286,7 @@ impl Daemon {
                 let mut spoofed = 0;
                 let allowed = bundle.iter().filter(|pkt| {
                     let ok = sys::addrs(pkt).is_some_and(|(inner_src, _)| {
-                        source_allowed(plan, resolver, src, peer_if, inner_src)
+                        peers.source_allowed(resolver, src, peer_if, inner_src)
                     });
                     if !ok {
                         spoofed += 1;
@@ -284,6 +302,9 @@ impl Daemon {
                     }
                 });
                 counters.rx_spoofed_source += spoofed;
+                if spoofed > 0 {
+                    peers.count(src, |c| c.spoofed_source += spoofed);
+                }
             }
         }
         self.rx_buf = rx;

@@ -3,8 +3,9 @@
 //! family (IPv4 and, unless `discovery.ipv6 = false`, IPv6), sending hellos
 //! to a link-local multicast group and reading the neighbours', each
 //! driving an `airpack_core::neighbor::table::Table`; its events set up and
-//! remove engine peers, so hop-by-hop mode needs no `[[peer]]` list. Static
-//! peers override: discovery never changes or removes them.
+//! remove engine peers and move the daemon's [`super::peer::Peer`]s between
+//! link states (discovered, lost), so hop-by-hop mode needs no `[[peer]]`
+//! list. Static peers override: discovery never changes or removes them.
 //!
 //! Must not touch: the packet path (hellos are a few per second), the
 //! hello format or the neighbour rules (that is `airpack_core::neighbor`).
@@ -13,7 +14,6 @@
 //! signal/noise from nl80211. An interface missing at start (or deleted and
 //! created again) gets its sockets when the route monitor reports the link.
 
-use super::peers::PeerEntry;
 use super::Daemon;
 use crate::daemon::config::{is_link_local_v6, Plan, Transport};
 use crate::linux;
@@ -469,7 +469,7 @@ impl Daemon {
     fn discovery_settle(&mut self, d: &mut Discovery, now: Micros) {
         d.tick(now);
         while let Some((link, ev)) = d.next_event() {
-            self.apply_neighbor(d, link, ev);
+            self.apply_neighbor(d, link, ev, now);
         }
         d.recompute();
     }
@@ -492,11 +492,12 @@ impl Daemon {
         cfg
     }
 
-    fn apply_neighbor(&mut self, d: &mut Discovery, link: usize, ev: Event) {
+    fn apply_neighbor(&mut self, d: &mut Discovery, link: usize, ev: Event, now: Micros) {
         match ev {
             Event::Up(p) | Event::Changed(p) => {
                 let first = d.up.insert(p.addr, (p, link)).is_none();
-                if self.plan.peer(p.addr).is_some() {
+                if self.peers.is_static(p.addr) {
+                    self.peers.discovered(p.addr, None, first);
                     if first {
                         d.overridden += 1;
                         info!(neighbor = %p.addr, "neighbour up; a static [[peer]] keeps its configuration");
@@ -514,34 +515,27 @@ impl Daemon {
                         "neighbour up"
                     );
                 }
-                let encoding = cfg.encoding;
                 if let Err(r) = self.engine.set_peer(p.addr, cfg) {
                     warn!(neighbor = %p.addr, "engine refused discovered peer: {}", r.reason());
                     return;
                 }
                 // A link-local neighbour is reached (and heard) on its link only.
-                let (interface, ifindex) = match d.links.get(link) {
-                    Some(l) if is_link_local_v6(p.addr) => (Some(l.ifname.clone()), l.ifindex),
-                    _ => (None, 0),
+                let interface = match d.links.get(link) {
+                    Some(l) if is_link_local_v6(p.addr) => Some((l.ifname.clone(), l.ifindex)),
+                    _ => None,
                 };
-                self.peers.insert(
-                    p.addr,
-                    PeerEntry {
-                        encoding,
-                        interface,
-                        ifindex,
-                    },
-                );
+                self.peers.discovered(p.addr, interface, first);
             }
             Event::Down { addr, id } => {
                 d.up.remove(&addr);
-                if self.plan.peer(addr).is_some() {
+                let is_static = self.peers.is_static(addr);
+                self.peers.lost(addr, now);
+                if is_static {
                     return;
                 }
                 info!(neighbor = %addr, id = format!("{id:016x}"), "neighbour down: plain forwarding");
                 // Queued packets leave unbundled, never lost.
                 self.engine.remove_peer(addr);
-                self.peers.remove(&addr);
             }
         }
     }
@@ -577,15 +571,15 @@ impl Daemon {
         }
     }
 
-    /// After a reload replaced the peer map: put the discovered neighbours
-    /// that are not (or no longer) static peers back.
-    pub(super) fn reapply_discovered(&mut self) {
+    /// After a reload replaced the static peers: set the discovered
+    /// neighbours that are not (or no longer) static peers up again.
+    pub(super) fn reapply_discovered(&mut self, now: Micros) {
         let Some(mut d) = self.discovery.take() else {
             return;
         };
         let up: Vec<(PeerInfo, usize)> = d.up.values().copied().collect();
         for (p, link) in up {
-            self.apply_neighbor(&mut d, link, Event::Changed(p));
+            self.apply_neighbor(&mut d, link, Event::Changed(p), now);
         }
         self.discovery = Some(d);
     }

@@ -8,8 +8,9 @@
 //! inner source), the link-busy signal (SIOCOUTQ) and the lifecycle (start,
 //! SIGHUP reload, SIGTERM flush and clean exit).
 //!
-//! Split by concern: [`sockets`] (bundle sockets, raw sender), [`peers`]
-//! (configured peers, inner source check), [`datapath`] (TUN, bundles,
+//! Split by concern: [`sockets`] (bundle sockets, raw sender), [`peer`]
+//! (the peers, static and discovered: address, scope, allowed sources,
+//! link state, counters; the inner source check), [`datapath`] (TUN, bundles,
 //! transmit), [`lookups`] (packets waiting for a next hop), [`routing`]
 //! (route/link changes, steered interfaces), [`reload`] (SIGHUP),
 //! [`discovery`] (hellos, discovered peers) and
@@ -33,10 +34,9 @@ use crate::linux::{
 };
 use airpack_core::Engine;
 use anyhow::Context;
-use peers::{peer_map, PeerEntry};
+use peer::Peers;
 use routing::{auto_interfaces, link_state};
 use sockets::Sockets;
-use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
@@ -49,7 +49,7 @@ mod datapath;
 mod discovery;
 mod gateway;
 mod lookups;
-mod peers;
+mod peer;
 mod reload;
 mod report;
 mod routing;
@@ -141,9 +141,9 @@ pub struct Daemon {
     /// Renders control answers off the loop.
     renderer: report::Renderer,
     counters: DaemonCounters,
-    /// Configured peers (the only sources bundles are accepted from), their
-    /// encodings and, for link-local ones, their interface.
-    peers: HashMap<IpAddr, PeerEntry>,
+    /// The peers, static and discovered (the only sources bundles are
+    /// accepted from); their encodings are the engine's.
+    peers: Peers,
     link_busy: bool,
     /// Busy-signal sources besides SIOCOUTQ (`[medium]`).
     busy_sources: busy::BusySources,
@@ -328,7 +328,7 @@ impl Daemon {
         if !tun_batch.uses_io_uring() {
             info!("io_uring not available: one write per inner packet");
         }
-        let peers = peer_map(&plan);
+        let peers = Peers::from_plan(&plan, |a| engine.peer(a).is_some());
         Ok(Daemon {
             source,
             engine,

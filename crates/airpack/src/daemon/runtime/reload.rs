@@ -3,7 +3,6 @@
 //!
 //! Must not touch: the packet path.
 
-use super::peers::peer_map;
 use super::routing::{auto_interfaces, SteerKey};
 use super::Daemon;
 use crate::linux::Steering;
@@ -135,12 +134,13 @@ impl Daemon {
             self.link_busy = false;
             self.engine.set_link_busy(now, false);
         }
-        self.peers = peer_map(&new);
+        let engine = &self.engine;
+        self.peers.reload(&new, |a| engine.peer(a).is_some());
         self.resolver.invalidate();
         self.lookups.invalidate();
         self.plan = new;
-        // The new peer map knows only static peers: put discovered ones back.
-        self.reapply_discovered();
+        // Discovered neighbours that are not static now are peers again.
+        self.reapply_discovered(now);
         self.counters.reloads += 1;
         let changed = if changed.is_empty() {
             "nothing changed".to_owned()

@@ -38,11 +38,9 @@ impl Daemon {
                 self.update_steering(ch.link || ch.overrun);
                 if ch.link || ch.overrun {
                     self.discovery_refresh();
-                    for (addr, p) in self.peers.iter_mut() {
-                        if p.resolve() {
-                            info!(peer = %addr, interface = ?p.interface, ifindex = p.ifindex, "link-local peer's interface changed");
-                        }
-                    }
+                    self.peers.resolve_all(|p| {
+                        info!(peer = %p.addr(), interface = ?p.interface(), ifindex = p.scope(), "link-local peer's interface changed");
+                    });
                     for l in &mut self.links {
                         let now_up = link_state(&l.name);
                         if now_up != l.up {

@@ -6,14 +6,13 @@
 //!
 //! Must not touch: the engine, the TUN, routing.
 
-use super::peers::PeerEntry;
+use super::peer::{Peer, Peers};
 use super::{TOK_B4, TOK_B6, TOK_R4, TOK_R6, TOK_U4, TOK_U6};
 use crate::daemon::config::{is_link_local_v6, Plan, Transport};
 use crate::daemon::stats::DaemonCounters;
 use crate::linux::{self, BundleSocket, Family, Interest, Poller, RawIpSender, UdpBundleSocket};
 use airpack_core::{Transmit, TransmitKind};
 use anyhow::Context;
-use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -211,7 +210,7 @@ fn maybe_pending(e: &io::Error) -> bool {
 /// earlier datagram's, not this one's.
 pub(super) fn send_out(
     sock: &Sockets,
-    peers: &HashMap<IpAddr, PeerEntry>,
+    peers: &Peers,
     t: &Transmit,
     data: &[u8],
     counters: &mut DaemonCounters,
@@ -219,7 +218,7 @@ pub(super) fn send_out(
     match t.kind {
         TransmitKind::Bundle { .. } => {
             let scope = if is_link_local_v6(t.peer) {
-                peers.get(&t.peer).map_or(0, PeerEntry::scope)
+                peers.get(&t.peer).map_or(0, Peer::scope)
             } else {
                 0
             };
