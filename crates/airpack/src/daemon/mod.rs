@@ -135,7 +135,8 @@ impl RunArgs {
 
 fn init_logging(level: config::LogLevel) {
     use tracing_subscriber::{filter::Targets, layer::SubscriberExt, util::SubscriberInitExt};
-    let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref(), level);
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let filter = log_filter(rust_log.as_deref(), level);
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
@@ -144,6 +145,14 @@ fn init_logging(level: config::LogLevel) {
         .with(fmt)
         .with(filter)
         .try_init();
+    if let Some(v) = rust_log.filter(|v| !v.trim().is_empty()) {
+        if v.parse::<Targets>().is_err() {
+            tracing::warn!(
+                "RUST_LOG={v:?} not understood (a level or target=level directives); logging at daemon.log = {}",
+                level.as_str()
+            );
+        }
+    }
 }
 
 /// The log filter: `RUST_LOG` when set and valid (`level` or
