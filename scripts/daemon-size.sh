@@ -6,7 +6,7 @@
 # (release, full LTO, one codegen unit, panic=abort, opt-level 3, no debug info)
 # but unstripped and with v0 symbol mangling, so that every generic instance
 # names its type parameters; prints the size of a stripped copy (v0 mangling
-# moves it by < 0.1 % against the documented command) and sums the text
+# moves it by about 0.2 % against the documented command) and sums the text
 # symbols (`nm --size-sort`) by crate, by module of airpack, and by kind for the
 # usual suspects (serde per deserializer, slice sorts, regex, std's backtrace
 # symbolizer). One build job, under nice; TARGET_DIR (default target/size2).
