@@ -108,8 +108,14 @@ declare -A result
 for t in "${targets[@]}"; do
   echo "build-routers: $t"
   log="$TARGET_DIR/build-$t.log"
+  # std's `backtrace-trace-only`: a panic with RUST_BACKTRACE set prints frame
+  # addresses (resolve them with an unstripped build and addr2line), where
+  # the symbolizer found nothing to name in a stripped binary. It saves only
+  # 2 KB: std::backtrace::Backtrace (anyhow captures one) still links the
+  # symbolizer (docs/performance.md).
   if env "$(target_env "$t")" cargo-zigbuild build --locked -p airpack --release \
       --no-default-features --target "$t" -Zbuild-std=std,panic_abort \
+      -Zbuild-std-features=backtrace,backtrace-trace-only,panic-unwind \
       --target-dir "$TARGET_DIR" >"$log" 2>&1; then
     cp "$TARGET_DIR/$t/release/airpack" "$OUT/airpack-$t"
     result[$t]="$(stat -c %s "$OUT/airpack-$t") bytes"

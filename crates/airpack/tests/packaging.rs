@@ -74,6 +74,15 @@ fn daemon_only_build_leaves_the_lab_out() {
         );
     }
     assert!(daemon.iter().any(|n| n == "airpack-core"));
+    // Nor the regex engine that tracing-subscriber's `env-filter` brings (a
+    // quarter of a MiB of the stripped binary; `RUST_LOG` is read as
+    // `filter::Targets`), nor the `log` bridge nothing in the tree needs.
+    for heavy in ["regex-automata", "regex-syntax", "matchers", "tracing-log"] {
+        assert!(
+            !daemon.iter().any(|n| n == heavy),
+            "daemon-only build depends on {heavy} (docs/performance.md, \"Daemon binary size\")"
+        );
+    }
     // docs/performance.md reports these counts.
     println!(
         "dependencies: default {} / daemon-only {}",

@@ -70,7 +70,12 @@ pub fn changes(old: &Config, new: &Config) -> Vec<String> {
 fn as_table(c: &Config) -> toml::Table {
     // A Config always serializes (it was parsed from TOML); an empty table
     // would only make the log line say less.
-    toml::Table::try_from(c).unwrap_or_default()
+    // Through the TOML text, as `run --check` renders it: one serializer for
+    // the config structs in the binary, not a second one into `toml::Value`.
+    toml::to_string(c)
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_default()
 }
 
 /// Scalar (or whole-array) leaves under `path` that differ.

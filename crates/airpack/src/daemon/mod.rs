@@ -134,15 +134,39 @@ impl RunArgs {
 }
 
 fn init_logging(level: config::LogLevel) {
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level.as_str()));
+    use tracing_subscriber::{filter::Targets, layer::SubscriberExt, util::SubscriberInitExt};
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let filter = log_filter(rust_log.as_deref(), level);
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
-        .with_writer(std::io::stderr)
+        .with_writer(std::io::stderr);
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(filter)
         .try_init();
+    if let Some(v) = rust_log.filter(|v| !v.trim().is_empty()) {
+        if v.parse::<Targets>().is_err() {
+            tracing::warn!(
+                "RUST_LOG={v:?} not understood (a level or target=level directives); logging at daemon.log = {}",
+                level.as_str()
+            );
+        }
+    }
+}
+
+/// The log filter: `RUST_LOG` when set and valid (`level` or
+/// `target=level` directives, comma-separated, as `tracing_subscriber`'s
+/// `Targets` reads them), else `daemon.log`.
+fn log_filter(
+    rust_log: Option<&str>,
+    level: config::LogLevel,
+) -> tracing_subscriber::filter::Targets {
+    use tracing_subscriber::filter::Targets;
+    rust_log
+        .filter(|s| !s.trim().is_empty())
+        .and_then(|s| s.parse::<Targets>().ok())
+        .unwrap_or_else(|| level.as_str().parse().unwrap_or_default())
 }
 
 /// Runs the daemon until SIGTERM/SIGINT (exit 0 after flushing), reloading on SIGHUP.
@@ -231,5 +255,27 @@ mod tests {
             ..Default::default()
         };
         assert!(bad.source().load().is_err());
+    }
+
+    #[test]
+    fn rust_log_overrides_the_configured_level() {
+        use tracing::Level;
+        let info = log_filter(None, config::LogLevel::Info);
+        assert!(info.would_enable("airpack::daemon", &Level::INFO));
+        assert!(!info.would_enable("airpack::daemon", &Level::DEBUG));
+        // Empty or unparsable RUST_LOG: the configured level.
+        for bad in ["", "  ", "airpack=loud"] {
+            let f = log_filter(Some(bad), config::LogLevel::Warn);
+            assert!(f.would_enable("x", &Level::WARN), "{bad:?}");
+            assert!(!f.would_enable("x", &Level::INFO), "{bad:?}");
+        }
+        // Per-target directives, as with EnvFilter's plain ones.
+        let f = log_filter(
+            Some("warn,airpack::daemon::runtime=trace"),
+            config::LogLevel::Error,
+        );
+        assert!(f.would_enable("airpack::daemon::runtime::ap", &Level::TRACE));
+        assert!(f.would_enable("airpack::linux", &Level::WARN));
+        assert!(!f.would_enable("airpack::linux", &Level::INFO));
     }
 }

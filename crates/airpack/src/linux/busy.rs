@@ -17,7 +17,13 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+// 32-bit MIPS has no 64-bit atomics: a locked cell there (the loop calls
+// `want` at most once per poll, never per packet).
+#[cfg(not(target_has_atomic = "64"))]
+use super::atomic64::AtomicU64;
+#[cfg(target_has_atomic = "64")]
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;

@@ -16,6 +16,7 @@
 //! `io::Error`, and send errors can be classified with [`ErrorKind::of`] so the
 //! daemon counts them by reason.
 
+mod atomic64;
 pub mod busy;
 mod busy_medium;
 pub mod cbpf;

@@ -233,7 +233,10 @@ pub fn parse(name: &str, text: &str, sets: &[String], peers: &[String]) -> anyho
         for p in peers {
             add_peer_override(&mut table, p)?;
         }
-        Config::deserialize(toml::Value::Table(table))
+        // Read back through the same deserializer as the file (one copy of
+        // every section's serde code in the binary, not a second one for
+        // `toml::Value`: docs/performance.md, "Daemon binary size").
+        toml::from_str::<Config>(&table.to_string())
             .map_err(|e| anyhow::anyhow!("command-line override: {}", e.message().trim()))?
     };
     // Validation locates keys in the file; keys only set by flags have no line.
