@@ -178,12 +178,15 @@ fn reading(peers: &Value) -> BTreeMap<String, Value> {
     m
 }
 
+/// One daemon's reading ([`reading`]), with its node.
+type Sample = (String, BTreeMap<String, Value>);
+
 /// Samples every daemon's peers once a second in a thread of its own, while
 /// a point's calls run.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
-    samples: Arc<Mutex<Vec<(String, BTreeMap<String, Value>)>>>,
+    samples: Arc<Mutex<Vec<Sample>>>,
 }
 
 impl Sampler {
@@ -239,10 +242,7 @@ impl Drop for Sampler {
     }
 }
 
-fn summarise(
-    topo: &Topology,
-    samples: &[(String, BTreeMap<String, Value>)],
-) -> BTreeMap<String, Value> {
+fn summarise(topo: &Topology, samples: &[Sample]) -> BTreeMap<String, Value> {
     // the receiver's rx_ratio of the sender's hellos: from the receiver's
     // samples, keyed by the sender's address
     let mut out = BTreeMap::new();
