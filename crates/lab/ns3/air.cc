@@ -471,7 +471,7 @@ int main(int argc, char** argv)
             g_wifi[i]->GetMac()->TraceConnectWithoutContext("DeAssoc", MakeCallback(&DeAssoc));
         }
     }
-    SetupBer();
+    SetupBer(tap);
     SetupWired(nodes, cfg.queue);
     StartFlows();
 

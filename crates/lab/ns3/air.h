@@ -128,7 +128,7 @@ extern uint32_t g_stations, g_associated; // infrastructure mode
 extern std::vector<BerCfg> g_ber;         // per-link bit error rates
 
 // air_ber.cc
-void SetupBer(); // the error models of every node with a lossy incoming link
+void SetupBer(bool tap); // the error models of every node with a lossy incoming link
 
 // air_io.cc
 uint32_t NodeOfAirMac(Mac48Address a); // g_air_mac.size() if none

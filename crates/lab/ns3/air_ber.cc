@@ -23,6 +23,8 @@
 #include "air.h"
 
 #include <cmath>
+#include <ctime>
+#include <unistd.h>
 
 namespace air
 {
@@ -80,9 +82,16 @@ class LinkBerModel : public ErrorModel
 
 } // namespace
 
-void SetupBer()
+void SetupBer(bool tap)
 {
     const uint32_t n = g_wifi.size();
+    // Pure simulation: a fixed stream per receiving node (the same RngRun
+    // loses the same draws). Emulation (taps) is never repeatable anyway,
+    // and a fixed stream would give every point of a search the same
+    // sequence of losses while only hellos cross the air before the calls
+    // (the daemons' link estimates would start from the same luck in every
+    // point): there the streams are salted with the time and the pid.
+    uint64_t salt = tap ? (uint64_t(std::time(nullptr)) ^ (uint64_t(getpid()) << 20)) & 0xffffffff : 0;
     for (uint32_t rx = 0; rx < n; rx++)
     {
         std::vector<double> from(n, 0.0);
@@ -97,9 +106,7 @@ void SetupBer()
         }
         if (any)
         {
-            // a fixed stream per node: the same frames are lost for the same
-            // RngRun, whatever else the scenario draws
-            Ptr<LinkBerModel> m = Create<LinkBerModel>(rx, from, 1000 + rx);
+            Ptr<LinkBerModel> m = Create<LinkBerModel>(rx, from, 1000 + rx + 1024 * salt);
             g_wifi[rx]->GetPhy()->SetPostReceptionErrorModel(m);
         }
     }
