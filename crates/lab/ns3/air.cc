@@ -35,6 +35,8 @@
 //   node NAME MAC FD [Q]   FD = tap descriptor (inherited), -1 = no tap (sim mode);
 //                          Q = the node's MAC queue limit (default: `queue`)
 //   link I J LOSS_DB       nodes I and J (0-based) hear each other
+//   ber I J BER            frames from node I received by node J are lost with
+//                          probability 1 - (1 - BER)^bits (air_ber.cc); one direction
 //   wired I J RATE_BPS DELAY_US MAC_I MAC_J FD_I FD_J   a point-to-point cable
 //   flow I J PPS BYTES START_S STOP_S [unicast|bcast|wired]   sim mode: CBR of
 //                          BYTES-byte IP packets (bcast: counted at J)
@@ -185,6 +187,12 @@ AirConfig Parse(const char* path)
             ok = bool(s >> l.a >> l.b >> l.loss);
             c.links.push_back(l);
         }
+        else if (k == "ber")
+        {
+            BerCfg b;
+            ok = bool(s >> b.tx >> b.rx >> b.ber) && b.ber >= 0 && b.ber < 1 && b.tx != b.rx;
+            g_ber.push_back(b);
+        }
         else if (k == "wired")
         {
             WiredCfg w;
@@ -241,6 +249,11 @@ AirConfig Parse(const char* path)
     {
         if (l.a >= n || l.b >= n)
             Fail("link to an unknown node");
+    }
+    for (auto& b : g_ber)
+    {
+        if (b.tx >= n || b.rx >= n)
+            Fail("ber of a link to an unknown node");
     }
     for (auto& w : g_wired)
     {
@@ -458,6 +471,7 @@ int main(int argc, char** argv)
             g_wifi[i]->GetMac()->TraceConnectWithoutContext("DeAssoc", MakeCallback(&DeAssoc));
         }
     }
+    SetupBer(tap);
     SetupWired(nodes, cfg.queue);
     StartFlows();
 

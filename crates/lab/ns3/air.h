@@ -84,6 +84,16 @@ struct Peer
     uint64_t tx_acked = 0;     // unicast MPDUs to it that were acknowledged
     uint64_t tx_retries = 0;   // failed attempts that were retried
     uint64_t tx_failed = 0;    // MPDUs dropped after the last attempt
+    uint64_t ber_checked = 0;  // frames from it the link's bit error rate was drawn for
+    uint64_t ber_lost = 0;     // of those, lost to it (air_ber.cc)
+};
+
+// A link's bit error rate, one direction: frames transmitted by `tx` and
+// received by `rx` (air_ber.cc).
+struct BerCfg
+{
+    uint32_t tx, rx;
+    double ber;
 };
 
 struct Counters
@@ -96,6 +106,7 @@ struct Counters
     uint64_t drop_queue = 0; // MSDUs the MAC refused (queue full, or not associated)
     uint64_t drop_retry = 0, drop_expired = 0, drop_other = 0;
     uint64_t retries = 0; // failed attempts that were retried (all peers)
+    uint64_t ber_lost = 0; // frames received but lost to a link's bit error rate (all peers)
     // PHY state time (ns), closed periods only (ns-3's State trace)
     int64_t tx_ns = 0, rx_ns = 0, cca_ns = 0;
     std::map<uint32_t, Peer> peers; // by node index
@@ -114,6 +125,10 @@ extern std::vector<Mac48Address> g_lab_mac, g_air_mac;
 extern volatile sig_atomic_t g_stop;
 extern std::string g_stats;
 extern uint32_t g_stations, g_associated; // infrastructure mode
+extern std::vector<BerCfg> g_ber;         // per-link bit error rates
+
+// air_ber.cc
+void SetupBer(bool tap); // the error models of every node with a lossy incoming link
 
 // air_io.cc
 uint32_t NodeOfAirMac(Mac48Address a); // g_air_mac.size() if none

@@ -34,6 +34,24 @@ std::string g_obs_dir;
 uint32_t g_obs_ms = 0;
 bool g_started = false; // stats file written once (the lab waits for it)
 
+// per transmitting peer with a bit error rate: frames drawn for, lost
+std::string BerJson(const Counters& c)
+{
+    std::ostringstream o;
+    bool first = true;
+    for (auto& [j, p] : c.peers)
+    {
+        if (p.ber_checked == 0)
+        {
+            continue;
+        }
+        o << (first ? "" : ",") << "\"" << g_nodes[j].name << "\":{\"frames\":" << p.ber_checked
+          << ",\"lost\":" << p.ber_lost << "}";
+        first = false;
+    }
+    return o.str();
+}
+
 std::string CountersJson(uint32_t i)
 {
     Counters& c = g_cnt[i];
@@ -43,6 +61,8 @@ std::string CountersJson(uint32_t i)
       << ",\"phy_tx\":" << c.phy_tx << ",\"drop_queue\":" << c.drop_queue
       << ",\"drop_retry\":" << c.drop_retry << ",\"drop_expired\":" << c.drop_expired
       << ",\"drop_other\":" << c.drop_other << ",\"retries\":" << c.retries
+      << ",\"ber_lost\":" << c.ber_lost << ",\"ber_from\":{" << BerJson(c)
+      << "}"
       << ",\"tx_us\":" << c.tx_ns / 1000 << ",\"rx_us\":" << c.rx_ns / 1000
       << ",\"cca_us\":" << c.cca_ns / 1000 << "}";
     return o.str();

@@ -207,6 +207,15 @@ pub fn config_text(
     for [a, b] in &topo.wifi.in_range {
         s.push_str(&format!("link {} {} {LINK_LOSS_DB}\n", idx(a), idx(b)));
     }
+    // per-link bit errors, one directive per direction (air_ber.cc)
+    for (i, a) in topo.nodes.iter().enumerate() {
+        for (j, b) in topo.nodes.iter().enumerate() {
+            let ber = topo.wifi.ber(a, b);
+            if i != j && ber > 0.0 {
+                s.push_str(&format!("ber {i} {j} {ber:e}\n"));
+            }
+        }
+    }
     for (k, w) in topo.wired.iter().enumerate() {
         let [fa, fb] = fds.wired.get(k).copied().unwrap_or([-1, -1]);
         s.push_str(&format!(
@@ -313,6 +322,25 @@ mod tests {
             assert!(c.lines().any(|x| x == l), "missing {l:?} in\n{c}");
         }
         assert_eq!(t.links.len(), 3, "in-range pairs are not neighbours");
+        assert!(!c.contains("ber "), "no bit errors unless set: {c}");
+        // one bad link C-D: both directions
+        let mut bad = t.clone();
+        bad.wifi.link_ber = vec![crate::air_opts::LinkBer {
+            a: "C".into(),
+            b: "D".into(),
+            ber: 1e-4,
+            directional: false,
+        }];
+        let c = config_text(
+            &bad,
+            &opts,
+            &TapFds::default(),
+            &[],
+            1.0,
+            &Outputs::default(),
+        );
+        let bers: Vec<&str> = c.lines().filter(|l| l.starts_with("ber ")).collect();
+        assert_eq!(bers, ["ber 2 3 1e-4", "ber 3 2 1e-4"], "{c}");
         let base = "name = 'p'\nnodes = ['A', 'B', 'C']\nlinks = [['A', 'B'], ['B', 'C']]\ncalls = [['A', 'C']]\n[wifi]\n";
         assert!(Topology::from_toml(&format!("{base}in_range = [['A', 'C']]\n")).is_ok());
         for bad in ["[['A', 'B']]", "[['A', 'A']]", "[['A', 'X']]"] {

@@ -74,6 +74,41 @@ pub struct WifiOpts {
     /// The tc air ignores it (one collision domain: every pair is in range).
     #[serde(default)]
     pub in_range: Vec<[String; 2]>,
+    /// Per-link bit errors (`[[wifi.link]]` tables): frame loss that grows
+    /// with the frame's length ([`LinkBer`]).
+    #[serde(default, rename = "link")]
+    pub link_ber: Vec<LinkBer>,
+}
+
+/// One `[[wifi.link]]` table: a bit error rate on the link between `a` and
+/// `b` (neighbours or `in_range`). Each data or management frame of n bits
+/// (MAC header and FCS included) that the receiver's PHY would otherwise
+/// decode is lost with probability `1 - (1 - ber)^n`; ACKs and other
+/// control frames are not affected (`crates/lab/ns3/air_ber.cc`). Both
+/// directions unless `directional = true` (then only frames from `a` to `b`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LinkBer {
+    /// One end (the transmitter when directional).
+    pub a: String,
+    /// The other end (the receiver when directional).
+    pub b: String,
+    /// Bit error rate, 0 <= ber < 0.5.
+    pub ber: f64,
+    /// Only frames from `a` to `b` (default false: both directions).
+    #[serde(default)]
+    pub directional: bool,
+}
+
+impl WifiOpts {
+    /// The bit error rate of frames from `tx` to `rx` (0 if none is set).
+    pub fn ber(&self, tx: &str, rx: &str) -> f64 {
+        self.link_ber
+            .iter()
+            .rev()
+            .find(|l| (l.a == tx && l.b == rx) || (!l.directional && l.a == rx && l.b == tx))
+            .map_or(0.0, |l| l.ber)
+    }
 }
 
 /// How the Wi-Fi MAC picks data rates.
@@ -170,6 +205,41 @@ impl Topology {
             }
             if !(0.0..=400.0).contains(db) {
                 bail!("link_loss_db: {a}-{b}: {db} dB is not in 0..400");
+            }
+        }
+        let hears = |a: &str, b: &str| {
+            let p = |[x, y]: &[String; 2]| (x == a && y == b) || (x == b && y == a);
+            self.links.iter().any(p) || w.in_range.iter().any(p)
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for l in &w.link_ber {
+            if !known(&l.a) || !known(&l.b) || l.a == l.b {
+                bail!("wifi.link: bad pair {}-{}", l.a, l.b);
+            }
+            if !hears(&l.a, &l.b) {
+                bail!(
+                    "wifi.link: {}-{} do not hear each other (not a link nor in_range)",
+                    l.a,
+                    l.b
+                );
+            }
+            if !(0.0..0.5).contains(&l.ber) {
+                bail!(
+                    "wifi.link: {}-{}: ber {} is not in [0, 0.5)",
+                    l.a,
+                    l.b,
+                    l.ber
+                );
+            }
+            let dirs = if l.directional {
+                vec![(&l.a, &l.b)]
+            } else {
+                vec![(&l.a, &l.b), (&l.b, &l.a)]
+            };
+            for d in dirs {
+                if !seen.insert(d) {
+                    bail!("wifi.link: {}->{} has two bit error rates", d.0, d.1);
+                }
             }
         }
         for [a, b] in &w.in_range {
@@ -372,6 +442,41 @@ mod tests {
             t.wifi.link_loss_db,
             [("G".to_string(), "A".to_string(), 90.5)]
         );
+    }
+
+    #[test]
+    fn link_bit_error_rates_parse_per_direction() {
+        // S is reached by cable
+        const BASE: &str = "name = 'g'\nnodes = ['A', 'B', 'G', 'S']\nlinks = [['A', 'G'], ['B', 'G']]\ncalls = [['A', 'B'], ['A', 'S']]\nair = 'ns3'\n[[wired]]\na = 'G'\nb = 'S'\nrate_mbit = 10\n";
+        let t = Topology::from_toml(&format!(
+            "{BASE}[wifi]\n[[wifi.link]]\na = 'A'\nb = 'G'\nber = 1e-4\n\
+             [[wifi.link]]\na = 'B'\nb = 'G'\nber = 2e-5\ndirectional = true\n"
+        ))
+        .unwrap();
+        assert_eq!(t.wifi.link_ber.len(), 2);
+        assert_eq!(t.wifi.ber("A", "G"), 1e-4);
+        assert_eq!(t.wifi.ber("G", "A"), 1e-4, "symmetric by default");
+        assert_eq!(t.wifi.ber("B", "G"), 2e-5);
+        assert_eq!(t.wifi.ber("G", "B"), 0.0, "directional: B to G only");
+        assert_eq!(t.wifi.ber("A", "B"), 0.0);
+        let w = "[wifi]\n[[wifi.link]]\n";
+        for bad in [
+            format!("{BASE}{w}a = 'A'\nb = 'B'\nber = 1e-4\n"), // A, B do not hear each other
+            format!("{BASE}{w}a = 'A'\nb = 'X'\nber = 1e-4\n"),
+            format!("{BASE}{w}a = 'A'\nb = 'A'\nber = 1e-4\n"),
+            format!("{BASE}{w}a = 'A'\nb = 'G'\nber = 0.5\n"),
+            format!("{BASE}{w}a = 'A'\nb = 'G'\nber = -1e-4\n"),
+            format!("{BASE}{w}a = 'A'\nb = 'G'\nber = 1e-4\nloss = 3\n"),
+            format!("{BASE}{w}a = 'A'\nb = 'G'\nber = 1e-4\n[[wifi.link]]\na = 'G'\nb = 'A'\nber = 1e-5\ndirectional = true\n"),
+        ] {
+            assert!(Topology::from_toml(&bad).is_err(), "accepted:\n{bad}");
+        }
+        // in range without being neighbours may have errors too
+        let t = Topology::from_toml(&format!(
+            "{BASE}[wifi]\nin_range = [['A', 'B']]\n[[wifi.link]]\na = 'A'\nb = 'B'\nber = 1e-3\n"
+        ))
+        .unwrap();
+        assert_eq!(t.wifi.ber("B", "A"), 1e-3);
     }
 
     #[test]

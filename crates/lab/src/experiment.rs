@@ -37,6 +37,11 @@ pub enum Setup {
     /// Hop-by-hop with `link_mode = "adaptive"`; on the ns-3 air each daemon
     /// reads its node's `NODE.air` counters (`[medium] file`).
     Adaptive,
+    /// Hop-by-hop with the fixed hold, peers discovered by hellos instead
+    /// of `[[peer]]`s, each link's largest bundle from its hello loss
+    /// (link-adaptive size, [`crate::link_size`]); `hop-by-hop` is the
+    /// same with a fixed 1500-byte maximum on every link.
+    LinkAdaptive,
     /// Infrastructure cell ([`crate::cell`]): `[ap]` on the access point,
     /// `[station]` on every station of a call; a lone packet leaves at once
     /// while the AP's medium is idle (its `NODE.air` file on the ns-3 air).
@@ -61,10 +66,11 @@ impl Setup {
             "end-to-end" | "e2e" => Setup::EndToEnd,
             "hold-while-busy" | "hwb" => Setup::HoldWhileBusy,
             "adaptive" => Setup::Adaptive,
+            "link-adaptive" | "la" => Setup::LinkAdaptive,
             "downlink-mux" | "mux" => Setup::DownlinkMux,
             "downlink-mux-interval" | "mux-interval" => Setup::DownlinkMuxInterval,
             "downlink-mux-red" | "mux-red" => Setup::DownlinkMuxRed,
-            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, downlink-mux, downlink-mux-interval, downlink-mux-red)"),
+            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-interval, downlink-mux-red)"),
         })
     }
     /// Its name.
@@ -75,6 +81,7 @@ impl Setup {
             Setup::EndToEnd => "end-to-end",
             Setup::HoldWhileBusy => "hold-while-busy",
             Setup::Adaptive => "adaptive",
+            Setup::LinkAdaptive => "link-adaptive",
             Setup::DownlinkMux => "downlink-mux",
             Setup::DownlinkMuxInterval => "downlink-mux-interval",
             Setup::DownlinkMuxRed => "downlink-mux-red",
@@ -200,6 +207,15 @@ pub struct Point {
     /// and the phones' own RTCP summaries.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signalling: Option<Value>,
+    /// `link-adaptive`: per directed link `"A->B"`, the `max_size` A's
+    /// engine used toward B, sampled every second of the calls
+    /// ([`crate::link_size::Sampler`]).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub link_sizes: BTreeMap<String, Value>,
+    /// Links with a bit error rate (ns-3 air): frames received and lost to
+    /// it per directed link `"A->B"` during the calls.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub ber_frames: BTreeMap<String, Value>,
     /// Downlink-multiplexing setups: each daemon's `ap` / `station` object
     /// of `airpack stats --json`, keyed `NODE.ap` / `NODE.station`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -315,14 +331,18 @@ pub fn daemon_config(
             let spec = if lo == hi { lo.to_string() } else { format!("\"{lo}-{hi}\"") };
             return Some(crate::cell::station_config(&sock, &addr(ap), &spec));
         }
-        Setup::HopByHop | Setup::HoldWhileBusy | Setup::Adaptive => (
+        Setup::HopByHop | Setup::HoldWhileBusy | Setup::Adaptive | Setup::LinkAdaptive => (
             "hop-by-hop",
             match setup {
                 Setup::HoldWhileBusy => "hold-while-busy",
                 Setup::Adaptive => "adaptive",
                 _ => "fixed",
             },
-            topo.neighbours(node).iter().map(|nb| (addr(nb), None)).collect(),
+            if setup == Setup::LinkAdaptive {
+                Vec::new() // discovered (a static peer would keep its fixed size)
+            } else {
+                topo.neighbours(node).iter().map(|nb| (addr(nb), None)).collect()
+            },
         ),
         Setup::EndToEnd => {
             let mut far: Vec<String> = Vec::new();
@@ -347,6 +367,9 @@ pub fn daemon_config(
     );
     if let (Setup::Adaptive, Some(f)) = (setup, air_file) {
         s.push_str(&format!("\n[medium]\nfile = \"{}\"\n", f.display()));
+    }
+    if setup == Setup::LinkAdaptive {
+        s.push_str(&crate::link_size::discovery_section(cfg.medium.phy.rate_mbps));
     }
     for (a, allowed) in peers {
         s.push_str(&format!("\n[[peer]]\naddress = \"{a}\"\n"));
@@ -481,6 +504,17 @@ fn check_air(mesh: &mut Mesh) -> Result<()> {
     }
 }
 
+/// Err if the air or a daemon of the point has died.
+fn check_daemons(mesh: &mut Mesh, daemons: &mut [(String, PathBuf, Proc)]) -> Result<()> {
+    check_air(mesh)?;
+    for (_, _, p) in daemons.iter_mut() {
+        if let Ok(Some(st)) = p.child.try_wait() {
+            bail!("{} exited ({st}):\n{}", p.what, p.log_tail());
+        }
+    }
+    Ok(())
+}
+
 /// Why a measured point is not a measurement of the air and is measured
 /// again: its senders lagged, its air lagged, or its air aborted on the
 /// real-time hard limit (a stalled machine).
@@ -518,7 +552,7 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
         None => cfg,
     };
     let mut mesh = Mesh::build(&cfg.topo, &cfg.medium).context("build the emulated mesh")?;
-    if mesh.babel.is_some() && matches!(setup, Setup::HopByHop | Setup::HoldWhileBusy | Setup::Adaptive) {
+    if mesh.babel.is_some() && matches!(setup, Setup::HopByHop | Setup::HoldWhileBusy | Setup::Adaptive | Setup::LinkAdaptive) {
         // the daemons' peers are the radio neighbours' IPv4 addresses, which
         // are babeld's next hops; its source check needs symmetric routes
         for (a, b) in mesh.asymmetric_installed_routes()? {
@@ -562,6 +596,15 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     if setup.downlink() {
         wait_registered(&mut mesh, cfg, &daemons)?;
     }
+    let socks: Vec<(String, PathBuf)> = daemons.iter().map(|(n, s, _)| (n.clone(), s.clone())).collect();
+    let sampler = if setup == Setup::LinkAdaptive {
+        let ds = crate::link_size::daemons(&mesh, &socks);
+        crate::link_size::wait_discovered(&cfg.topo, &cfg.bin, &ds, || check_daemons(&mut mesh, &mut daemons))?;
+        Some(crate::link_size::Sampler::start(&cfg.bin, ds))
+    } else {
+        None
+    };
+    let ber0 = crate::link_size::ber_frames(&mesh);
     let air0 = mesh.frames_on_air()?;
     let drops0 = mesh.queue_drops()?;
     // calls
@@ -582,6 +625,8 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
         }
     };
     // collect
+    let link_sizes = sampler.map(|s| s.finish(&cfg.topo)).unwrap_or_default();
+    let ber_frames = crate::link_size::ber_delta(&ber0, &crate::link_size::ber_frames(&mesh));
     let air1 = mesh.frames_on_air()?;
     let drops1 = mesh.queue_drops()?;
     let delta = |a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>| -> BTreeMap<String, u64> {
@@ -646,6 +691,8 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     point.air = air;
     point.downlink_drops = downlink_drops(&downlink);
     point.downlink = downlink;
+    point.link_sizes = link_sizes;
+    point.ber_frames = ber_frames;
     let _ = std::fs::write(dir.join("point.json"), serde_json::to_vec_pretty(&point).unwrap_or_default());
     drop(mesh);
     Ok(point)
@@ -763,6 +810,8 @@ fn summarize(
         downlink: BTreeMap::new(),
         downlink_drops: 0,
         air: None,
+        link_sizes: BTreeMap::new(),
+        ber_frames: BTreeMap::new(),
     }
 }
 
@@ -991,6 +1040,14 @@ mod tests {
         assert!(!daemon_config(&c, Setup::Adaptive, "A", 2, s, None).unwrap().contains("[medium]"));
         let hwb = daemon_config(&c, Setup::HoldWhileBusy, "A", 2, s, None).unwrap();
         assert!(hwb.contains("hold-while-busy") && hwb.contains("10.201.0.3"), "{hwb}");
+        // link-adaptive: the fixed hold, no static peer (it would keep 1500
+        // bytes), discovery with the size model at the PHY's rate
+        let la = daemon_config(&c, Setup::LinkAdaptive, "C", 2, s, None).unwrap();
+        assert!(la.contains("mode = \"hop-by-hop\"") && la.contains("link_mode = \"fixed\""), "{la}");
+        assert!(!la.contains("[[peer]]"), "{la}");
+        assert!(la.contains("[discovery]\nenabled = true\n") && la.contains(&format!("rate_mbps = {}\n", c.medium.phy.rate_mbps)), "{la}");
+        assert_eq!(Setup::parse("link-adaptive").unwrap(), Setup::LinkAdaptive);
+        assert_eq!(Setup::parse("la").unwrap().name(), "link-adaptive");
         // end-to-end: relay C runs nothing; D talks to A and B; A only to D
         assert!(daemon_config(&c, Setup::EndToEnd, "C", 2, s, None).is_none());
         let d = daemon_config(&c, Setup::EndToEnd, "D", 2, s, None).unwrap();

@@ -18,6 +18,7 @@ pub mod baresip;
 pub mod cell;
 pub mod downlink_bound;
 pub mod experiment;
+pub mod link_size;
 pub mod medium;
 pub mod netns;
 pub mod report;
