@@ -316,6 +316,31 @@ pub fn set_window(p: &mut [u8], s: &TcpSegment, window: u16) -> Option<u16> {
     Some(old)
 }
 
+/// Raise the IPv4 TTL or the IPv6 hop limit by one (not past 255),
+/// adjusting the IPv4 header checksum incrementally. The daemon writes the
+/// packets it took from a forwarded path back into a TUN, where the kernel
+/// forwards them a second time: this undoes the second decrement. Returns
+/// whether the packet changed (`false` for anything but IPv4/IPv6 with a
+/// whole header, or a limit already at 255).
+pub fn bump_hop_limit(p: &mut [u8]) -> bool {
+    match p.first().map(|b| b >> 4) {
+        Some(4) if p.len() >= 20 && p[8] < 255 => {
+            // TTL shares its 16-bit word with the protocol byte.
+            let old = be16(p, 8);
+            p[8] += 1;
+            let new = be16(p, 8);
+            let hc = checksum_adjust(be16(p, 10), old, new);
+            p[10..12].copy_from_slice(&hc.to_be_bytes());
+            true
+        }
+        Some(6) if p.len() >= 40 && p[7] < 255 => {
+            p[7] += 1;
+            true
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 #[path = "tcp_tests.rs"]
 pub(crate) mod tests;

@@ -166,7 +166,10 @@ impl FlowTable {
                 max_flows: n,
                 ..cfg
             },
-            flows: HashMap::with_capacity(n),
+            // Twice the bound: with at most `n` entries the map never grows
+            // (a full map of tombstones is rehashed in place), so no
+            // insertion allocates.
+            flows: HashMap::with_capacity(2 * n),
             free: (0..n).rev().collect(),
             counters: FlowCounters::default(),
         }
