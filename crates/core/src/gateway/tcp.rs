@@ -80,6 +80,10 @@ pub struct TcpOptions {
     pub timestamps: Option<(u32, u32)>,
     /// Unknown options skipped.
     pub unknown: u8,
+    /// A TCP-MD5 (kind 19, RFC 2385) or TCP-AO (kind 29, RFC 5925) option:
+    /// the segment is signed over its header, window included, so it must
+    /// not be rewritten.
+    pub signed: bool,
 }
 
 /// A parsed TCP segment (header fields; offsets into the packet).
@@ -165,6 +169,10 @@ pub fn parse_options(mut o: &[u8]) -> Result<TcpOptions, TcpError> {
             }
             8 if len == 10 => out.timestamps = Some((be32(body, 0), be32(body, 4))),
             2..=5 | 8 => return Err(bad()),
+            19 | 29 => {
+                out.signed = true;
+                out.unknown = out.unknown.saturating_add(1);
+            }
             _ => out.unknown = out.unknown.saturating_add(1),
         }
         o = &o[len..];

@@ -143,6 +143,8 @@ pub struct TimCounters {
     pub not_understood: NotUnderstood,
     /// Client ACKs whose window was lowered.
     pub windows_rewritten: u64,
+    /// Client ACKs left as they were because they are signed (TCP-MD5/AO).
+    pub signed_untouched: u64,
     /// Of those, lowered to 0 (only while the share is 0).
     pub windows_zero: u64,
     /// Local retransmissions emitted into the mesh.
@@ -397,7 +399,11 @@ impl Tim {
         if !f.established || !s.has(flags::ACK) || s.has(flags::SYN) || s.has(flags::RST) {
             return Verdict::Forward;
         }
-        if self.cfg.window_control {
+        // A signed segment (TCP-MD5, TCP-AO) covers its window: never rewritten.
+        if s.options.signed {
+            self.c.signed_untouched += 1;
+        }
+        if self.cfg.window_control && !s.options.signed {
             let slot = &mut self.slots[f.slot];
             slot.drain(now, share_bps);
             let q = slot.queue_packets();

@@ -277,6 +277,24 @@ fn unknown_options_and_unparsable_packets_pass() {
         0,
         "tracked despite the options"
     );
+    // A TCP-MD5 signed ACK (kind 19, 18 bytes): the signature covers the
+    // window, so it is never rewritten, even far above the target.
+    let mut md5 = vec![19, 18];
+    md5.extend_from_slice(&[0xab; 16]);
+    let mut signed = client(true, 101, 108, flags::ACK, 60_000, &md5);
+    let orig = signed.clone();
+    assert_eq!(
+        r.go(Direction::FromMesh, &mut signed, 1_000_000),
+        Verdict::Forward
+    );
+    assert_eq!(signed, orig);
+    assert_eq!(r.tim.counters().signed_untouched, 1);
+    let mut plain = client(true, 101, 108, flags::ACK, 60_000, &[]);
+    r.go(Direction::FromMesh, &mut plain, 1_000_000);
+    assert!(
+        parse(&plain).unwrap().window < 60_000,
+        "the unsigned one is"
+    );
     // A malformed option (window scale of length 4): untouched, counted.
     let mut bad = client(true, 101, 108, flags::ACK, 1000, &[3, 4, 7, 0]);
     let orig = bad.clone();
