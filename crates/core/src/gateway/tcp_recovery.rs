@@ -61,6 +61,8 @@ struct Slot {
     meta: Vec<Meta>,
     next: usize,
     last_ack: Option<u32>,
+    /// The window of that ACK (a duplicate must repeat it, RFC 5681).
+    last_window: u16,
     dupacks: u32,
     retransmitted_for: Option<u32>,
 }
@@ -136,20 +138,27 @@ impl Recovery {
     }
 
     /// A pure ACK from the client (no payload, no SYN/FIN) acknowledging
-    /// `ack`: frees acknowledged segments and counts duplicates. On the
+    /// `ack` with the advertised `window` (as the client sent it): frees
+    /// acknowledged segments and counts duplicates (RFC 5681: the same ACK
+    /// and the same window; a window update is not a duplicate). On the
     /// threshold-th duplicate, returns the buffered packet starting at
     /// `ack` to send into the mesh again (once per loss).
-    pub fn on_ack(&mut self, slot: usize, ack: u32) -> Option<&[u8]> {
+    pub fn on_ack(&mut self, slot: usize, ack: u32, window: u16) -> Option<&[u8]> {
         let (max, threshold) = (self.cfg.max_packet, self.cfg.dupack_threshold);
         let s = self.slots.get_mut(slot)?;
         for m in s.meta.iter_mut().filter(|m| m.used && seq_le(m.end, ack)) {
             m.used = false;
         }
         match s.last_ack {
+            Some(last) if last == ack && window != s.last_window => {
+                s.last_window = window;
+                return None;
+            }
             Some(last) if last == ack => s.dupacks += 1,
             Some(last) if seq_lt(ack, last) => return None, // an old ACK, reordered
             _ => {
                 s.last_ack = Some(ack);
+                s.last_window = window;
                 s.dupacks = 0;
                 s.retransmitted_for = None;
                 return None;
@@ -198,22 +207,29 @@ mod tests {
         assert_eq!(r.buffered(1), 4);
         // Segment 1 is lost: ACKs for 1000 repeat.
         let lost = base.wrapping_add(1000);
-        assert!(r.on_ack(1, lost).is_none(), "first ACK frees segment 0");
+        assert!(
+            r.on_ack(1, lost, 100).is_none(),
+            "first ACK frees segment 0"
+        );
         assert_eq!(r.buffered(1), 3);
-        assert!(r.on_ack(1, lost).is_none());
-        assert!(r.on_ack(1, lost).is_none());
+        // Window updates (same ACK, another window) are not duplicates.
+        assert!(r.on_ack(1, lost, 200).is_none());
+        assert!(r.on_ack(1, lost, 300).is_none());
+        assert!(r.on_ack(1, lost, 100).is_none());
+        assert!(r.on_ack(1, lost, 100).is_none());
+        assert!(r.on_ack(1, lost, 100).is_none());
         assert_eq!(
-            r.on_ack(1, lost),
+            r.on_ack(1, lost, 100),
             Some(&pkt(1, 1040)[..]),
             "third duplicate"
         );
-        assert!(r.on_ack(1, lost).is_none(), "once per loss");
+        assert!(r.on_ack(1, lost, 100).is_none(), "once per loss");
         // The hole is filled: a new ACK frees everything below it.
-        assert!(r.on_ack(1, base.wrapping_add(4000)).is_none());
+        assert!(r.on_ack(1, base.wrapping_add(4000), 100).is_none());
         assert_eq!(r.buffered(1), 0);
         // An old, reordered ACK does nothing.
-        assert!(r.on_ack(1, lost).is_none());
-        assert!(r.on_ack(9, lost).is_none(), "unknown slot");
+        assert!(r.on_ack(1, lost, 100).is_none());
+        assert!(r.on_ack(9, lost, 100).is_none(), "unknown slot");
     }
 
     #[test]
@@ -233,12 +249,12 @@ mod tests {
         assert_eq!(r.buffered(0), 3);
         // The newest three remain (seq 350, 400, 450): 350 is retransmitted.
         for _ in 0..3 {
-            assert!(r.on_ack(0, 350).is_none());
+            assert!(r.on_ack(0, 350, 100).is_none());
         }
-        assert_eq!(r.on_ack(0, 350), Some(&pkt(7, 90)[..]));
+        assert_eq!(r.on_ack(0, 350, 100), Some(&pkt(7, 90)[..]));
         r.clear(0);
         assert_eq!(r.buffered(0), 0);
-        assert!(r.on_ack(0, 350).is_none());
+        assert!(r.on_ack(0, 350, 100).is_none());
     }
 
     #[test]
@@ -270,7 +286,7 @@ mod tests {
             let mut r = Recovery::new(cfg);
             for (slot, seq, n, len, ack) in ops {
                 if ack {
-                    if let Some(p) = r.on_ack(slot, seq) {
+                    if let Some(p) = r.on_ack(slot, seq, 100) {
                         prop_assert!(p.len() <= 1500);
                     }
                 } else {

@@ -420,7 +420,7 @@ impl Tim {
         }
         if is_pure_ack(s) {
             if self.cfg.local_recovery {
-                if let Some(seg) = self.recovery.on_ack(f.slot, s.ack) {
+                if let Some(seg) = self.recovery.on_ack(f.slot, s.ack, s.window) {
                     emit(Direction::IntoMesh, seg);
                     self.c.local_retransmissions += 1;
                 }
