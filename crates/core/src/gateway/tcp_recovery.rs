@@ -138,19 +138,22 @@ impl Recovery {
     }
 
     /// A pure ACK from the client (no payload, no SYN/FIN) acknowledging
-    /// `ack` with the advertised `window` (as the client sent it): frees
-    /// acknowledged segments and counts duplicates (RFC 5681: the same ACK
-    /// and the same window; a window update is not a duplicate). On the
-    /// threshold-th duplicate, returns the buffered packet starting at
-    /// `ack` to send into the mesh again (once per loss).
-    pub fn on_ack(&mut self, slot: usize, ack: u32, window: u16) -> Option<&[u8]> {
+    /// `ack` with the advertised `window` (as the client sent it), `sacked`
+    /// when it carries a SACK block above `ack`: frees acknowledged segments
+    /// and counts duplicates. A duplicate repeats the ACK and either SACKs
+    /// data above it (the receiver holds data past a hole) or repeats the
+    /// window too (RFC 5681, without SACK): an ACK that only moves the
+    /// window is a window update, not a sign of loss. On the threshold-th
+    /// duplicate, returns the buffered packet starting at `ack` to send
+    /// into the mesh again (once per loss).
+    pub fn on_ack(&mut self, slot: usize, ack: u32, window: u16, sacked: bool) -> Option<&[u8]> {
         let (max, threshold) = (self.cfg.max_packet, self.cfg.dupack_threshold);
         let s = self.slots.get_mut(slot)?;
         for m in s.meta.iter_mut().filter(|m| m.used && seq_le(m.end, ack)) {
             m.used = false;
         }
         match s.last_ack {
-            Some(last) if last == ack && window != s.last_window => {
+            Some(last) if last == ack && window != s.last_window && !sacked => {
                 s.last_window = window;
                 return None;
             }
@@ -208,28 +211,29 @@ mod tests {
         // Segment 1 is lost: ACKs for 1000 repeat.
         let lost = base.wrapping_add(1000);
         assert!(
-            r.on_ack(1, lost, 100).is_none(),
+            r.on_ack(1, lost, 100, false).is_none(),
             "first ACK frees segment 0"
         );
         assert_eq!(r.buffered(1), 3);
         // Window updates (same ACK, another window) are not duplicates.
-        assert!(r.on_ack(1, lost, 200).is_none());
-        assert!(r.on_ack(1, lost, 300).is_none());
-        assert!(r.on_ack(1, lost, 100).is_none());
-        assert!(r.on_ack(1, lost, 100).is_none());
-        assert!(r.on_ack(1, lost, 100).is_none());
+        assert!(r.on_ack(1, lost, 200, false).is_none());
+        assert!(r.on_ack(1, lost, 300, false).is_none());
+        assert!(r.on_ack(1, lost, 100, false).is_none());
+        assert!(r.on_ack(1, lost, 100, false).is_none());
+        // With SACK blocks above the hole, a changing window still counts.
+        assert!(r.on_ack(1, lost, 120, true).is_none());
         assert_eq!(
-            r.on_ack(1, lost, 100),
+            r.on_ack(1, lost, 100, false),
             Some(&pkt(1, 1040)[..]),
             "third duplicate"
         );
-        assert!(r.on_ack(1, lost, 100).is_none(), "once per loss");
+        assert!(r.on_ack(1, lost, 100, false).is_none(), "once per loss");
         // The hole is filled: a new ACK frees everything below it.
-        assert!(r.on_ack(1, base.wrapping_add(4000), 100).is_none());
+        assert!(r.on_ack(1, base.wrapping_add(4000), 100, false).is_none());
         assert_eq!(r.buffered(1), 0);
         // An old, reordered ACK does nothing.
-        assert!(r.on_ack(1, lost, 100).is_none());
-        assert!(r.on_ack(9, lost, 100).is_none(), "unknown slot");
+        assert!(r.on_ack(1, lost, 100, false).is_none());
+        assert!(r.on_ack(9, lost, 100, false).is_none(), "unknown slot");
     }
 
     #[test]
@@ -249,12 +253,12 @@ mod tests {
         assert_eq!(r.buffered(0), 3);
         // The newest three remain (seq 350, 400, 450): 350 is retransmitted.
         for _ in 0..3 {
-            assert!(r.on_ack(0, 350, 100).is_none());
+            assert!(r.on_ack(0, 350, 100, false).is_none());
         }
-        assert_eq!(r.on_ack(0, 350, 100), Some(&pkt(7, 90)[..]));
+        assert_eq!(r.on_ack(0, 350, 100, false), Some(&pkt(7, 90)[..]));
         r.clear(0);
         assert_eq!(r.buffered(0), 0);
-        assert!(r.on_ack(0, 350, 100).is_none());
+        assert!(r.on_ack(0, 350, 100, false).is_none());
     }
 
     #[test]
@@ -286,7 +290,7 @@ mod tests {
             let mut r = Recovery::new(cfg);
             for (slot, seq, n, len, ack) in ops {
                 if ack {
-                    if let Some(p) = r.on_ack(slot, seq, 100) {
+                    if let Some(p) = r.on_ack(slot, seq, 100, false) {
                         prop_assert!(p.len() <= 1500);
                     }
                 } else {

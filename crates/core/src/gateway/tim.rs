@@ -27,7 +27,9 @@
 //! slot on first use (see [`super::tcp_recovery`]): no allocation per packet.
 
 use super::tcp::{self, flags, TcpError};
-use super::tcp_flow::{rewritten_window, FlowConfig, FlowCounters, FlowKey, FlowTable, Side};
+use super::tcp_flow::{
+    rewritten_window, seq_lt, FlowConfig, FlowCounters, FlowKey, FlowTable, Side,
+};
 use super::tcp_recovery::{Recovery, RecoveryConfig};
 use crate::Micros;
 
@@ -419,8 +421,12 @@ impl Tim {
             }
         }
         if is_pure_ack(s) {
+            let o = &s.options;
+            let sacked = o.sack[..usize::from(o.sack_len)]
+                .iter()
+                .any(|&(left, _)| seq_lt(s.ack, left));
             if self.cfg.local_recovery {
-                if let Some(seg) = self.recovery.on_ack(f.slot, s.ack, s.window) {
+                if let Some(seg) = self.recovery.on_ack(f.slot, s.ack, s.window, sacked) {
                     emit(Direction::IntoMesh, seg);
                     self.c.local_retransmissions += 1;
                 }
