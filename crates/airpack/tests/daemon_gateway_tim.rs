@@ -672,7 +672,8 @@ fn tim_passes_signed_segments_and_ignores_forged_rtcp() {
     let (net, srv, gwn, mob) = topology("tims");
     let d = net.daemon(
         &gwn,
-        &config("[[gateway.voice]]\nprotocol = \"udp\"\nports = \"16384-16399\"\n"),
+        &config("[[gateway.voice]]\nprotocol = \"udp\"\nports = \"16384-16399\"\n")
+            .replace("[gateway]", "prometheus = \"127.0.0.1:19478\"\n[gateway]"),
         &[],
     );
     // TCP-MD5 on both ends: kind 19 on every segment, signing the window.
@@ -771,6 +772,13 @@ fn tim_passes_signed_segments_and_ignores_forged_rtcp() {
     assert_eq!(g["ignored"]["rtcp_wrong_ssrc"], 5, "{g}");
     assert_eq!(g["ignored"]["rtcp_unknown_call"], 4, "{g}");
     assert_eq!(g["calls"], 1, "no call from RTCP: {g}");
+    // /metrics exports the module's counters, every one documented.
+    let m = metrics_response(&gwn, 19_478);
+    assert!(
+        m.contains("airpack_gateway_tcp_improvement_read_total{direction=\"into_mesh\"}"),
+        "{m}"
+    );
+    assert!(!m.contains("undocumented"), "{m}");
     up.join().unwrap();
     down.join().unwrap();
 }

@@ -153,14 +153,8 @@ impl TimPath {
         let f = self.tim.flow_counters();
         let u = c.not_understood;
         let io = &self.io;
-        let cfg = self.tim.config();
         json!({
             "tuns": [self.steer.tun_in.name(), self.steer.tun_out.name()],
-            "local_recovery": cfg.local_recovery,
-            "redundant_drop": cfg.redundant_drop,
-            "window_control": cfg.window_control,
-            "q_min": cfg.flows.q_min,
-            "q_max": cfg.flows.q_max,
             "read": { "into_mesh": io.read[0], "from_mesh": io.read[1] },
             "written": { "into_mesh": io.written[0], "from_mesh": io.written[1] },
             "dropped": {
@@ -198,10 +192,10 @@ impl TimPath {
             "buffered_segments": self.tim.buffered_segments(),
             "memory_bound_bytes": self.tim.memory_bound(),
             "read_errors": io.read_errors,
-            "before_daemon": {
-                "tun_queue_drops": tx_dropped(self.steer.tun_in.name())
-                    + tx_dropped(self.steer.tun_out.name()),
-            },
+            // Dropped by the kernel before the daemon read them (the TUNs'
+            // queues full): outside the identity, which counts what was read.
+            "tun_queue_drops": tx_dropped(self.steer.tun_in.name())
+                + tx_dropped(self.steer.tun_out.name()),
         })
     }
 }
