@@ -11,7 +11,7 @@
 //! voice quality itself (the Voice Protection Module is
 //! `airpack_voice::vpm`: the core has no dependencies, the E-model lives in
 //! `airpack-voice`, and the controller only needs the resulting MOS).
-//! Daemon integration (`[gateway]` role) is not here yet.
+//! Daemon integration (`[gateway]` role) is in the `airpack` crate.
 
 pub mod pacer;
 pub mod rate;

@@ -14,9 +14,10 @@
 //! no byte for `flow_idle_ms`), and the kernel HTB tree that paces them
 //! ([`crate::linux::htb`], driven from a helper thread once per period).
 //!
-//! Pacing in the kernel, not in the daemon: TCP never enters the daemon, so
-//! the daemon's cost does not grow with TCP throughput (docs/gateway.md has
-//! the measurements). Flows beyond `max_flows`, and flows already open
+//! Pacing in the kernel, not in the daemon: TCP enters the daemon only
+//! with the TCP Improvement Module on (`tcp_improvement`, [`super::gateway_tim`],
+//! started by [`Gateway::start_tim`], fed the current share), and even then
+//! the kernel paces what it writes back (docs/gateway.md has the measurements). Flows beyond `max_flows`, and flows already open
 //! when the daemon started, are paced together in one shared class (their
 //! SYN was not seen or found no slot) and count as one flow in the share.
 //!
