@@ -12,7 +12,10 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let mut tim = Tim::new(TimConfig {
-        flows: FlowConfig { max_flows: 3, ..FlowConfig::default() },
+        flows: FlowConfig {
+            max_flows: 3,
+            ..FlowConfig::default()
+        },
         compensate_hop: true,
         ..TimConfig::default()
     });
@@ -25,11 +28,16 @@ fuzz_target!(|data: &[u8]| {
         let len = usize::from(*len).min(tail.len());
         let (pkt, next) = tail.split_at(len);
         rest = next;
-        let dir = if f & 1 == 0 { Direction::IntoMesh } else { Direction::FromMesh };
+        let dir = if f & 1 == 0 {
+            Direction::IntoMesh
+        } else {
+            Direction::FromMesh
+        };
         now += u64::from(f >> 1) * 1000;
         let share = if f & 0x80 != 0 { 0 } else { 1_000_000 };
         let mut p = pkt.to_vec();
-        let valid = tcp::full_checksum(&p).is_some_and(|c| tcp::parse(&p).map(|s| s.checksum) == Ok(c));
+        let valid =
+            tcp::full_checksum(&p).is_some_and(|c| tcp::parse(&p).map(|s| s.checksum) == Ok(c));
         // Emitted packets are copies of packets handed in earlier (a
         // retransmission as it was forwarded, the latest pure ACK).
         let v = tim.on_packet(dir, &mut p, now, share, |_, e| {

@@ -338,7 +338,7 @@ fn sniff(ns: &str, dev: &'static str, stop: Arc<AtomicBool>) -> std::thread::Joi
                 continue;
             }
             let f = &buf[..n as usize];
-            let outgoing = from.sll_pkttype == libc::PACKET_OUTGOING as u8;
+            let outgoing = from.sll_pkttype == libc::PACKET_OUTGOING;
             let ip = &f[14..];
             let (v4, l4, total, ecn) = match u16::from_be_bytes([f[12], f[13]]) {
                 0x0800 if ip[9] == 6 => (

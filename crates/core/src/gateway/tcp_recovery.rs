@@ -59,7 +59,6 @@ struct Meta {
 struct Slot {
     bytes: Vec<u8>,
     meta: Vec<Meta>,
-    next: usize,
     last_ack: Option<u32>,
     /// The window of that ACK (a duplicate must repeat it, RFC 5681).
     last_window: u16,
@@ -106,7 +105,8 @@ impl Recovery {
     }
 
     /// A data segment (`packet`, sequence `seq`, `seq_len` bytes of
-    /// sequence space) goes into the mesh: keep a copy, replacing the oldest.
+    /// sequence space) goes into the mesh: keep a copy if there is room
+    /// (acknowledged segments free theirs).
     pub fn on_data(&mut self, slot: usize, seq: u32, seq_len: u32, packet: &[u8]) {
         let (n, max) = (self.cfg.segments, self.cfg.max_packet);
         let Some(s) = self.slots.get_mut(slot) else {
@@ -119,15 +119,20 @@ impl Recovery {
             s.bytes = vec![0; n * max];
             s.meta = vec![Meta::default(); n];
         }
-        // A copy of the same segment replaces the old one.
-        let i = s
+        // A copy of the same segment replaces the old one; otherwise a free
+        // place. When every place holds an unacknowledged segment the new
+        // one is not kept: the oldest unacknowledged segments are the ones
+        // a duplicate ACK asks for (replacing them, as a ring would, loses
+        // exactly the segment at the ACK once more than `segments` were sent
+        // after it, which a deep pacer queue behind the gateway allows).
+        let Some(i) = s
             .meta
             .iter()
             .position(|m| m.used && m.seq == seq)
-            .unwrap_or(s.next % n);
-        if i == s.next % n {
-            s.next += 1;
-        }
+            .or_else(|| s.meta.iter().position(|m| !m.used))
+        else {
+            return;
+        };
         s.bytes[i * max..i * max + packet.len()].copy_from_slice(packet);
         s.meta[i] = Meta {
             used: true,
@@ -251,11 +256,16 @@ mod tests {
         assert_eq!(r.buffered(0), 3);
         r.on_data(0, 10_000, 50, &pkt(0, 101));
         assert_eq!(r.buffered(0), 3);
-        // The newest three remain (seq 350, 400, 450): 350 is retransmitted.
+        // The oldest three remain (seq 0, 50, 100), the ones an ACK asks
+        // for: the ACK of 50 frees seq 0, and its duplicates get 50 back.
         for _ in 0..3 {
-            assert!(r.on_ack(0, 350, 100, false).is_none());
+            assert!(r.on_ack(0, 50, 100, false).is_none());
         }
-        assert_eq!(r.on_ack(0, 350, 100, false), Some(&pkt(7, 90)[..]));
+        assert_eq!(r.buffered(0), 2);
+        assert_eq!(r.on_ack(0, 50, 100, false), Some(&pkt(1, 90)[..]));
+        // The freed place takes the next segment.
+        r.on_data(0, 500, 50, &pkt(10, 90));
+        assert_eq!(r.buffered(0), 3);
         r.clear(0);
         assert_eq!(r.buffered(0), 0);
         assert!(r.on_ack(0, 350, 100, false).is_none());

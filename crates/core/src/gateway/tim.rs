@@ -310,8 +310,8 @@ impl Tim {
                 Verdict::Forward
             }
             Ok(s) => match dir {
-                Direction::IntoMesh => self.into_mesh(p, s, now, share_bps, &mut emit),
-                Direction::FromMesh => self.from_mesh(p, s, now, share_bps, &mut emit),
+                Direction::IntoMesh => self.on_into_mesh(p, s, now, share_bps, &mut emit),
+                Direction::FromMesh => self.on_from_mesh(p, s, now, share_bps, &mut emit),
             },
         };
         if v == Verdict::DropRedundant {
@@ -340,7 +340,7 @@ impl Tim {
         v
     }
 
-    fn into_mesh(
+    fn on_into_mesh(
         &mut self,
         p: &[u8],
         s: &tcp::TcpSegment,
@@ -378,7 +378,7 @@ impl Tim {
         Verdict::Forward
     }
 
-    fn from_mesh(
+    fn on_from_mesh(
         &mut self,
         p: &mut [u8],
         s: &tcp::TcpSegment,
