@@ -28,7 +28,7 @@
 
 use super::tcp::{self, flags, TcpError};
 use super::tcp_flow::{
-    rewritten_window, seq_lt, FlowConfig, FlowCounters, FlowKey, FlowTable, Side,
+    rewritten_window_sacked, seq_lt, FlowConfig, FlowCounters, FlowKey, FlowTable, Side,
 };
 use super::tcp_recovery::{Recovery, RecoveryConfig};
 use crate::Micros;
@@ -401,6 +401,19 @@ impl Tim {
         if !f.established || !s.has(flags::ACK) || s.has(flags::SYN) || s.has(flags::RST) {
             return Verdict::Forward;
         }
+        // Data the client holds above the ACK (SACK blocks past it).
+        let in_flight = if seq_lt(f.ack_max, f.snd_max) {
+            u64::from(f.snd_max.wrapping_sub(f.ack_max))
+        } else {
+            0
+        };
+        let o = &s.options;
+        let sacked: u64 = o.sack[..usize::from(o.sack_len)]
+            .iter()
+            .filter(|&&(left, right)| seq_lt(s.ack, left) && seq_lt(left, right))
+            .map(|&(left, right)| u64::from(right.wrapping_sub(left)))
+            .sum::<u64>()
+            .min(in_flight);
         // A signed segment (TCP-MD5, TCP-AO) covers its window: never rewritten.
         if s.options.signed {
             self.c.signed_untouched += 1;
@@ -409,9 +422,12 @@ impl Tim {
             let slot = &mut self.slots[f.slot];
             slot.drain(now, share_bps);
             let q = slot.queue_packets();
-            let in_mesh = f.in_flight_packets().saturating_sub(q);
+            // In the mesh: sent, not acknowledged, not SACKed, not queued here.
+            let mss = u64::from(f.mss.max(1));
+            let undelivered = ((in_flight - sacked).div_ceil(mss)).min(u64::from(u32::MAX)) as u32;
+            let in_mesh = undelivered.saturating_sub(q);
             let packets = self.flows.window_packets(q, in_mesh, share_bps);
-            if let Some(w) = rewritten_window(&f, s, packets) {
+            if let Some(w) = rewritten_window_sacked(&f, s, packets, sacked) {
                 if w != s.window && tcp::set_window(p, s, w).is_some() {
                     self.c.windows_rewritten += 1;
                     if w == 0 {
@@ -421,12 +437,8 @@ impl Tim {
             }
         }
         if is_pure_ack(s) {
-            let o = &s.options;
-            let sacked = o.sack[..usize::from(o.sack_len)]
-                .iter()
-                .any(|&(left, _)| seq_lt(s.ack, left));
             if self.cfg.local_recovery {
-                if let Some(seg) = self.recovery.on_ack(f.slot, s.ack, s.window, sacked) {
+                if let Some(seg) = self.recovery.on_ack(f.slot, s.ack, s.window, sacked > 0) {
                     emit(Direction::IntoMesh, seg);
                     self.c.local_retransmissions += 1;
                 }

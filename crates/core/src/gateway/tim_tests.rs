@@ -245,6 +245,18 @@ fn window_follows_the_virtual_queue_and_is_zero_only_without_share() {
     // (8 segments of the client's MSS): q < q_min -> q_max + 8.
     r.now += 10_000 * MS;
     assert_eq!(ack_window(&mut r, 2, 1_000_000), (6 + 8) * 1400);
+    // A loss at 2: the client SACKs the other 9000 bytes. They are
+    // delivered, not in the mesh (1 packet is), and the window counts from
+    // the ACK: it covers them on top of q_max + 1, so the sender may go on.
+    let mut opts = vec![1, 1, 5, 10];
+    opts.extend_from_slice(&1002u32.to_be_bytes());
+    opts.extend_from_slice(&10_002u32.to_be_bytes());
+    let mut a = client(true, 101, 2, flags::ACK, 60_000, &opts);
+    r.go(Direction::FromMesh, &mut a, 1_000_000);
+    assert_eq!(
+        u32::from(parse(&a).unwrap().window) << 2,
+        (6 + 1) * 1400 + 9000
+    );
 }
 
 #[test]
