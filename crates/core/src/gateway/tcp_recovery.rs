@@ -150,14 +150,24 @@ impl Recovery {
     /// window too (RFC 5681, without SACK): an ACK that only moves the
     /// window is a window update, not a sign of loss. On the threshold-th
     /// duplicate, returns the buffered packet starting at `ack` to send
-    /// into the mesh again (once per loss).
-    pub fn on_ack(&mut self, slot: usize, ack: u32, window: u16, sacked: bool) -> Option<&[u8]> {
+    /// into the mesh again (once per loss). `dsack_only`: the ACK's only
+    /// SACK blocks lie at or below `ack` (RFC 2883 D-SACK: a duplicate
+    /// arrived, nothing is missing): never a duplicate.
+    pub fn on_ack(
+        &mut self,
+        slot: usize,
+        ack: u32,
+        window: u16,
+        sacked: bool,
+        dsack_only: bool,
+    ) -> Option<&[u8]> {
         let (max, threshold) = (self.cfg.max_packet, self.cfg.dupack_threshold);
         let s = self.slots.get_mut(slot)?;
         for m in s.meta.iter_mut().filter(|m| m.used && seq_le(m.end, ack)) {
             m.used = false;
         }
         match s.last_ack {
+            Some(last) if last == ack && dsack_only => return None,
             Some(last) if last == ack && window != s.last_window && !sacked => {
                 s.last_window = window;
                 return None;
@@ -216,29 +226,40 @@ mod tests {
         // Segment 1 is lost: ACKs for 1000 repeat.
         let lost = base.wrapping_add(1000);
         assert!(
-            r.on_ack(1, lost, 100, false).is_none(),
+            r.on_ack(1, lost, 100, false, false).is_none(),
             "first ACK frees segment 0"
         );
         assert_eq!(r.buffered(1), 3);
         // Window updates (same ACK, another window) are not duplicates.
-        assert!(r.on_ack(1, lost, 200, false).is_none());
-        assert!(r.on_ack(1, lost, 300, false).is_none());
-        assert!(r.on_ack(1, lost, 100, false).is_none());
-        assert!(r.on_ack(1, lost, 100, false).is_none());
-        // With SACK blocks above the hole, a changing window still counts.
-        assert!(r.on_ack(1, lost, 120, true).is_none());
+        assert!(r.on_ack(1, lost, 200, false, false).is_none());
+        assert!(r.on_ack(1, lost, 300, false, false).is_none());
+        assert!(r.on_ack(1, lost, 100, false, false).is_none());
+        assert!(r.on_ack(1, lost, 100, false, false).is_none());
+        // With SACK blocks above the hole, a changing window still counts;
+        // a D-SACK alone (a duplicate arrived) never does.
+        assert!(r.on_ack(1, lost, 120, true, false).is_none());
+        assert!(r.on_ack(1, lost, 100, false, true).is_none());
+        assert!(r.on_ack(1, lost, 100, false, true).is_none());
         assert_eq!(
-            r.on_ack(1, lost, 100, false),
+            r.on_ack(1, lost, 100, false, false),
             Some(&pkt(1, 1040)[..]),
             "third duplicate"
         );
-        assert!(r.on_ack(1, lost, 100, false).is_none(), "once per loss");
+        assert!(
+            r.on_ack(1, lost, 100, false, false).is_none(),
+            "once per loss"
+        );
         // The hole is filled: a new ACK frees everything below it.
-        assert!(r.on_ack(1, base.wrapping_add(4000), 100, false).is_none());
+        assert!(r
+            .on_ack(1, base.wrapping_add(4000), 100, false, false)
+            .is_none());
         assert_eq!(r.buffered(1), 0);
         // An old, reordered ACK does nothing.
-        assert!(r.on_ack(1, lost, 100, false).is_none());
-        assert!(r.on_ack(9, lost, 100, false).is_none(), "unknown slot");
+        assert!(r.on_ack(1, lost, 100, false, false).is_none());
+        assert!(
+            r.on_ack(9, lost, 100, false, false).is_none(),
+            "unknown slot"
+        );
     }
 
     #[test]
@@ -259,16 +280,16 @@ mod tests {
         // The oldest three remain (seq 0, 50, 100), the ones an ACK asks
         // for: the ACK of 50 frees seq 0, and its duplicates get 50 back.
         for _ in 0..3 {
-            assert!(r.on_ack(0, 50, 100, false).is_none());
+            assert!(r.on_ack(0, 50, 100, false, false).is_none());
         }
         assert_eq!(r.buffered(0), 2);
-        assert_eq!(r.on_ack(0, 50, 100, false), Some(&pkt(1, 90)[..]));
+        assert_eq!(r.on_ack(0, 50, 100, false, false), Some(&pkt(1, 90)[..]));
         // The freed place takes the next segment.
         r.on_data(0, 500, 50, &pkt(10, 90));
         assert_eq!(r.buffered(0), 3);
         r.clear(0);
         assert_eq!(r.buffered(0), 0);
-        assert!(r.on_ack(0, 350, 100, false).is_none());
+        assert!(r.on_ack(0, 350, 100, false, false).is_none());
     }
 
     #[test]
@@ -300,7 +321,7 @@ mod tests {
             let mut r = Recovery::new(cfg);
             for (slot, seq, n, len, ack) in ops {
                 if ack {
-                    if let Some(p) = r.on_ack(slot, seq, 100, false) {
+                    if let Some(p) = r.on_ack(slot, seq, 100, false, false) {
                         prop_assert!(p.len() <= 1500);
                     }
                 } else {

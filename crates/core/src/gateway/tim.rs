@@ -438,7 +438,13 @@ impl Tim {
         }
         if is_pure_ack(s) {
             if self.cfg.local_recovery {
-                if let Some(seg) = self.recovery.on_ack(f.slot, s.ack, s.window, sacked > 0) {
+                if let Some(seg) = self.recovery.on_ack(
+                    f.slot,
+                    s.ack,
+                    s.window,
+                    sacked > 0,
+                    o.sack_len > 0 && sacked == 0,
+                ) {
                     emit(Direction::IntoMesh, seg);
                     self.c.local_retransmissions += 1;
                 }
