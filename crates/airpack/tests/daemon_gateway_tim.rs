@@ -10,10 +10,10 @@
 //!   through it; the accounting identity holds (every packet read is
 //!   written back or counted dropped); flows leave the table after their FINs;
 //! - one data segment dropped once in the mesh (an nft quota rule in `mob`)
-//!   is retransmitted by the gateway on the third duplicate ACK: before the
-//!   sender can retransmit it (the server has RACK and tail loss probes off,
-//!   so it too waits for three duplicate ACKs, and the gateway retransmits
-//!   before it forwards the third);
+//!   is retransmitted by the gateway on the third duplicate ACK, once per
+//!   loss (window control off there: the deep queue behind the lost segment
+//!   brings the three duplicates to the gateway before any retransmission
+//!   can fill the hole, whatever the sender does);
 //! - every ACK the server receives advertises at most (q_max + 1) client
 //!   segments beyond what the server has in flight, and never 0 (the share
 //!   is never 0);
@@ -520,8 +520,8 @@ fn tim_local_recovery_after_a_drop_in_the_mesh() {
         return;
     }
     let (net, srv, gwn, mob) = topology("timr");
-    // The server waits for three duplicate ACKs before it retransmits (no
-    // RACK, no tail loss probe): the order "gateway first" is then causal.
+    // Fewer ways for the server to retransmit early (RACK and tail loss
+    // probes off, as far as the kernel lets them be turned off).
     net.sysctl(&srv, "net.ipv4.tcp_recovery", "0");
     net.sysctl(&srv, "net.ipv4.tcp_early_retrans", "0");
     // In the mesh: after 300 kB of the IPv4 download, drop one data segment, once.
