@@ -452,11 +452,14 @@ fn bench_gateway_htb_precision() {
             // One segment per packet from the server (a radio does not offload).
             net.ip(&srv, &["link", "set", "s0", "gso_max_segs", "1"]);
         }
+        // AIRPACK_GW_TIM=1: the TCP Improvement Module in the data path.
+        let tim = std::env::var_os("AIRPACK_GW_TIM").is_some();
         let d = net.daemon(
             &gwn,
             &format!(
                 "[daemon]\ntun = \"apgw0\"\n[gateway]\nenabled = true\ninterface = \"mesh0\"\n\
-                 initial_rate_kbps = {kbps}\nmin_rate_kbps = {kbps}\nmax_rate_kbps = {kbps}\n"
+                 initial_rate_kbps = {kbps}\nmin_rate_kbps = {kbps}\nmax_rate_kbps = {kbps}\n\
+                 tcp_improvement = {tim}\n"
             ),
             &[],
         );
@@ -535,6 +538,10 @@ fn bench_gateway_htb_precision() {
                 "tc_updates": g["tc"]["updates"],
                 "rtp_up": g["observed"]["rtp_up"],
                 "tcp_flow_queue_drops": g["dropped"]["tcp_flow_queue"],
+                "tcp_improvement": tim,
+                "tim_read": g["tcp_improvement"]["read"],
+                "tim_windows_rewritten": g["tcp_improvement"]["rewritten"]["window"],
+                "tim_local_retransmissions": g["tcp_improvement"]["generated"]["local_retransmission"],
             })
         );
         stop.store(true, Ordering::Relaxed);

@@ -250,6 +250,21 @@ pub const META: &[Meta] = &[
     m("gateway.tc.reads", C, "Gateway: tc class counter reads."),
     m("gateway.tc.failures", C, "Gateway: tc scripts or reads that failed."),
     m("gateway.tc.skipped", C, "Gateway: periods whose state was not handed to the tc thread (still busy)."),
+    // The gateway's TCP Improvement Module (`gateway.tcp_improvement`).
+    map("gateway.tcp_improvement.read", "direction", "Gateway TCP improvement: packets read from its TUNs, into and out of the mesh."),
+    map("gateway.tcp_improvement.written", "direction", "Gateway TCP improvement: packets written back (forwarded)."),
+    map("gateway.tcp_improvement.dropped", "reason", "Gateway TCP improvement: packets read and not written back, by reason."),
+    map("gateway.tcp_improvement.rewritten", "field", "Gateway TCP improvement: packets forwarded with a field rewritten (advertised window, to zero, hop limit)."),
+    map("gateway.tcp_improvement.generated", "kind", "Gateway TCP improvement: packets it sent itself (local retransmissions, replayed ACKs, failed writes)."),
+    map("gateway.tcp_improvement.not_understood", "reason", "Gateway TCP improvement: packets passed untouched because the parser refused them."),
+    map("gateway.tcp_improvement.flows", "event", "Gateway TCP improvement: flows created, ended, expired, refused (table full)."),
+    m("gateway.tcp_improvement.flows_tracked", G, "Gateway TCP improvement: flows in its table now."),
+    m("gateway.tcp_improvement.buffered_segments", G, "Gateway TCP improvement: data segments held for local recovery now."),
+    m("gateway.tcp_improvement.untracked_packets", C, "Gateway TCP improvement: packets of flows not in its table (passed untouched apart from the hop limit)."),
+    m("gateway.tcp_improvement.signed_acks_untouched", C, "Gateway TCP improvement: client ACKs left untouched because TCP-MD5 or TCP-AO signs them."),
+    m("gateway.tcp_improvement.read_errors", C, "Gateway TCP improvement: TUN read errors other than nothing queued."),
+    m("gateway.tcp_improvement.tun_queue_drops", C, "Gateway TCP improvement: packets the kernel dropped before the daemon read them (its TUNs' queues full)."),
+    m("gateway.tcp_improvement.memory_bound_bytes", G, "Gateway TCP improvement: the most memory its buffers and flow slots can take, bytes."),
 ];
 
 /// Values of the stats document's top level or a peer only.

@@ -52,6 +52,7 @@ const BPF_PROG_QUERY: libc::c_long = 16;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_LINK_UPDATE: libc::c_long = 29;
 const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+const BPF_TCX_INGRESS: u32 = 46;
 const BPF_TCX_EGRESS: u32 = 47;
 const BPF_FUNC_REDIRECT: i32 = 23;
 /// `struct __sk_buff` offsets.
@@ -482,6 +483,16 @@ impl Link {
         put32(&mut attr, 0, prog.fd.as_raw_fd() as u32);
         put32(&mut attr, 4, ifindex);
         put32(&mut attr, 8, BPF_TCX_EGRESS);
+        bpf(BPF_LINK_CREATE, &mut attr).map(|fd| Link { fd: fd_from(fd) })
+    }
+
+    /// Attaches `prog` to the ingress of interface `ifindex` (after any
+    /// program already there); as [`Link::tcx_egress`] otherwise.
+    pub fn tcx_ingress(prog: &Program, ifindex: u32) -> io::Result<Link> {
+        let mut attr = [0u64; 4];
+        put32(&mut attr, 0, prog.fd.as_raw_fd() as u32);
+        put32(&mut attr, 4, ifindex);
+        put32(&mut attr, 8, BPF_TCX_INGRESS);
         bpf(BPF_LINK_CREATE, &mut attr).map(|fd| Link { fd: fd_from(fd) })
     }
 

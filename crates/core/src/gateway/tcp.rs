@@ -80,6 +80,10 @@ pub struct TcpOptions {
     pub timestamps: Option<(u32, u32)>,
     /// Unknown options skipped.
     pub unknown: u8,
+    /// A TCP-MD5 (kind 19, RFC 2385) or TCP-AO (kind 29, RFC 5925) option:
+    /// the segment is signed over its header, window included, so it must
+    /// not be rewritten.
+    pub signed: bool,
 }
 
 /// A parsed TCP segment (header fields; offsets into the packet).
@@ -165,6 +169,10 @@ pub fn parse_options(mut o: &[u8]) -> Result<TcpOptions, TcpError> {
             }
             8 if len == 10 => out.timestamps = Some((be32(body, 0), be32(body, 4))),
             2..=5 | 8 => return Err(bad()),
+            19 | 29 => {
+                out.signed = true;
+                out.unknown = out.unknown.saturating_add(1);
+            }
             _ => out.unknown = out.unknown.saturating_add(1),
         }
         o = &o[len..];
@@ -314,6 +322,31 @@ pub fn set_window(p: &mut [u8], s: &TcpSegment, window: u16) -> Option<u16> {
     t[14..16].copy_from_slice(&window.to_be_bytes());
     t[16..18].copy_from_slice(&checksum_adjust(hc, old, window).to_be_bytes());
     Some(old)
+}
+
+/// Raise the IPv4 TTL or the IPv6 hop limit by one (not past 255),
+/// adjusting the IPv4 header checksum incrementally. The daemon writes the
+/// packets it took from a forwarded path back into a TUN, where the kernel
+/// forwards them a second time: this undoes the second decrement. Returns
+/// whether the packet changed (`false` for anything but IPv4/IPv6 with a
+/// whole header, or a limit already at 255).
+pub fn bump_hop_limit(p: &mut [u8]) -> bool {
+    match p.first().map(|b| b >> 4) {
+        Some(4) if p.len() >= 20 && p[8] < 255 => {
+            // TTL shares its 16-bit word with the protocol byte.
+            let old = be16(p, 8);
+            p[8] += 1;
+            let new = be16(p, 8);
+            let hc = checksum_adjust(be16(p, 10), old, new);
+            p[10..12].copy_from_slice(&hc.to_be_bytes());
+            true
+        }
+        Some(6) if p.len() >= 40 && p[7] < 255 => {
+            p[7] += 1;
+            true
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]

@@ -166,7 +166,10 @@ impl FlowTable {
                 max_flows: n,
                 ..cfg
             },
-            flows: HashMap::with_capacity(n),
+            // Twice the bound: with at most `n` entries the map never grows
+            // (a full map of tombstones is rehashed in place), so no
+            // insertion allocates.
+            flows: HashMap::with_capacity(2 * n),
             free: (0..n).rev().collect(),
             counters: FlowCounters::default(),
         }
@@ -325,10 +328,27 @@ impl FlowTable {
 /// becomes 0, and never above what the client advertised (`offered`).
 /// `None` when the segment must not be rewritten (a SYN).
 pub fn rewritten_window(state: &FlowState, s: &TcpSegment, packets: u32) -> Option<u16> {
+    rewritten_window_sacked(state, s, packets, 0)
+}
+
+/// [`rewritten_window`] plus `sacked` bytes: the data above the ACK the
+/// client has already SACKed. A window counts from the ACK, so during a
+/// loss the delivered data past the hole would otherwise eat the window
+/// meant for packets still to come and stop the sender (and with it the
+/// duplicate ACKs that drive recovery). Zero packets stay a zero window.
+pub fn rewritten_window_sacked(
+    state: &FlowState,
+    s: &TcpSegment,
+    packets: u32,
+    sacked: u64,
+) -> Option<u16> {
     if s.has(flags::SYN) || !s.has(flags::ACK) {
         return None;
     }
-    let bytes = u64::from(packets) * u64::from(state.mss.max(1));
+    let bytes = match packets {
+        0 => 0,
+        n => u64::from(n) * u64::from(state.mss.max(1)) + sacked,
+    };
     let shift = state.client_shift();
     let scaled = bytes.div_ceil(1u64 << shift);
     let w = scaled.min(u64::from(u16::MAX)) as u16;

@@ -59,8 +59,9 @@ struct Meta {
 struct Slot {
     bytes: Vec<u8>,
     meta: Vec<Meta>,
-    next: usize,
     last_ack: Option<u32>,
+    /// The window of that ACK (a duplicate must repeat it, RFC 5681).
+    last_window: u16,
     dupacks: u32,
     retransmitted_for: Option<u32>,
 }
@@ -104,7 +105,8 @@ impl Recovery {
     }
 
     /// A data segment (`packet`, sequence `seq`, `seq_len` bytes of
-    /// sequence space) goes into the mesh: keep a copy, replacing the oldest.
+    /// sequence space) goes into the mesh: keep a copy if there is room
+    /// (acknowledged segments free theirs).
     pub fn on_data(&mut self, slot: usize, seq: u32, seq_len: u32, packet: &[u8]) {
         let (n, max) = (self.cfg.segments, self.cfg.max_packet);
         let Some(s) = self.slots.get_mut(slot) else {
@@ -117,15 +119,20 @@ impl Recovery {
             s.bytes = vec![0; n * max];
             s.meta = vec![Meta::default(); n];
         }
-        // A copy of the same segment replaces the old one.
-        let i = s
+        // A copy of the same segment replaces the old one; otherwise a free
+        // place. When every place holds an unacknowledged segment the new
+        // one is not kept: the oldest unacknowledged segments are the ones
+        // a duplicate ACK asks for (replacing them, as a ring would, loses
+        // exactly the segment at the ACK once more than `segments` were sent
+        // after it, which a deep pacer queue behind the gateway allows).
+        let Some(i) = s
             .meta
             .iter()
             .position(|m| m.used && m.seq == seq)
-            .unwrap_or(s.next % n);
-        if i == s.next % n {
-            s.next += 1;
-        }
+            .or_else(|| s.meta.iter().position(|m| !m.used))
+        else {
+            return;
+        };
         s.bytes[i * max..i * max + packet.len()].copy_from_slice(packet);
         s.meta[i] = Meta {
             used: true,
@@ -136,20 +143,40 @@ impl Recovery {
     }
 
     /// A pure ACK from the client (no payload, no SYN/FIN) acknowledging
-    /// `ack`: frees acknowledged segments and counts duplicates. On the
-    /// threshold-th duplicate, returns the buffered packet starting at
-    /// `ack` to send into the mesh again (once per loss).
-    pub fn on_ack(&mut self, slot: usize, ack: u32) -> Option<&[u8]> {
+    /// `ack` with the advertised `window` (as the client sent it), `sacked`
+    /// when it carries a SACK block above `ack`: frees acknowledged segments
+    /// and counts duplicates. A duplicate repeats the ACK and either SACKs
+    /// data above it (the receiver holds data past a hole) or repeats the
+    /// window too (RFC 5681, without SACK): an ACK that only moves the
+    /// window is a window update, not a sign of loss. On the threshold-th
+    /// duplicate, returns the buffered packet starting at `ack` to send
+    /// into the mesh again (once per loss). `dsack_only`: the ACK's only
+    /// SACK blocks lie at or below `ack` (RFC 2883 D-SACK: a duplicate
+    /// arrived, nothing is missing): never a duplicate.
+    pub fn on_ack(
+        &mut self,
+        slot: usize,
+        ack: u32,
+        window: u16,
+        sacked: bool,
+        dsack_only: bool,
+    ) -> Option<&[u8]> {
         let (max, threshold) = (self.cfg.max_packet, self.cfg.dupack_threshold);
         let s = self.slots.get_mut(slot)?;
         for m in s.meta.iter_mut().filter(|m| m.used && seq_le(m.end, ack)) {
             m.used = false;
         }
         match s.last_ack {
+            Some(last) if last == ack && dsack_only => return None,
+            Some(last) if last == ack && window != s.last_window && !sacked => {
+                s.last_window = window;
+                return None;
+            }
             Some(last) if last == ack => s.dupacks += 1,
             Some(last) if seq_lt(ack, last) => return None, // an old ACK, reordered
             _ => {
                 s.last_ack = Some(ack);
+                s.last_window = window;
                 s.dupacks = 0;
                 s.retransmitted_for = None;
                 return None;
@@ -198,22 +225,41 @@ mod tests {
         assert_eq!(r.buffered(1), 4);
         // Segment 1 is lost: ACKs for 1000 repeat.
         let lost = base.wrapping_add(1000);
-        assert!(r.on_ack(1, lost).is_none(), "first ACK frees segment 0");
+        assert!(
+            r.on_ack(1, lost, 100, false, false).is_none(),
+            "first ACK frees segment 0"
+        );
         assert_eq!(r.buffered(1), 3);
-        assert!(r.on_ack(1, lost).is_none());
-        assert!(r.on_ack(1, lost).is_none());
+        // Window updates (same ACK, another window) are not duplicates.
+        assert!(r.on_ack(1, lost, 200, false, false).is_none());
+        assert!(r.on_ack(1, lost, 300, false, false).is_none());
+        assert!(r.on_ack(1, lost, 100, false, false).is_none());
+        assert!(r.on_ack(1, lost, 100, false, false).is_none());
+        // With SACK blocks above the hole, a changing window still counts;
+        // a D-SACK alone (a duplicate arrived) never does.
+        assert!(r.on_ack(1, lost, 120, true, false).is_none());
+        assert!(r.on_ack(1, lost, 100, false, true).is_none());
+        assert!(r.on_ack(1, lost, 100, false, true).is_none());
         assert_eq!(
-            r.on_ack(1, lost),
+            r.on_ack(1, lost, 100, false, false),
             Some(&pkt(1, 1040)[..]),
             "third duplicate"
         );
-        assert!(r.on_ack(1, lost).is_none(), "once per loss");
+        assert!(
+            r.on_ack(1, lost, 100, false, false).is_none(),
+            "once per loss"
+        );
         // The hole is filled: a new ACK frees everything below it.
-        assert!(r.on_ack(1, base.wrapping_add(4000)).is_none());
+        assert!(r
+            .on_ack(1, base.wrapping_add(4000), 100, false, false)
+            .is_none());
         assert_eq!(r.buffered(1), 0);
         // An old, reordered ACK does nothing.
-        assert!(r.on_ack(1, lost).is_none());
-        assert!(r.on_ack(9, lost).is_none(), "unknown slot");
+        assert!(r.on_ack(1, lost, 100, false, false).is_none());
+        assert!(
+            r.on_ack(9, lost, 100, false, false).is_none(),
+            "unknown slot"
+        );
     }
 
     #[test]
@@ -231,14 +277,19 @@ mod tests {
         assert_eq!(r.buffered(0), 3);
         r.on_data(0, 10_000, 50, &pkt(0, 101));
         assert_eq!(r.buffered(0), 3);
-        // The newest three remain (seq 350, 400, 450): 350 is retransmitted.
+        // The oldest three remain (seq 0, 50, 100), the ones an ACK asks
+        // for: the ACK of 50 frees seq 0, and its duplicates get 50 back.
         for _ in 0..3 {
-            assert!(r.on_ack(0, 350).is_none());
+            assert!(r.on_ack(0, 50, 100, false, false).is_none());
         }
-        assert_eq!(r.on_ack(0, 350), Some(&pkt(7, 90)[..]));
+        assert_eq!(r.buffered(0), 2);
+        assert_eq!(r.on_ack(0, 50, 100, false, false), Some(&pkt(1, 90)[..]));
+        // The freed place takes the next segment.
+        r.on_data(0, 500, 50, &pkt(10, 90));
+        assert_eq!(r.buffered(0), 3);
         r.clear(0);
         assert_eq!(r.buffered(0), 0);
-        assert!(r.on_ack(0, 350).is_none());
+        assert!(r.on_ack(0, 350, 100, false, false).is_none());
     }
 
     #[test]
@@ -270,7 +321,7 @@ mod tests {
             let mut r = Recovery::new(cfg);
             for (slot, seq, n, len, ack) in ops {
                 if ack {
-                    if let Some(p) = r.on_ack(slot, seq) {
+                    if let Some(p) = r.on_ack(slot, seq, 100, false, false) {
                         prop_assert!(p.len() <= 1500);
                     }
                 } else {

@@ -18,6 +18,9 @@ use super::{valid_ifname, Config, Located, Spec};
 use crate::linux::Match;
 use airpack_core::engine::{Rule, TrafficClass};
 use airpack_core::gateway::rate::RateConfig;
+use airpack_core::gateway::tcp_flow::FlowConfig;
+use airpack_core::gateway::tcp_recovery::RecoveryConfig;
+use airpack_core::gateway::tim::TimConfig;
 use airpack_voice::vpm::VpmConfig;
 use serde::{Deserialize, Serialize};
 
@@ -104,6 +107,26 @@ pub struct GatewaySection {
     pub flow_idle_ms: u64,
     /// Packets each paced flow's queue holds (kernel pfifo limit).
     pub flow_queue_packets: u32,
+    /// Run the TCP Improvement Module: paced TCP and its ACKs pass through
+    /// the daemon (steered into `tcp_tun`).
+    pub tcp_improvement: bool,
+    /// Base name of the TCP Improvement Module's two TUN devices
+    /// (`<tcp_tun>i` into the mesh, `<tcp_tun>o` out of it).
+    pub tcp_tun: String,
+    /// Queue-aware window: below this many queued packets per flow the
+    /// window opens to `q_max` (seed 2).
+    pub q_min: u32,
+    /// Queue-aware window: above this many the window shrinks to `q_min`
+    /// (and to 0 while the TCP share is 0) (seed 6).
+    pub q_max: u32,
+    /// Data segments kept per flow for local recovery.
+    pub recovery_segments: usize,
+    /// Retransmit from the gateway on the third duplicate ACK.
+    pub local_recovery: bool,
+    /// Drop the server's retransmissions of data the client acknowledged.
+    pub redundant_drop: bool,
+    /// Rewrite the advertised window of the client's ACKs.
+    pub window_control: bool,
     /// `[[gateway.voice]]`: voice packets (observed, priority class).
     pub voice: Vec<GatewayRule>,
     /// `[[gateway.tcp]]`: TCP that is paced (protocol tcp is implied).
@@ -156,6 +179,14 @@ impl Default for GatewaySection {
             max_flows: 64,
             flow_idle_ms: 10_000,
             flow_queue_packets: 64,
+            tcp_improvement: false,
+            tcp_tun: "airpackgw".into(),
+            q_min: 2,
+            q_max: 6,
+            recovery_segments: 64,
+            local_recovery: true,
+            redundant_drop: true,
+            window_control: true,
             voice: default_voice(),
             tcp: default_tcp(),
         }
@@ -187,6 +218,17 @@ pub struct GatewayPlan {
     pub flow_idle_us: u64,
     /// Per-flow queue, packets.
     pub flow_queue_packets: u32,
+    /// The TCP Improvement Module, when enabled.
+    pub tim: Option<TimPlan>,
+}
+
+/// The TCP Improvement Module's settings (`gateway.tcp_improvement = true`).
+#[derive(Clone, Debug)]
+pub struct TimPlan {
+    /// Its TUN device.
+    pub tun: String,
+    /// The core module's settings (flow slots = `max_flows`).
+    pub config: TimConfig,
 }
 
 /// Most paced flows with their own class (one HTB class and one filter each).
@@ -388,6 +430,36 @@ pub(super) fn check_gateway(
             format!("{} must be in 1-100000", g.flow_queue_packets),
         ));
     }
+    if !valid_ifname(&g.tcp_tun) || g.tcp_tun.len() > 14 {
+        return Err(e(
+            "tcp_tun",
+            format!(
+                "{:?} must be 1-14 characters of [A-Za-z0-9._-] (the devices add i and o)",
+                g.tcp_tun
+            ),
+        ));
+    }
+    if [format!("{}i", g.tcp_tun), format!("{}o", g.tcp_tun)].contains(&interface) {
+        return Err(e(
+            "tcp_tun",
+            "its devices must differ from gateway.interface".into(),
+        ));
+    }
+    if !(1..=1000).contains(&g.q_min) || !(g.q_min..=1000).contains(&g.q_max) {
+        return Err(e(
+            "q_max",
+            format!(
+                "q_min {} and q_max {} must satisfy 1 <= q_min <= q_max <= 1000",
+                g.q_min, g.q_max
+            ),
+        ));
+    }
+    if !(1..=4096).contains(&g.recovery_segments) {
+        return Err(e(
+            "recovery_segments",
+            format!("{} must be in 1-4096", g.recovery_segments),
+        ));
+    }
     if g.voice.is_empty() {
         return Err(e("voice", "at least one [[gateway.voice]] rule".into()));
     }
@@ -437,6 +509,27 @@ pub(super) fn check_gateway(
         max_flows: g.max_flows,
         flow_idle_us: g.flow_idle_ms * 1000,
         flow_queue_packets: g.flow_queue_packets,
+        tim: g.tcp_improvement.then(|| TimPlan {
+            tun: g.tcp_tun.clone(),
+            config: TimConfig {
+                flows: FlowConfig {
+                    max_flows: g.max_flows,
+                    idle_timeout_us: g.flow_idle_ms * 1000,
+                    q_min: g.q_min,
+                    q_max: g.q_max,
+                    ..FlowConfig::default()
+                },
+                recovery: RecoveryConfig {
+                    max_flows: g.max_flows,
+                    segments: g.recovery_segments,
+                    ..RecoveryConfig::default()
+                },
+                local_recovery: g.local_recovery,
+                redundant_drop: g.redundant_drop,
+                window_control: g.window_control,
+                compensate_hop: true,
+            },
+        }),
     }))
 }
 

@@ -108,3 +108,40 @@ fn errors_name_the_key() {
     let e = err("[gateway]\nenabled = true\ninterface = \"airpack0\"\n");
     assert!(e.contains("TUN"), "{e}");
 }
+
+#[test]
+fn tcp_improvement_keys() {
+    let p = parse("t.toml", BASE, &[], &[]).unwrap();
+    assert!(p.gateway.unwrap().tim.is_none(), "off by default");
+    let p = parse(
+        "t.toml",
+        &format!(
+            "{BASE}tcp_improvement = true\nq_min = 3\nq_max = 9\nrecovery_segments = 16\n\
+             window_control = false\nmax_flows = 10\nflow_idle_ms = 5000\n"
+        ),
+        &[],
+        &[],
+    )
+    .unwrap();
+    let t = p.gateway.unwrap().tim.expect("module plan");
+    assert_eq!(t.tun, "airpackgw");
+    let c = t.config;
+    assert_eq!(
+        (c.flows.q_min, c.flows.q_max, c.flows.max_flows),
+        (3, 9, 10)
+    );
+    assert_eq!((c.recovery.segments, c.recovery.max_flows), (16, 10));
+    assert_eq!(c.flows.idle_timeout_us, 5_000_000);
+    assert!(!c.window_control && c.local_recovery && c.redundant_drop && c.compensate_hop);
+    for (extra, key) in [
+        ("q_min = 7\nq_max = 6\n", "q_max"),
+        ("q_min = 0\n", "q_max"),
+        ("tcp_tun = \"fifteen-chars-x\"\n", "tcp_tun"),
+        ("recovery_segments = 0\n", "recovery_segments"),
+    ] {
+        let e = err(&format!("{BASE}tcp_improvement = true\n{extra}"));
+        assert!(e.contains(key), "{extra}: {e}");
+    }
+    let e = err("[gateway]\nenabled = true\ninterface = \"gwi\"\ntcp_tun = \"gw\"\n");
+    assert!(e.contains("tcp_tun"), "{e}");
+}

@@ -14,15 +14,17 @@
 //! no byte for `flow_idle_ms`), and the kernel HTB tree that paces them
 //! ([`crate::linux::htb`], driven from a helper thread once per period).
 //!
-//! Pacing in the kernel, not in the daemon: TCP never enters the daemon, so
-//! the daemon's cost does not grow with TCP throughput (docs/gateway.md has
-//! the measurements). Flows beyond `max_flows`, and flows already open
+//! Pacing in the kernel, not in the daemon: TCP enters the daemon only
+//! with the TCP Improvement Module on (`tcp_improvement`, [`super::gateway_tim`],
+//! started by [`Gateway::start_tim`], fed the current share), and even then
+//! the kernel paces what it writes back (docs/gateway.md has the measurements). Flows beyond `max_flows`, and flows already open
 //! when the daemon started, are paced together in one shared class (their
 //! SYN was not seen or found no slot) and count as one flow in the share.
 //!
 //! Must not touch: the rate policy and the E-model (the core and the voice
 //! crate), the aggregation engine, packets' bytes (observation only).
 
+use super::gateway_tim::{TimPath, TOK_TIM_IN, TOK_TIM_OUT};
 use super::Daemon;
 use crate::daemon::config::gateway::GatewayPlan;
 use crate::linux::htb::{self, Desired, FlowMatch, Layout, TcWorker};
@@ -121,6 +123,9 @@ pub(super) struct Gateway {
     socket_drops: u64,
     ignored: Ignored,
     buf: Vec<u8>,
+    /// The TCP Improvement Module in the data path (`tcp_improvement`),
+    /// started after the aggregation's steering ([`Gateway::start_tim`]).
+    tim: Option<TimPath>,
 }
 
 fn band_index(b: Band) -> usize {
@@ -253,6 +258,7 @@ impl Gateway {
             socket_drops: 0,
             ignored: Ignored::default(),
             buf: vec![0; BUF],
+            tim: None,
             voice_sock,
             tcp_sock,
             plan: plan.clone(),
@@ -267,9 +273,26 @@ impl Gateway {
         ]
     }
 
+    /// Starts the TCP Improvement Module when configured (after the
+    /// aggregation's steering is installed); returns its descriptors.
+    pub(super) fn start_tim(&mut self, bypass_mark: u32) -> anyhow::Result<Vec<(RawFd, u64)>> {
+        let Some(t) = &self.plan.tim else {
+            return Ok(Vec::new());
+        };
+        let path = TimPath::open(t, &self.plan.interface, bypass_mark, &self.plan.tcp_matches)?;
+        info!(
+            interface = %self.plan.interface,
+            tun = %t.tun,
+            "TCP improvement module in the data path (tcx egress + ingress)"
+        );
+        let fds = path.fds().to_vec();
+        self.tim = Some(path);
+        Ok(fds)
+    }
+
     /// Whether a poll token is the gateway's.
     pub(super) fn owns(token: u64) -> bool {
-        token == TOK_GW_VOICE || token == TOK_GW_TCP
+        matches!(token, TOK_GW_VOICE | TOK_GW_TCP | TOK_TIM_IN | TOK_TIM_OUT)
     }
 
     /// When the next control period ends.
@@ -277,8 +300,14 @@ impl Gateway {
         self.rate.poll_timeout()
     }
 
-    /// Reads what one socket has queued (bounded).
+    /// Reads what one socket or TUN has queued (bounded).
     fn read(&mut self, token: u64) {
+        if token == TOK_TIM_IN || token == TOK_TIM_OUT {
+            if let Some(t) = self.tim.as_mut() {
+                t.read(token, self.share_bps);
+            }
+            return;
+        }
         // Kernel timestamps are CLOCK_REALTIME; the VPM's clock is the
         // monotonic one: one offset per wakeup.
         let mono = monotonic_micros();
@@ -470,6 +499,9 @@ impl Gateway {
         if now < due {
             return;
         }
+        if let Some(t) = self.tim.as_mut() {
+            t.tick(now);
+        }
         let report = self.tc.as_ref().map(|t| t.report()).unwrap_or_default();
         let fresh = report.reads != self.last_reads;
         self.last_reads = report.reads;
@@ -578,7 +610,7 @@ impl Gateway {
             .map(|(n, v)| ((*n).to_owned(), v.into()))
             .collect();
         let v = self.vpm.counters();
-        json!({
+        let mut out = json!({
             "interface": self.plan.interface,
             "network_mos": self.network_mos,
             "calls": self.vpm.calls(),
@@ -634,7 +666,11 @@ impl Gateway {
                 "skipped": self.tc_skipped,
                 "last_error": report.last_error,
             },
-        })
+        });
+        if let Some(t) = &self.tim {
+            out["tcp_improvement"] = t.json();
+        }
+        out
     }
 }
 

@@ -48,6 +48,7 @@ mod busy;
 mod datapath;
 mod discovery;
 mod gateway;
+mod gateway_tim;
 mod lookups;
 mod peer;
 mod reload;
@@ -304,6 +305,14 @@ impl Daemon {
             steering
                 .record_htb(Some(g.interface.clone()))
                 .context("recording the gateway's qdisc in the state file")?;
+        }
+        // After the steering: it may turn every existing interface's
+        // reverse-path filter strict, the module's TUNs need it off.
+        let mut gateway = gateway;
+        for g in gateway.iter_mut() {
+            for (fd, token) in g.start_tim(d.bypass_mark)? {
+                poller.add(fd, token, Interest::READ)?;
+            }
         }
         if spec.interfaces.is_empty() {
             warn!("no interface to steer yet (no route to any peer): nothing is aggregated until one appears");
