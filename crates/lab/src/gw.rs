@@ -176,7 +176,7 @@ pub enum Shaping {
     /// lower-priority class, both up to the root rate.
     VoicePriority,
     /// As `VoicePriority`, with TCP in a class of its own at a fixed rate
-    /// (fq_codel leaf: per-flow fairness, short queue).
+    /// (a 50-packet pfifo leaf: this kernel has no fq_codel, sfq or cake).
     FixedShaper,
 }
 
@@ -193,20 +193,20 @@ pub fn qdisc_script(dev: &str, how: Shaping, link_kbps: u64, shaper_kbps: u64) -
         Shaping::VoicePriority => l,
         Shaping::FixedShaper => shaper_kbps.clamp(1, l),
     };
-    let mut s = format!("qdisc replace dev {dev} root handle {h}: htb default 30 r2q 1\n");
-    s += &format!("class add dev {dev} parent {h}: classid {h}:1 htb rate {l}kbit ceil {l}kbit burst 1600 cburst 1600\n");
-    s += &format!("class add dev {dev} parent {h}:1 classid {h}:10 htb rate {l}kbit ceil {l}kbit prio 0 burst 1600 cburst 1600\n");
+    let mut s = format!("qdisc replace dev {dev} root handle {h}: htb default 30\n");
+    s += &format!("class add dev {dev} parent {h}: classid {h}:1 htb rate {l}kbit ceil {l}kbit burst 1600 cburst 1600 quantum 1514\n");
+    s += &format!("class add dev {dev} parent {h}:1 classid {h}:10 htb rate {l}kbit ceil {l}kbit prio 0 burst 1600 cburst 1600 quantum 1514\n");
     let tcp_ceil = if how == Shaping::FixedShaper {
         tcp_rate
     } else {
         l
     };
-    s += &format!("class add dev {dev} parent {h}:1 classid {h}:20 htb rate {}kbit ceil {tcp_ceil}kbit prio 1 burst 1600 cburst 1600\n", tcp_rate.min(l / 2).max(1).min(tcp_ceil));
-    s += &format!("class add dev {dev} parent {h}:1 classid {h}:30 htb rate {}kbit ceil {l}kbit prio 1 burst 1600 cburst 1600\n", (l / 10).max(1));
+    s += &format!("class add dev {dev} parent {h}:1 classid {h}:20 htb rate {}kbit ceil {tcp_ceil}kbit prio 1 burst 1600 cburst 1600 quantum 1514\n", tcp_rate.min(l / 2).max(1).min(tcp_ceil));
+    s += &format!("class add dev {dev} parent {h}:1 classid {h}:30 htb rate {}kbit ceil {l}kbit prio 1 burst 1600 cburst 1600 quantum 1514\n", (l / 10).max(1));
     s += &format!("qdisc add dev {dev} parent {h}:10 handle 1b1: pfifo limit 100\n");
     match how {
         Shaping::FixedShaper => {
-            s += &format!("qdisc add dev {dev} parent {h}:20 handle 1b2: fq_codel\n")
+            s += &format!("qdisc add dev {dev} parent {h}:20 handle 1b2: pfifo limit 50\n")
         }
         Shaping::VoicePriority => {
             s += &format!("qdisc add dev {dev} parent {h}:20 handle 1b2: pfifo limit 100\n")
@@ -308,13 +308,13 @@ mod tests {
             v.contains("classid 1b0:20 htb rate 4500kbit ceil 9000kbit prio 1"),
             "{v}"
         );
-        assert!(!v.contains("fq_codel"));
+        assert!(v.contains("parent 1b0:20 handle 1b2: pfifo limit 100"));
         let f = qdisc_script("radio0", Shaping::FixedShaper, 9000, 2000);
         assert!(
             f.contains("classid 1b0:20 htb rate 2000kbit ceil 2000kbit prio 1"),
             "{f}"
         );
-        assert!(f.contains("parent 1b0:20 handle 1b2: fq_codel"));
+        assert!(f.contains("parent 1b0:20 handle 1b2: pfifo limit 50"));
         assert!(f.contains("match ip protocol 6 0xff flowid 1b0:20"));
         // a shaper above the root is held at the root
         assert!(qdisc_script("r", Shaping::FixedShaper, 9000, 20_000)

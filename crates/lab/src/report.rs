@@ -305,6 +305,8 @@ mod tests {
             downlink: BTreeMap::new(),
             downlink_drops: 0,
             air: None,
+            tcp: None,
+            gateway: None,
         }
     }
 
