@@ -157,16 +157,17 @@ fn tcp_info(s: &TcpStream) -> Option<libc::tcp_info> {
     (r == 0).then_some(info)
 }
 
+/// A receiver thread: bytes read in the window (outer Err: setns failed).
+type Receiver = JoinHandle<Result<Result<u64>>>;
+/// A sender thread.
+type Sender = JoinHandle<Result<FlowResult>>;
+
 /// Running flows; [`Flows::finish`] joins them.
 pub struct Flows {
     stop: Arc<AtomicBool>,
     cc: String,
     window_s: f64,
-    threads: Vec<(
-        FlowSpec,
-        JoinHandle<Result<Result<u64>>>,
-        JoinHandle<Result<FlowResult>>,
-    )>,
+    threads: Vec<(FlowSpec, Receiver, Sender)>,
 }
 
 /// Start `specs`: receivers listen at once, senders connect at `start_at`
