@@ -159,6 +159,7 @@ impl CellSpec {
                 })
                 .collect(),
             cell: Some(self.clone()),
+            gw: None,
         }
     }
 }

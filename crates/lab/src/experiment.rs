@@ -55,6 +55,16 @@ pub enum Setup {
     /// `ap.multicast_rate`, `ap.preamble`: a frame is sent only when it
     /// costs less airtime than unicast).
     DownlinkMuxRed,
+    /// Seed 003's gateway ([`crate::gw`]), arm "no control": no daemon, no
+    /// qdisc (as `off`, named for the experiment's table).
+    NoControl,
+    /// Gateway arm: an HTB at the gateway's radio with voice (DSCP EF) in a
+    /// priority class ([`crate::gw::qdisc_script`]).
+    VoicePriority,
+    /// Gateway arm: the same with TCP in a class at a fixed rate (`--shaper-kbps`).
+    FixedShaper,
+    /// Gateway arm: the daemon's `[gateway]` role (the voice-adaptive pacer) on the gateway.
+    Pacer,
 }
 
 impl Setup {
@@ -70,7 +80,11 @@ impl Setup {
             "downlink-mux" | "mux" => Setup::DownlinkMux,
             "downlink-mux-interval" | "mux-interval" => Setup::DownlinkMuxInterval,
             "downlink-mux-red" | "mux-red" => Setup::DownlinkMuxRed,
-            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-interval, downlink-mux-red)"),
+            "no-control" => Setup::NoControl,
+            "voice-priority" => Setup::VoicePriority,
+            "fixed-shaper" => Setup::FixedShaper,
+            "pacer" => Setup::Pacer,
+            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-interval, downlink-mux-red; gateway presets: no-control, voice-priority, fixed-shaper, pacer)"),
         })
     }
     /// Its name.
@@ -85,7 +99,15 @@ impl Setup {
             Setup::DownlinkMux => "downlink-mux",
             Setup::DownlinkMuxInterval => "downlink-mux-interval",
             Setup::DownlinkMuxRed => "downlink-mux-red",
+            Setup::NoControl => "no-control",
+            Setup::VoicePriority => "voice-priority",
+            Setup::FixedShaper => "fixed-shaper",
+            Setup::Pacer => "pacer",
         }
+    }
+    /// The arms of seed 003's gateway experiment (need a `gw:N` preset).
+    pub fn gateway_arm(self) -> bool {
+        matches!(self, Setup::NoControl | Setup::VoicePriority | Setup::FixedShaper | Setup::Pacer)
     }
     /// The downlink-multiplexing setups (a cell's AP and stations run daemons).
     pub fn downlink(self) -> bool {
@@ -228,6 +250,14 @@ pub struct Point {
     /// air): a point whose air lagged more than
     /// [`crate::air_ns3::MAX_LAG_P99_MS`] p99 is re-measured.
     pub air: Option<crate::air_ns3::AirStats>,
+    /// Gateway presets with TCP flows: each flow's goodput, throughput and
+    /// RTT, and their totals ([`crate::tcp_bulk`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<crate::tcp_bulk::TcpSummary>,
+    /// `pacer`: the gateway daemon's `gateway` object of `airpack stats
+    /// --json` at the end of the point (network MOS, rate, history).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<Value>,
 }
 
 /// A point whose senders lagged more than this (ms) is re-measured.
@@ -305,7 +335,11 @@ pub fn daemon_config(
     let idx = |x: &str| topo.nodes.iter().position(|y| y == x).expect("known node");
     let addr = |x: &str| Topology::addr_of(idx(x)).to_string();
     let (mode, link_mode, peers): (&str, &str, Vec<(String, Option<String>)>) = match setup {
-        Setup::Off => return None,
+        Setup::Off | Setup::NoControl | Setup::VoicePriority | Setup::FixedShaper => return None,
+        Setup::Pacer => {
+            let g = topo.gw.as_ref()?;
+            return (node == crate::gw::GW).then(|| crate::gw::pacer_config(&socket.to_string_lossy(), g, &cfg.medium.phy, cfg.playout_ms));
+        }
         Setup::DownlinkMux | Setup::DownlinkMuxInterval | Setup::DownlinkMuxRed => {
             let sock = socket.to_string_lossy();
             let ap = topo.wifi.ap.as_deref()?;
@@ -551,6 +585,9 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
         }
         None => cfg,
     };
+    if setup.gateway_arm() && cfg.topo.gw.is_none() {
+        bail!("setup {} needs a gateway preset (--preset gw:N)", setup.name());
+    }
     let mut mesh = Mesh::build(&cfg.topo, &cfg.medium).context("build the emulated mesh")?;
     if mesh.babel.is_some() && matches!(setup, Setup::HopByHop | Setup::HoldWhileBusy | Setup::Adaptive | Setup::LinkAdaptive) {
         // the daemons' peers are the radio neighbours' IPv4 addresses, which
@@ -605,6 +642,12 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
         None
     };
     let ber0 = crate::link_size::ber_frames(&mesh);
+    if let (Some(g), Some(how)) = (&cfg.topo.gw, gateway_shaping(setup)) {
+        let script = crate::gw::qdisc_script(RADIO, how, g.link_kbps(&cfg.medium.phy), g.shaper_kbps);
+        std::fs::write(dir.join("gateway-qdisc.tc"), &script)?;
+        let gwn = mesh.node(crate::gw::GW).context("gateway node")?;
+        crate::netns::run_stdin("ip", &["netns", "exec", gwn.ns.name(), "tc", "-batch", "-"], &script).context("gateway qdisc")?;
+    }
     let air0 = mesh.frames_on_air()?;
     let drops0 = mesh.queue_drops()?;
     // calls
@@ -614,6 +657,13 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     let spec_path = dir.join("calls.json");
     std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)?;
     let spec_t: crate::voip::Spec = serde_json::from_value(spec).context("voip spec type")?;
+    let flows = match &cfg.topo.gw {
+        Some(g) if g.tcp_flows > 0 => {
+            let end = start_at + (cfg.duration_s * 1000.0) as u64;
+            Some(crate::tcp_bulk::start(&gw_flows(&mesh, g)?, &g.tcp_cc, start_at, end)?)
+        }
+        _ => None,
+    };
     let (results, signalling) = match cfg.client {
         Client::Airpack => (run_voips(cfg, &mut mesh, &dir, &spec_path, n)?, None),
         Client::Baresip => {
@@ -624,6 +674,7 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
             (r, Some(serde_json::to_value(s)?))
         }
     };
+    let tcp = flows.map(|f| crate::tcp_bulk::TcpSummary::of(&cfg.topo.gw.as_ref().map(|g| g.tcp_cc.clone()).unwrap_or_default(), f.finish()));
     // collect
     let link_sizes = sampler.map(|s| s.finish(&cfg.topo)).unwrap_or_default();
     let ber_frames = crate::link_size::ber_delta(&ber0, &crate::link_size::ber_frames(&mesh));
@@ -636,6 +687,7 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     let drops_per_node = delta(&drops0, &drops1);
     let mut daemon_totals = BTreeMap::new();
     let mut downlink = BTreeMap::new();
+    let mut gateway = None;
     let (mut num, mut den) = (0.0f64, 0.0f64);
     check_air(&mut mesh)?;
     for (node, sock, p) in daemons.iter_mut() {
@@ -644,6 +696,9 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
         }
         let st = daemon_stats(&mesh, node, &cfg.bin, sock).with_context(|| format!("stats of {}", p.what))?;
         let total = st.get("total").cloned().unwrap_or(Value::Null);
+        if setup == Setup::Pacer {
+            gateway = st.get("gateway").cloned();
+        }
         if setup.downlink() {
             // the multiplexing ratio: downlink packets per multicast frame
             if let Some(ap) = st.get("ap") {
@@ -693,9 +748,36 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     point.downlink = downlink;
     point.link_sizes = link_sizes;
     point.ber_frames = ber_frames;
+    point.tcp = tcp;
+    point.gateway = gateway;
     let _ = std::fs::write(dir.join("point.json"), serde_json::to_vec_pretty(&point).unwrap_or_default());
     drop(mesh);
     Ok(point)
+}
+
+/// The lab qdisc a gateway arm puts on the gateway's radio, if any.
+fn gateway_shaping(setup: Setup) -> Option<crate::gw::Shaping> {
+    match setup {
+        Setup::VoicePriority => Some(crate::gw::Shaping::VoicePriority),
+        Setup::FixedShaper => Some(crate::gw::Shaping::FixedShaper),
+        _ => None,
+    }
+}
+
+/// The TCP flows of a gateway point: `S -> MN`, one port each.
+fn gw_flows(mesh: &Mesh, g: &crate::gw::GwSpec) -> Result<Vec<crate::tcp_bulk::FlowSpec>> {
+    let src = mesh.node(crate::gw::SERVER).context("server node")?;
+    let dst = mesh.node(&g.mesh_end()).context("mesh end node")?;
+    Ok((0..g.tcp_flows)
+        .map(|k| crate::tcp_bulk::FlowSpec {
+            src: src.name.clone(),
+            dst: dst.name.clone(),
+            src_ns: src.ns.name().to_string(),
+            dst_ns: dst.ns.name().to_string(),
+            dst_addr: dst.addr,
+            port: crate::gw::TCP_PORT + k as u16,
+        })
+        .collect())
 }
 
 /// Runs `airpack voip` on every endpoint of `n` calls and reads their results.
@@ -812,6 +894,8 @@ fn summarize(
         air: None,
         link_sizes: BTreeMap::new(),
         ber_frames: BTreeMap::new(),
+        tcp: None,
+        gateway: None,
     }
 }
 
@@ -899,7 +983,11 @@ pub fn point_line(p: &Point) -> String {
         p.wall_s,
         p.max_send_lag_ms,
         p.air.map(|a| format!(", air lag p99 {:.2} ms", a.lag_p99_ms)).unwrap_or_default()
-    )
+    ) + &p
+        .tcp
+        .as_ref()
+        .map(|t| format!("  TCP {} flows {:.0} kbit/s goodput ({})", t.flows, t.goodput_kbps, t.per_flow.iter().map(|f| format!("{:.0}", f.goodput_kbps)).collect::<Vec<_>>().join("/")))
+        .unwrap_or_default()
 }
 
 /// Search the capacity of `setup`: 1 call, then doubling until a point fails

@@ -19,9 +19,11 @@ pub mod cell;
 pub mod downlink_bound;
 pub mod experiment;
 pub mod link_size;
+pub mod gw;
 pub mod medium;
 pub mod netns;
 pub mod report;
+pub mod tcp_bulk;
 pub mod topology;
 pub mod validate;
 pub mod validate_sim;
@@ -63,8 +65,9 @@ enum LabCmd {
 /// Options shared by `run` and `point`.
 #[derive(Parser, Debug, Clone)]
 struct Common {
-    /// Topology preset: seed001, seed000, string:N (1..5 hops), or an
-    /// infrastructure cell cell:PHY[:MULTICAST_MBIT] (ns-3 air; one station per call).
+    /// Topology preset: seed001, seed000, string:N (1..5 hops), an
+    /// infrastructure cell cell:PHY[:MULTICAST_MBIT] (ns-3 air; one station per call),
+    /// or seed 003's gateway gw:N[:DELAY_MS[:RATE_MBIT]] (server S -cable- G, N radio hops to MN).
     #[arg(long, default_value = "seed001", conflicts_with = "topology")]
     preset: String,
     /// Topology file (TOML; see docs/lab.md).
@@ -120,6 +123,28 @@ struct Common {
     /// The airpack binary to run in the namespaces (default: this executable).
     #[arg(long, env = "AIRPACK_BIN")]
     bin: Option<PathBuf>,
+    #[command(flatten)]
+    gw: GwArgs,
+}
+
+/// Options of the gateway presets (`--preset gw:N`, seed 003; docs/lab.md).
+#[derive(clap::Args, Debug, Clone)]
+struct GwArgs {
+    /// Gateway presets: TCP bulk flows from the server S to the mesh end MN during each point.
+    #[arg(long, default_value_t = 0)]
+    tcp_flows: u32,
+    /// Gateway presets: the TCP senders' congestion control (TCP_CONGESTION: cubic, reno, ...).
+    #[arg(long, default_value = "cubic")]
+    tcp_cc: String,
+    /// Gateway presets, setup fixed-shaper: the TCP class's rate at the gateway (kbit/s).
+    #[arg(long, default_value_t = 1000)]
+    shaper_kbps: u64,
+    /// Gateway presets: root rate of the gateway's qdiscs (kbit/s; default: one saturated hop of the PHY).
+    #[arg(long)]
+    link_kbps: Option<u64>,
+    /// Gateway presets, setup pacer: the controller's initial TCP rate (kbit/s).
+    #[arg(long, default_value_t = 1000)]
+    pacer_initial_kbps: u64,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -200,6 +225,20 @@ fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) ->
         eprintln!(
             "lab: WARNING: the route {a} -> {b} is not the reverse of {b} -> {a}; with hop-by-hop aggregation the daemons' source check will drop that traffic"
         );
+    }
+    match topo.gw.as_mut() {
+        Some(g) => {
+            g.tcp_flows = c.gw.tcp_flows;
+            g.tcp_cc.clone_from(&c.gw.tcp_cc);
+            g.shaper_kbps = c.gw.shaper_kbps;
+            g.link_kbps = c.gw.link_kbps;
+            g.pacer_initial_kbps = c.gw.pacer_initial_kbps;
+            if topo.air != topology::Air::Ns3 {
+                bail!("the gateway presets need the ns-3 air (their wired link)");
+            }
+        }
+        None if c.gw.tcp_flows > 0 => bail!("--tcp-flows needs a gateway preset (--preset gw:N)"),
+        None => {}
     }
     let phy_name = c.phy.clone().or_else(|| topo.phy.clone()).unwrap_or_else(|| "b2".into());
     let phy = medium::preset(&phy_name).with_context(|| format!("unknown PHY preset {phy_name:?} (see `airpack lab presets`)"))?;

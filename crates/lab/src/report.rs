@@ -146,6 +146,37 @@ pub fn points_table(setups: &[SetupResult]) -> String {
     t
 }
 
+/// The points with TCP flows (gateway presets, [`crate::tcp_bulk`]): the
+/// calls' MOS beside each flow's goodput and the total; empty without TCP.
+pub fn tcp_table(setups: &[SetupResult]) -> String {
+    let mut t = String::new();
+    for s in setups {
+        for p in &s.points {
+            let Some(tcp) = &p.tcp else { continue };
+            if t.is_empty() {
+                t.push_str("| setup | calls | supported | MOS mean / min | TCP flows (cc) | goodput kbit/s per flow | goodput kbit/s total | throughput kbit/s total | mean RTT ms |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+            }
+            let per: Vec<String> = tcp.per_flow.iter().map(|f| format!("{:.0}", f.goodput_kbps)).collect();
+            t.push_str(&format!(
+                "| {} | {} | {}/{} | {:.2} / {:.2} | {} ({}) | {} | {:.0} | {:.0} | {:.0} |\n",
+                s.setup.name(),
+                p.calls,
+                p.supported_calls,
+                p.calls,
+                p.mos,
+                p.mos_min,
+                tcp.flows,
+                tcp.cc,
+                per.join(" / "),
+                tcp.goodput_kbps,
+                tcp.throughput_kbps,
+                tcp.rtt_mean_ms
+            ));
+        }
+    }
+    t
+}
+
 /// Write summary.md, results.json and the plots into `dir`. Returns the
 /// paths written.
 pub fn write(dir: &Path, info: &RunInfo, setups: &[SetupResult]) -> Result<Vec<PathBuf>> {
@@ -195,6 +226,11 @@ pub fn write(dir: &Path, info: &RunInfo, setups: &[SetupResult]) -> Result<Vec<P
     md.push_str(&one_call_delays(setups));
     md.push_str("\n## Every point\n\n");
     md.push_str(&points_table(setups));
+    let tcp = tcp_table(setups);
+    if !tcp.is_empty() {
+        md.push_str("\n## TCP flows\n\n");
+        md.push_str(&tcp);
+    }
     md.push_str("\n## Plots\n\n");
     for p in &plots {
         let n = p.file_name().unwrap_or_default().to_string_lossy();
@@ -307,6 +343,8 @@ mod tests {
             air: None,
             link_sizes: BTreeMap::new(),
             ber_frames: BTreeMap::new(),
+            tcp: None,
+            gateway: None,
         }
     }
 
@@ -347,5 +385,18 @@ mod tests {
             assert!(files.contains(&dir.join(f)));
         }
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn tcp_table_lists_points_with_flows_only() {
+        let mut with = pt(Setup::Pacer, 7, true, 3.9);
+        let f = |g: f64| crate::tcp_bulk::FlowResult { goodput_kbps: g, throughput_kbps: g, rtt_mean_ms: 80.0, connected: true, ..Default::default() };
+        with.tcp = Some(crate::tcp_bulk::TcpSummary::of("reno", vec![f(100.0), f(250.0)]));
+        let none = SetupResult { setup: Setup::Off, capacity: 1, capacity_at_least: false, error: None, points: vec![pt(Setup::Off, 1, true, 4.0)] };
+        assert_eq!(tcp_table(std::slice::from_ref(&none)), "");
+        let s = SetupResult { setup: Setup::Pacer, capacity: 7, capacity_at_least: false, error: None, points: vec![with, pt(Setup::Pacer, 8, false, 3.0)] };
+        let t = tcp_table(&[none, s]);
+        assert_eq!(t.lines().count(), 3, "header, rule, one point: {t}");
+        assert!(t.contains("| pacer | 7 | 7/7 | 3.90 / 3.90 | 2 (reno) | 100 / 250 | 350 | 350 | 80 |"), "{t}");
     }
 }

@@ -68,6 +68,10 @@ pub struct Topology {
     /// the experiment builds it with one station per call of each point.
     #[serde(skip)]
     pub cell: Option<crate::cell::CellSpec>,
+    /// Seed 003's gateway preset (`gw:N`, [`crate::gw`]): its TCP flows and
+    /// gateway arms.
+    #[serde(skip)]
+    pub gw: Option<crate::gw::GwSpec>,
 }
 
 /// Which air carries the radios' frames.
@@ -124,6 +128,11 @@ impl Routing {
 impl Topology {
     /// A named preset: `seed001`, `seed000`, `string:N` (N = 1..=5 hops).
     pub fn preset(name: &str) -> Result<Topology> {
+        if let Some(g) = crate::gw::GwSpec::parse(name) {
+            let t = g?.topology();
+            t.validate()?;
+            return Ok(t);
+        }
         if let Some(c) = crate::cell::CellSpec::parse(name) {
             let t = c?.topology(1);
             t.validate()?;
@@ -148,6 +157,7 @@ impl Topology {
                 },
                 wired: vec![],
                 cell: None,
+                gw: None,
             },
             "seed000" => Topology {
                 name: s("seed000"),
@@ -161,10 +171,11 @@ impl Topology {
                 wifi: Default::default(),
                 wired: vec![],
                 cell: None,
+                gw: None,
             },
             _ => {
                 let Some(n) = name.strip_prefix("string:") else {
-                    bail!("unknown topology preset {name:?} (seed001, seed000, string:N, cell:PHY[:MULTICAST_MBIT])")
+                    bail!("unknown topology preset {name:?} (seed001, seed000, string:N, cell:PHY[:MULTICAST_MBIT], gw:N[:DELAY_MS[:RATE_MBIT]])")
                 };
                 let hops: usize = n.parse().context("string:N needs a number of hops")?;
                 if !(1..=5).contains(&hops) {
@@ -184,6 +195,7 @@ impl Topology {
                     wifi: Default::default(),
                     wired: vec![],
                 cell: None,
+                gw: None,
                 }
             }
         };
@@ -789,6 +801,7 @@ mod tests {
             wifi: Default::default(),
             wired: vec![],
                 cell: None,
+                gw: None,
         };
         let nh = t.next_hops();
         for a in &t.nodes {

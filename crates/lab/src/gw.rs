@@ -1,0 +1,342 @@
+//! Seed 003's scenario (issue 12, point 6): a server on the wired side of a
+//! mesh gateway, a string of wireless hops behind the gateway, voice calls
+//! and TCP downloads from the wired side into the mesh.
+//!
+//! Owns: the `gw:N[:DELAY_MS[:RATE_MBIT]]` presets ([`GwSpec`]), their
+//! topology ([`GwSpec::topology`]), and what the gateway arms of an
+//! experiment put on the gateway `G`: the qdiscs of `voice-priority` and
+//! `fixed-shaper` ([`qdisc_script`]) and the daemon config of `pacer`
+//! ([`pacer_config`]). Must not touch: the TCP flows themselves
+//! ([`crate::tcp_bulk`]), the gateway role (the daemon's `[gateway]`), the
+//! search and reports ([`crate::experiment`]).
+//!
+//! Model (docs/lab.md, "The gateway scenario"):
+//! - `S` (the server, also the wired phones' node) sits on a point-to-point
+//!   cable to the gateway `G` (`[[wired]]`, default 100 Mbit/s, 30 ms one way:
+//!   the seed's Internet delay); `G` then `M1 .. MN` form a string of N radio
+//!   hops (adhoc, 802.11a 12 Mbit/s `a12`, neighbours only hear neighbours:
+//!   spatial reuse and hidden terminals from 3 hops on, as in `string:N`);
+//! - every call is `S <-> MN` (seed 003: VoIP between the wired side and a
+//!   client at the end of the string, across all N hops), every TCP flow a
+//!   bulk transfer `S -> MN`.
+
+use crate::air_opts::Wired;
+use crate::medium::Phy;
+use crate::topology::{Air, Routing, Topology};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+/// The gateway's node name.
+pub const GW: &str = "G";
+/// The wired server's node name.
+pub const SERVER: &str = "S";
+/// Default one-way delay of the wired link (ms): seed 003's Internet delay.
+pub const DEFAULT_DELAY_MS: f64 = 30.0;
+/// Default rate of the wired link (Mbit/s): never the bottleneck.
+pub const DEFAULT_WIRED_MBIT: f64 = 100.0;
+/// First TCP port of the bulk flows (flow k uses `TCP_PORT + k`).
+pub const TCP_PORT: u16 = 5201;
+/// HTB handle the lab's own gateway qdiscs use on `G`'s radio.
+pub const HANDLE: &str = "1b0";
+
+/// A gateway preset and the experiment's gateway options.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GwSpec {
+    /// Wireless hops behind the gateway (1..=5).
+    pub hops: usize,
+    /// One-way delay of the wired link (ms).
+    pub wired_delay_ms: f64,
+    /// Rate of the wired link (Mbit/s).
+    pub wired_mbit: f64,
+    /// TCP bulk flows `S -> MN` during each point (0: none).
+    pub tcp_flows: u32,
+    /// Congestion control of the senders (`TCP_CONGESTION`: cubic, reno).
+    pub tcp_cc: String,
+    /// `fixed-shaper`: the TCP class's rate (kbit/s).
+    pub shaper_kbps: u64,
+    /// Root rate of the gateway's qdiscs (kbit/s): the rate a radio driver's
+    /// backpressure would let the qdisc see; default [`one_hop_kbps`].
+    pub link_kbps: Option<u64>,
+    /// `pacer`: the controller's initial TCP rate (kbit/s).
+    pub pacer_initial_kbps: u64,
+}
+
+impl GwSpec {
+    /// Parse `gw:N[:DELAY_MS[:RATE_MBIT]]`; None if `name` is no gateway
+    /// preset. TCP options take their defaults (no flows, cubic).
+    pub fn parse(name: &str) -> Option<Result<GwSpec>> {
+        let rest = name.strip_prefix("gw:")?;
+        Some((|| {
+            let mut it = rest.split(':');
+            let hops = it
+                .next()
+                .unwrap_or_default()
+                .parse::<usize>()
+                .ok()
+                .filter(|h| (1..=5).contains(h))
+                .with_context(|| format!("gateway preset {name:?}: N must be 1..5 hops"))?;
+            let num = |v: Option<&str>, what: &str, dflt: f64, lo: f64, hi: f64| -> Result<f64> {
+                match v {
+                    None => Ok(dflt),
+                    Some(s) => s
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|x| (lo..=hi).contains(x))
+                        .with_context(|| format!("gateway preset {name:?}: {what} {s:?} must be a number in {lo}..={hi}")),
+                }
+            };
+            let wired_delay_ms = num(it.next(), "wired delay (ms)", DEFAULT_DELAY_MS, 0.0, 1000.0)?;
+            let wired_mbit = num(
+                it.next(),
+                "wired rate (Mbit/s)",
+                DEFAULT_WIRED_MBIT,
+                0.1,
+                10_000.0,
+            )?;
+            if it.next().is_some() {
+                bail!("gateway preset {name:?}: use gw:HOPS[:DELAY_MS[:RATE_MBIT]]");
+            }
+            Ok(GwSpec {
+                hops,
+                wired_delay_ms,
+                wired_mbit,
+                tcp_flows: 0,
+                tcp_cc: "cubic".into(),
+                shaper_kbps: 1000,
+                link_kbps: None,
+                pacer_initial_kbps: 1000,
+            })
+        })())
+    }
+
+    /// Name of the preset (`gw3`, `gw3-d10`, `gw3-d30-r10`).
+    pub fn name(&self) -> String {
+        let mut s = format!("gw{}", self.hops);
+        if self.wired_delay_ms != DEFAULT_DELAY_MS || self.wired_mbit != DEFAULT_WIRED_MBIT {
+            s.push_str(&format!("-d{}", self.wired_delay_ms));
+        }
+        if self.wired_mbit != DEFAULT_WIRED_MBIT {
+            s.push_str(&format!("-r{}", self.wired_mbit));
+        }
+        s
+    }
+
+    /// The far mesh node (`MN`): every call's and every flow's mesh end.
+    pub fn mesh_end(&self) -> String {
+        format!("M{}", self.hops)
+    }
+
+    /// The topology: `S` -cable- `G` -radio- `M1` -radio- ... `MN`, 802.11a
+    /// 12 Mbit/s on the ns-3 air, calls `S <-> MN`.
+    pub fn topology(&self) -> Topology {
+        let mut nodes = vec![SERVER.to_string(), GW.to_string()];
+        nodes.extend((1..=self.hops).map(|i| format!("M{i}")));
+        let links = (1..=self.hops)
+            .map(|i| [nodes[i].clone(), nodes[i + 1].clone()])
+            .collect();
+        Topology {
+            name: self.name(),
+            calls: vec![[SERVER.to_string(), self.mesh_end()]],
+            nodes,
+            links,
+            routes: vec![],
+            phy: Some("a12".into()),
+            routing: Routing::Static,
+            air: Air::Ns3,
+            wifi: Default::default(),
+            wired: vec![Wired {
+                a: GW.into(),
+                b: SERVER.into(),
+                rate_mbit: self.wired_mbit,
+                delay_ms: self.wired_delay_ms,
+            }],
+            cell: None,
+            gw: Some(self.clone()),
+        }
+    }
+
+    /// Root rate of the gateway's qdiscs (kbit/s) on `phy`.
+    pub fn link_kbps(&self, phy: &Phy) -> u64 {
+        self.link_kbps.unwrap_or_else(|| one_hop_kbps(phy))
+    }
+}
+
+/// IP-level rate of one saturated hop of 1500-byte TCP segments on `phy`,
+/// with one 52-byte ACK exchange per two segments (delayed ACKs), from the
+/// airtime model (docs/lab.md section 1), in kbit/s. At `a12`: 9 266.
+pub fn one_hop_kbps(phy: &Phy) -> u64 {
+    let t = phy.exchange_us(1500) + phy.exchange_us(52) / 2.0;
+    (8.0 * 1500.0 / t * 1000.0).round() as u64
+}
+
+/// Which lab qdisc the gateway gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shaping {
+    /// HTB with voice (DSCP EF) in a priority class, everything else in a
+    /// lower-priority class, both up to the root rate.
+    VoicePriority,
+    /// As `VoicePriority`, with TCP in a class of its own at a fixed rate
+    /// (a 50-packet pfifo leaf: this kernel has no fq_codel, sfq or cake).
+    FixedShaper,
+}
+
+/// `tc -batch` lines (without `-n`) putting the lab's gateway qdisc on
+/// `dev`: root HTB `1b0:` at `link_kbps` (the qdisc sees a queue only when
+/// it sends faster than that), voice (`ip tos 0xb8/0xfc`, DSCP EF, which
+/// `airpack voip` marks) in `1b0:10` (prio 0), TCP in `1b0:20` (prio 1; at
+/// `shaper_kbps` with `FixedShaper`, else up to the root), the rest in
+/// `1b0:30` (prio 1).
+pub fn qdisc_script(dev: &str, how: Shaping, link_kbps: u64, shaper_kbps: u64) -> String {
+    let h = HANDLE;
+    let l = link_kbps.max(1);
+    let tcp_rate = match how {
+        Shaping::VoicePriority => l,
+        Shaping::FixedShaper => shaper_kbps.clamp(1, l),
+    };
+    let mut s = format!("qdisc replace dev {dev} root handle {h}: htb default 30\n");
+    s += &format!("class add dev {dev} parent {h}: classid {h}:1 htb rate {l}kbit ceil {l}kbit burst 1600 cburst 1600 quantum 1514\n");
+    s += &format!("class add dev {dev} parent {h}:1 classid {h}:10 htb rate {l}kbit ceil {l}kbit prio 0 burst 1600 cburst 1600 quantum 1514\n");
+    let tcp_ceil = if how == Shaping::FixedShaper {
+        tcp_rate
+    } else {
+        l
+    };
+    s += &format!("class add dev {dev} parent {h}:1 classid {h}:20 htb rate {}kbit ceil {tcp_ceil}kbit prio 1 burst 1600 cburst 1600 quantum 1514\n", tcp_rate.min(l / 2).max(1).min(tcp_ceil));
+    s += &format!("class add dev {dev} parent {h}:1 classid {h}:30 htb rate {}kbit ceil {l}kbit prio 1 burst 1600 cburst 1600 quantum 1514\n", (l / 10).max(1));
+    s += &format!("qdisc add dev {dev} parent {h}:10 handle 1b1: pfifo limit 100\n");
+    match how {
+        Shaping::FixedShaper => {
+            s += &format!("qdisc add dev {dev} parent {h}:20 handle 1b2: pfifo limit 50\n")
+        }
+        Shaping::VoicePriority => {
+            s += &format!("qdisc add dev {dev} parent {h}:20 handle 1b2: pfifo limit 100\n")
+        }
+    }
+    s += &format!("qdisc add dev {dev} parent {h}:30 handle 1b3: pfifo limit 100\n");
+    s += &format!("filter add dev {dev} parent {h}: protocol ip prio 1 u32 match ip tos 0xb8 0xfc flowid {h}:10\n");
+    s += &format!("filter add dev {dev} parent {h}: protocol ip prio 2 u32 match ip protocol 6 0xff flowid {h}:20\n");
+    s
+}
+
+/// The gateway daemon's config for the `pacer` arm: the `[gateway]` role on
+/// `G`'s radio (the interface facing the mesh), voice = the lab's call ports
+/// (RTP and RTCP, 16000-32000), every TCP flow paced, the controller with
+/// the seed's bands (defaults), rates between 64 kbit/s and the root rate.
+pub fn pacer_config(socket: &str, spec: &GwSpec, phy: &Phy, playout_ms: u32) -> String {
+    let l = spec.link_kbps(phy);
+    format!(
+        "# generated by airpack lab: the gateway pacer (seed 003)\n[daemon]\ntun = \"airpack0\"\ncontrol_socket = \"{socket}\"\nlog = \"warn\"\n\n[gateway]\nenabled = true\ninterface = \"{}\"\nlink_rate_mbps = {:?}\ninitial_rate_kbps = {}\nmin_rate_kbps = 64\nmax_rate_kbps = {l}\nplayout_ms = {:?}\nwired_delay_ms = {:?}\n\n[[gateway.voice]]\nprotocol = \"udp\"\nports = \"16000-32000\"\n",
+        crate::topology::RADIO,
+        l as f64 / 1000.0,
+        spec.pacer_initial_kbps.clamp(64, l),
+        playout_ms as f64,
+        spec.wired_delay_ms,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_parse_and_refuse_bad_values() {
+        let g = GwSpec::parse("gw:3").unwrap().unwrap();
+        assert_eq!((g.hops, g.wired_delay_ms, g.wired_mbit), (3, 30.0, 100.0));
+        assert_eq!(g.name(), "gw3");
+        let g = GwSpec::parse("gw:2:10:20").unwrap().unwrap();
+        assert_eq!((g.hops, g.wired_delay_ms, g.wired_mbit), (2, 10.0, 20.0));
+        assert_eq!(g.name(), "gw2-d10-r20");
+        assert_eq!(GwSpec::parse("gw:1:5").unwrap().unwrap().name(), "gw1-d5");
+        for bad in [
+            "gw:0",
+            "gw:6",
+            "gw:x",
+            "gw:1:-1",
+            "gw:1:30:0",
+            "gw:1:30:10:1",
+            "gw:",
+        ] {
+            assert!(GwSpec::parse(bad).unwrap().is_err(), "{bad}");
+        }
+        assert!(GwSpec::parse("string:2").is_none());
+    }
+
+    #[test]
+    fn the_string_hangs_behind_the_gateway_and_calls_cross_it() {
+        let t = GwSpec::parse("gw:3").unwrap().unwrap().topology();
+        t.validate().unwrap();
+        assert_eq!(t.nodes, ["S", "G", "M1", "M2", "M3"]);
+        assert_eq!(t.links.len(), 3, "radio hops G-M1-M2-M3");
+        assert_eq!(t.wired.len(), 1);
+        assert_eq!((t.wired[0].delay_ms, t.wired[0].rate_mbit), (30.0, 100.0));
+        assert_eq!(t.calls, [["S".to_string(), "M3".to_string()]]);
+        assert_eq!(t.phy.as_deref(), Some("a12"));
+        assert_eq!(t.air, Air::Ns3);
+        let nh = t.next_hops();
+        assert_eq!(
+            t.path(&nh, "S", "M3").unwrap(),
+            ["S", "G", "M1", "M2", "M3"]
+        );
+        assert_eq!(
+            t.path(&nh, "M3", "S").unwrap(),
+            ["M3", "M2", "M1", "G", "S"]
+        );
+        // only neighbours hear each other (spatial reuse from 3 hops on)
+        assert!(!t.neighbours("G").contains(&"M2".to_string()));
+    }
+
+    #[test]
+    fn one_hop_rate_of_a12_is_below_the_phy_rate() {
+        let a12 = crate::medium::preset("a12").unwrap();
+        let k = one_hop_kbps(&a12);
+        assert!((8000..10_000).contains(&k), "{k}");
+        let mut g = GwSpec::parse("gw:1").unwrap().unwrap();
+        assert_eq!(g.link_kbps(&a12), k);
+        g.link_kbps = Some(5000);
+        assert_eq!(g.link_kbps(&a12), 5000);
+    }
+
+    #[test]
+    fn qdiscs_put_voice_first_and_shape_tcp_only_in_the_shaper() {
+        let v = qdisc_script("radio0", Shaping::VoicePriority, 9000, 2000);
+        assert!(
+            v.contains("classid 1b0:10 htb rate 9000kbit ceil 9000kbit prio 0"),
+            "{v}"
+        );
+        assert!(v.contains("match ip tos 0xb8 0xfc flowid 1b0:10"));
+        assert!(
+            v.contains("classid 1b0:20 htb rate 4500kbit ceil 9000kbit prio 1"),
+            "{v}"
+        );
+        assert!(v.contains("parent 1b0:20 handle 1b2: pfifo limit 100"));
+        let f = qdisc_script("radio0", Shaping::FixedShaper, 9000, 2000);
+        assert!(
+            f.contains("classid 1b0:20 htb rate 2000kbit ceil 2000kbit prio 1"),
+            "{f}"
+        );
+        assert!(f.contains("parent 1b0:20 handle 1b2: pfifo limit 50"));
+        assert!(f.contains("match ip protocol 6 0xff flowid 1b0:20"));
+        // a shaper above the root is held at the root
+        assert!(qdisc_script("r", Shaping::FixedShaper, 9000, 20_000)
+            .contains("classid 1b0:20 htb rate 4500kbit ceil 9000kbit"));
+    }
+
+    #[test]
+    fn pacer_config_is_a_gateway_on_the_radio() {
+        let a12 = crate::medium::preset("a12").unwrap();
+        let mut g = GwSpec::parse("gw:2").unwrap().unwrap();
+        g.pacer_initial_kbps = 800;
+        let s = pacer_config("/tmp/g.sock", &g, &a12, 60);
+        let v: toml::Value = toml::from_str(&s).unwrap();
+        let gw = &v["gateway"];
+        assert_eq!(gw["enabled"].as_bool(), Some(true));
+        assert_eq!(gw["interface"].as_str(), Some("radio0"));
+        assert_eq!(gw["initial_rate_kbps"].as_integer(), Some(800));
+        assert_eq!(
+            gw["max_rate_kbps"].as_integer(),
+            Some(one_hop_kbps(&a12) as i64)
+        );
+        assert_eq!(gw["wired_delay_ms"].as_float(), Some(30.0));
+        assert_eq!(gw["voice"][0]["ports"].as_str(), Some("16000-32000"));
+    }
+}
