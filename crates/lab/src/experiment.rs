@@ -484,7 +484,7 @@ fn check_air(mesh: &mut Mesh) -> Result<()> {
 /// Why a measured point is not a measurement of the air and is measured
 /// again: its senders lagged, its air lagged, or its air aborted on the
 /// real-time hard limit (a stalled machine).
-fn remeasure_reason(r: &Result<Point>) -> Option<String> {
+pub(crate) fn remeasure_reason(r: &Result<Point>) -> Option<String> {
     match r {
         Ok(p) if p.max_send_lag_ms > MAX_SEND_LAG_MS => {
             Some(format!("senders lagged {:.0} ms behind schedule", p.max_send_lag_ms))
