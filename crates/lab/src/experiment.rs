@@ -552,7 +552,7 @@ fn check_daemons(mesh: &mut Mesh, daemons: &mut [(String, PathBuf, Proc)]) -> Re
 /// Why a measured point is not a measurement of the air and is measured
 /// again: its senders lagged, its air lagged, or its air aborted on the
 /// real-time hard limit (a stalled machine).
-fn remeasure_reason(r: &Result<Point>) -> Option<String> {
+pub(crate) fn remeasure_reason(r: &Result<Point>) -> Option<String> {
     match r {
         Ok(p) if p.max_send_lag_ms > MAX_SEND_LAG_MS => {
             Some(format!("senders lagged {:.0} ms behind schedule", p.max_send_lag_ms))
