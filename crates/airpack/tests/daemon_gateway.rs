@@ -39,10 +39,6 @@ const RTP_SRV: u16 = 16_390;
 const TCP_PORT: u16 = 5_201;
 const INITIAL_BPS: u64 = 4_000_000;
 
-fn pattern(i: u64) -> u8 {
-    (i.wrapping_mul(7) ^ (i >> 11)) as u8
-}
-
 /// RTP (G.711, PT 0, 20 ms) from `from` to `to` in `ns` until `stop`;
 /// while `lossy` is set every fourth sequence number is skipped.
 fn rtp_sender(
@@ -235,20 +231,7 @@ fn gateway_paces_tcp_by_the_voice_quality() {
         )
         .unwrap();
         c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        let mut buf = vec![0u8; 16_384];
-        let (mut got, mut bad) = (0u64, 0u64);
-        loop {
-            let n = c.read(&mut buf).expect("client read (stalled connection?)");
-            if n == 0 {
-                break;
-            }
-            for (k, b) in buf[..n].iter().enumerate() {
-                if *b != pattern(got + k as u64) {
-                    bad += 1;
-                }
-            }
-            got += n as u64;
-        }
+        let (got, bad) = read_pattern(&mut c);
         (got, bad)
     });
 

@@ -41,10 +41,6 @@ const MOB: &str = "10.77.2.2";
 const SRV6: &str = "fd77:1::2";
 const Q_MAX: u64 = 6;
 
-fn pattern(i: u64) -> u8 {
-    (i.wrapping_mul(7) ^ (i >> 11)) as u8
-}
-
 /// srv — gw — mob, IPv4 and IPv6, TCP options on at both ends.
 fn topology(tag: &str) -> (Net, String, String, String) {
     let mut net = Net::new(tag);
@@ -198,20 +194,7 @@ fn download(
             let sock = socket_connect(sock, SocketAddr::new(addr, port));
             let mut c = sock;
             c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-            let mut buf = vec![0u8; 16_384];
-            let (mut got, mut bad) = (0u64, 0u64);
-            loop {
-                let n = c.read(&mut buf).expect("client read (stalled connection?)");
-                if n == 0 {
-                    break;
-                }
-                for (k, b) in buf[..n].iter().enumerate() {
-                    if *b != pattern(got + k as u64) {
-                        bad += 1;
-                    }
-                }
-                got += n as u64;
-            }
+            let (got, bad) = read_pattern(&mut c);
             drop(c);
             (got, bad)
         });

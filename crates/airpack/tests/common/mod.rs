@@ -498,6 +498,30 @@ pub fn receive_load(
     h
 }
 
+/// The byte at offset `i` of the gateway tests' TCP transfers.
+pub fn pattern(i: u64) -> u8 {
+    (i.wrapping_mul(7) ^ (i >> 11)) as u8
+}
+
+/// Reads `c` to its end (a read error panics: a stalled connection),
+/// comparing every byte with [`pattern`]; returns (bytes read, bytes wrong).
+pub fn read_pattern(c: &mut impl std::io::Read) -> (u64, u64) {
+    let mut buf = vec![0u8; 16_384];
+    let (mut got, mut bad) = (0u64, 0u64);
+    loop {
+        let n = c.read(&mut buf).expect("client read (stalled connection?)");
+        if n == 0 {
+            return (got, bad);
+        }
+        for (k, b) in buf[..n].iter().enumerate() {
+            if *b != pattern(got + k as u64) {
+                bad += 1;
+            }
+        }
+        got += n as u64;
+    }
+}
+
 /// Sends `bytes` over TCP from `ns_a` to a listener in `ns_b` at `dst:port`;
 /// returns (bytes sent, bytes received, received == sent content).
 pub fn tcp_transfer(
