@@ -10,22 +10,12 @@
 //! `airpack` binary (AIRPACK_BIN, or `airpack` next to this test's target
 //! directory, as built by `cargo build -p airpack`); prints SKIP otherwise.
 
+mod common;
 use airpack_lab::babel;
 use airpack_lab::experiment::{point_line, run_point, ExperimentConfig, Setup};
 use airpack_lab::medium::preset;
 use airpack_lab::netns;
 use airpack_lab::topology::{Mesh, MediumOpts, Routing, Topology};
-use std::path::PathBuf;
-
-fn airpack_bin() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("AIRPACK_BIN") {
-        return Some(PathBuf::from(p)).filter(|p| p.exists());
-    }
-    // <target>/<profile>/deps/lab_babel-xxxx -> <target>/<profile>/airpack
-    let exe = std::env::current_exe().ok()?;
-    let p = exe.parent()?.parent()?.join("airpack");
-    p.exists().then_some(p)
-}
 
 fn chain() -> Topology {
     let mut t = Topology::preset("string:2").unwrap();
@@ -87,7 +77,7 @@ fn calls_supported_and_aggregation_lowers_frames_with_babel() {
     if skip() {
         return;
     }
-    let Some(bin) = airpack_bin() else {
+    let Some(bin) = common::airpack_bin() else {
         eprintln!("SKIP lab_babel: no airpack binary (set AIRPACK_BIN or run `cargo build -p airpack` first)");
         return;
     };

@@ -10,20 +10,11 @@
 //! Needs root, ip/tc/nft, baresip (Debian `baresip-core`, installed by
 //! scripts/setup.sh) and the `airpack` binary; prints SKIP otherwise.
 
+mod common;
 use airpack_lab::experiment::{run_point, Client, ExperimentConfig, Setup};
 use airpack_lab::medium::preset;
 use airpack_lab::netns;
 use airpack_lab::topology::{MediumOpts, Topology};
-use std::path::PathBuf;
-
-fn airpack_bin() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("AIRPACK_BIN") {
-        return Some(PathBuf::from(p)).filter(|p| p.exists());
-    }
-    let exe = std::env::current_exe().ok()?;
-    let p = exe.parent()?.parent()?.join("airpack");
-    p.exists().then_some(p)
-}
 
 #[test]
 fn baresip_calls_cross_the_daemons() {
@@ -35,7 +26,7 @@ fn baresip_calls_cross_the_daemons() {
         eprintln!("SKIP lab_baresip: {why}");
         return;
     }
-    let Some(bin) = airpack_bin() else {
+    let Some(bin) = common::airpack_bin() else {
         eprintln!("SKIP lab_baresip: no airpack binary (set AIRPACK_BIN or run `cargo build -p airpack` first)");
         return;
     };

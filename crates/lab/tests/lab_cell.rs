@@ -25,20 +25,11 @@ use airpack_lab::medium::preset;
 use airpack_lab::topology::{MediumOpts, Topology};
 use std::path::PathBuf;
 
-fn airpack_bin() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("AIRPACK_BIN") {
-        return Some(PathBuf::from(p)).filter(|p| p.exists());
-    }
-    let exe = std::env::current_exe().ok()?;
-    let p = exe.parent()?.parent()?.join("airpack");
-    p.exists().then_some(p)
-}
-
 fn ready() -> Option<PathBuf> {
     if !common::ns3_ready("lab_cell", " (the cell runs on the ns-3 air only)") {
         return None;
     }
-    let Some(bin) = airpack_bin() else {
+    let Some(bin) = common::airpack_bin() else {
         eprintln!("SKIP lab_cell: no airpack binary (set AIRPACK_BIN or run `cargo build -p airpack` first)");
         return None;
     };

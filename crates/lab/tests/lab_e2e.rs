@@ -7,21 +7,11 @@
 //! `airpack` next to this test's target directory, as built by
 //! `cargo build --workspace`); prints SKIP otherwise.
 
+mod common;
 use airpack_lab::experiment::{run_point, ExperimentConfig, Setup};
 use airpack_lab::medium::preset;
 use airpack_lab::netns;
 use airpack_lab::topology::{MediumOpts, Topology};
-use std::path::PathBuf;
-
-fn airpack_bin() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("AIRPACK_BIN") {
-        return Some(PathBuf::from(p)).filter(|p| p.exists());
-    }
-    // <target>/<profile>/deps/lab_e2e-xxxx -> <target>/<profile>/airpack
-    let exe = std::env::current_exe().ok()?;
-    let p = exe.parent()?.parent()?.join("airpack");
-    p.exists().then_some(p)
-}
 
 #[test]
 fn aggregation_lowers_frames_on_air_and_calls_are_supported() {
@@ -29,7 +19,7 @@ fn aggregation_lowers_frames_on_air_and_calls_are_supported() {
         eprintln!("SKIP lab_e2e: {why} (needs root with ip, tc, nft)");
         return;
     }
-    let Some(bin) = airpack_bin() else {
+    let Some(bin) = common::airpack_bin() else {
         eprintln!("SKIP lab_e2e: no airpack binary (set AIRPACK_BIN or run `cargo build -p airpack` first)");
         return;
     };

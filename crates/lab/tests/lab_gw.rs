@@ -20,15 +20,6 @@ use airpack_lab::topology::{MediumOpts, Topology};
 use serde_json::Value;
 use std::path::PathBuf;
 
-fn airpack_bin() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("AIRPACK_BIN") {
-        return Some(PathBuf::from(p)).filter(|p| p.exists());
-    }
-    let exe = std::env::current_exe().ok()?;
-    let p = exe.parent()?.parent()?.join("airpack");
-    p.exists().then_some(p)
-}
-
 fn config(bin: PathBuf, work: PathBuf) -> ExperimentConfig {
     let mut topo = Topology::preset("gw:1").unwrap();
     let g = topo.gw.as_mut().expect("a gateway preset");
@@ -65,7 +56,7 @@ fn a_gateway_point_carries_a_call_and_a_tcp_flow_across_the_wired_delay() {
     if !common::ns3_ready("lab_gw", " (the wired link runs on the ns-3 air only)") {
         return;
     }
-    let Some(bin) = airpack_bin() else {
+    let Some(bin) = common::airpack_bin() else {
         eprintln!("SKIP lab_gw: no airpack binary (set AIRPACK_BIN or run `cargo build -p airpack` first)");
         return;
     };

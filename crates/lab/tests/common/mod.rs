@@ -1,4 +1,5 @@
-//! Shared by the lab's integration tests that need the ns-3 air.
+//! Shared by the lab's integration tests (not every test uses every item).
+#![allow(dead_code)]
 
 use airpack_lab::{air_ns3, netns};
 
@@ -37,4 +38,16 @@ pub fn ns3_ready(test: &str, needs: &str) -> bool {
         return false;
     }
     true
+}
+
+/// The `airpack` binary the lab runs in its namespaces: `AIRPACK_BIN`, or
+/// the one beside this test (`<target>/<profile>/deps/TEST-xxxx` ->
+/// `<target>/<profile>/airpack`).
+pub fn airpack_bin() -> Option<std::path::PathBuf> {
+    if let Ok(p) = std::env::var("AIRPACK_BIN") {
+        return Some(std::path::PathBuf::from(p)).filter(|p| p.exists());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let p = exe.parent()?.parent()?.join("airpack");
+    p.exists().then_some(p)
 }
