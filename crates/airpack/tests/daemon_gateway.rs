@@ -597,4 +597,38 @@ fn gateway_flow_table_is_bounded_and_forged_rtcp_is_ignored() {
     assert_eq!(g["ignored"]["rtcp_unknown_call"], 3, "{g}");
     assert_eq!(g["calls"], 0, "RTCP creates no call: {g}");
     assert_eq!(g["tc"]["failures"], 0, "{g}");
+
+    // A reload: the controller's settings apply in place (a lower ceiling
+    // clamps the running 20 Mbit/s at once), a table size needs a restart.
+    assert_eq!(g["config"]["period_us"], 200_000, "{g}");
+    let text = std::fs::read_to_string(&d.config).unwrap();
+    let text = text
+        .replace("period_ms = 200", "period_ms = 400")
+        .replace("initial_rate_kbps = 20000", "initial_rate_kbps = 4000")
+        .replace(
+            "max_flows = 2",
+            "max_flows = 5\nmax_rate_kbps = 5000\nr_good = 0.08",
+        );
+    std::fs::write(&d.config, text).unwrap();
+    d.signal(libc::SIGHUP);
+    wait_until(
+        "the reloaded gateway settings",
+        Duration::from_secs(20),
+        || gw(&d)["config"]["period_us"] == 400_000 || d.log_text().contains("reload rejected"),
+    );
+    let g = gw(&d);
+    assert_eq!(g["config"]["ceiling_bps"], 5_000_000, "{g}\n{}", d.log_text());
+    assert_eq!(g["config"]["steps"][0], 0.08, "{g}");
+    assert!(g["tcp_rate_bps"].as_u64().unwrap() <= 5_000_000, "{g}");
+    assert!(
+        d.log_text()
+            .contains("gateway.max_flows only take effect after a restart"),
+        "{}",
+        d.log_text()
+    );
+    assert_eq!(d.stats()["total"]["daemon"]["reload_errors"], 0);
+    // The HTB tree follows the clamped rate within a period or two.
+    wait_until("HTB at the new ceiling", Duration::from_secs(20), || {
+        gw(&d)["htb_tcp_rate_bps"].as_u64().unwrap_or(u64::MAX) <= 5_000_000
+    });
 }

@@ -177,6 +177,22 @@ impl Vpm {
         }
     }
 
+    /// New settings while running (a reload): window, percentile, playout,
+    /// wired delay and idle timeout apply from now on (a changed window
+    /// re-buckets over one window); `max_calls` stays, as the table was
+    /// allocated for it.
+    pub fn retune(&mut self, cfg: &VpmConfig) {
+        self.cfg = VpmConfig {
+            max_calls: self.cfg.max_calls,
+            ..*cfg
+        };
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &VpmConfig {
+        &self.cfg
+    }
+
     /// Counters of ignored input.
     pub fn counters(&self) -> VpmCounters {
         self.counters

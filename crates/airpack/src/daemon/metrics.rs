@@ -250,6 +250,11 @@ pub const META: &[Meta] = &[
     m("gateway.tc.reads", C, "Gateway: tc class counter reads."),
     m("gateway.tc.failures", C, "Gateway: tc scripts or reads that failed."),
     m("gateway.tc.skipped", C, "Gateway: periods whose state was not handed to the tc thread (still busy)."),
+    m("gateway.config.period_us", G, "Gateway: the rate controller's period, µs (a reload may change it)."),
+    m("gateway.config.floor_bps", G, "Gateway: the lowest TCP rate the controller allows, bit/s."),
+    m("gateway.config.ceiling_bps", G, "Gateway: the highest TCP rate the controller allows, bit/s."),
+    m("gateway.config.mos_window_us", G, "Gateway: the window of the voice quality estimate, µs."),
+    m("gateway.config.mos_percentile", G, "Gateway: which call's MOS is the network's (0 the worst, 0.5 the median)."),
     // The gateway's TCP Improvement Module (`gateway.tcp_improvement`).
     map("gateway.tcp_improvement.read", "direction", "Gateway TCP improvement: packets read from its TUNs, into and out of the mesh."),
     map("gateway.tcp_improvement.written", "direction", "Gateway TCP improvement: packets written back (forwarded)."),

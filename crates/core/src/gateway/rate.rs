@@ -197,6 +197,17 @@ impl RateController {
         &self.cfg
     }
 
+    /// New settings while running (a reload): the rate stays where it is,
+    /// clamped into the new floor and ceiling; the step already due stays
+    /// due when it was, the ones after follow the new period. (`initial_bps`
+    /// only matters at the start.) Refused, nothing changed, if invalid.
+    pub fn reconfigure(&mut self, cfg: RateConfig) -> Result<(), RateConfigError> {
+        cfg.validate()?;
+        self.rate_bps = self.rate_bps.clamp(cfg.floor_bps, cfg.ceiling_bps);
+        self.cfg = cfg;
+        Ok(())
+    }
+
     /// Total TCP rate now (bit/s).
     pub fn rate_bps(&self) -> u64 {
         self.rate_bps
@@ -378,5 +389,28 @@ mod tests {
             let r2 = rate.saturating_add(1000);
             prop_assert!(c.next_rate(rate, Some(lo)) <= c.next_rate(r2, Some(lo)));
         }
+    }
+
+    #[test]
+    fn reconfigure_keeps_the_rate_within_the_new_bounds_and_refuses_bad_settings() {
+        let cfg = RateConfig::default();
+        let mut c = RateController::new(cfg).unwrap();
+        c.on_timeout(0, None);
+        let before = c.rate_bps();
+        // A lower ceiling clamps the running rate at once; steps use the new size.
+        let low = RateConfig {
+            ceiling_bps: before / 2,
+            floor_bps: cfg.floor_bps.min(before / 4),
+            r_good: 0.5,
+            ..cfg
+        };
+        c.reconfigure(low).unwrap();
+        assert_eq!(c.rate_bps(), before / 2);
+        assert_eq!(c.config().r_good, 0.5);
+        // Invalid settings (bands out of order) change nothing.
+        let bad = RateConfig { q_good: 1.0, ..low };
+        assert!(c.reconfigure(bad).is_err());
+        assert_eq!(c.config().r_good, 0.5);
+        assert_eq!(c.rate_bps(), before / 2);
     }
 }

@@ -41,7 +41,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// Poll token of the voice observation socket.
 pub(super) const TOK_GW_VOICE: u64 = 90;
@@ -599,6 +599,19 @@ impl Gateway {
     }
 
     /// The `gateway` object of `airpack stats`.
+    /// A reload's new settings for the controller and the voice protection
+    /// module (the rest of `[gateway]` needs a restart; see
+    /// `Daemon::reload_gateway`). Takes effect from the next period on.
+    pub(super) fn retune(&mut self, plan: &GatewayPlan) -> Result<(), String> {
+        self.rate
+            .reconfigure(plan.rate)
+            .map_err(|e| format!("gateway rate settings refused: {e:?}"))?;
+        self.vpm.retune(&plan.vpm);
+        self.plan.rate = plan.rate;
+        self.plan.vpm = self.vpm.config().to_owned();
+        Ok(())
+    }
+
     pub(super) fn json(&self) -> Value {
         let report = self.tc.as_ref().map(|t| t.report()).unwrap_or_default();
         let class = |m: u16| report.classes.get(&m).copied().unwrap_or_default();
@@ -612,6 +625,17 @@ impl Gateway {
         let v = self.vpm.counters();
         let mut out = json!({
             "interface": self.plan.interface,
+            "config": {
+                "period_us": self.rate.config().period_us,
+                "floor_bps": self.rate.config().floor_bps,
+                "ceiling_bps": self.rate.config().ceiling_bps,
+                "bands": [self.rate.config().q_good, self.rate.config().q_fair,
+                          self.rate.config().q_poor, self.rate.config().q_choke],
+                "steps": [self.rate.config().r_good, self.rate.config().r_fair,
+                          self.rate.config().r_poor, self.rate.config().r_choke],
+                "mos_window_us": self.vpm.config().window_us,
+                "mos_percentile": self.vpm.config().percentile,
+            },
             "network_mos": self.network_mos,
             "calls": self.vpm.calls(),
             "calls_with_mos": self.calls_with_mos,
@@ -695,6 +719,71 @@ impl Daemon {
         if let Some(g) = self.gateway.as_mut() {
             g.tick(now);
         }
+    }
+
+    /// A reload of `[gateway]`: the controller's and the voice protection
+    /// module's settings (bands, steps, period, rate bounds, MOS window,
+    /// percentile, playout, wired delay, call idle time) apply in place; the
+    /// keys that shape the HTB tree, the observation sockets, the tables or
+    /// the TCP Improvement Module keep their running values (a restart
+    /// applies them), as does `enabled`. Edits `new` to what runs.
+    pub(super) fn reload_gateway(&mut self, new: &mut crate::daemon::config::Plan) {
+        let old = &self.plan.config.gateway;
+        let n = &mut new.config.gateway;
+        let mut kept = Vec::new();
+        macro_rules! keep {
+            ($($f:ident),+) => {$(
+                if old.$f != n.$f {
+                    kept.push(concat!("gateway.", stringify!($f)));
+                    n.$f = old.$f.clone();
+                }
+            )+};
+        }
+        keep!(enabled, interface, link_rate_mbps, max_calls, max_flows);
+        keep!(
+            flow_idle_ms,
+            flow_queue_packets,
+            tcp_improvement,
+            tcp_tun,
+            q_min,
+            q_max
+        );
+        keep!(
+            recovery_segments,
+            local_recovery,
+            redundant_drop,
+            window_control,
+            voice,
+            tcp
+        );
+        if !kept.is_empty() {
+            warn!(
+                "reload: {} only take effect after a restart; keeping the running values",
+                kept.join(", ")
+            );
+        }
+        // What runs: the running plan with the new tunables (the new plan was
+        // derived and checked from the new section; the kept keys above are
+        // the old plan's).
+        let mut plan = self.plan.gateway.clone();
+        if let (Some(p), Some(np)) = (plan.as_mut(), new.gateway.as_ref()) {
+            // (`initial_rate_kbps` is taken too: it must lie within the new
+            // bounds, and only a restart starts from it.)
+            p.rate = np.rate;
+            p.vpm = airpack_voice::vpm::VpmConfig {
+                max_calls: p.vpm.max_calls,
+                ..np.vpm
+            };
+        }
+        if let (Some(g), Some(p)) = (self.gateway.as_mut(), plan.as_ref()) {
+            if let Err(e) = g.retune(p) {
+                self.counters.reload_errors += 1;
+                error!("reload: {e}; keeping the running gateway settings");
+                new.config.gateway = self.plan.config.gateway.clone();
+                plan = self.plan.gateway.clone();
+            }
+        }
+        new.gateway = plan;
     }
 
     /// Removes the gateway's qdisc at stop.

@@ -51,9 +51,6 @@ impl Daemon {
             keep!(daemon.cpu_latency_us);
             keep!(aggregation.protocol);
             keep!(discovery);
-            // The gateway role is not rebuilt by a reload (its HTB tree and
-            // observation sockets stay): its section needs a restart.
-            keep!(gateway);
             if !kept.is_empty() {
                 warn!(
                     "reload: {} only take effect after a restart; keeping the running values",
@@ -62,7 +59,8 @@ impl Daemon {
             }
         }
         new.prometheus = self.plan.prometheus;
-        new.gateway = self.plan.gateway.clone();
+        // `[gateway]`: its controller settings in place, the rest kept.
+        self.reload_gateway(&mut new);
         // The downlink roles: applied (rebuilt) or refused, before the
         // steering follows `new` (it carries the AP's media ports).
         let downlink: Vec<String> = [
