@@ -617,7 +617,12 @@ fn gateway_flow_table_is_bounded_and_forged_rtcp_is_ignored() {
         || gw(&d)["config"]["period_us"] == 400_000 || d.log_text().contains("reload rejected"),
     );
     let g = gw(&d);
-    assert_eq!(g["config"]["ceiling_bps"], 5_000_000, "{g}\n{}", d.log_text());
+    assert_eq!(
+        g["config"]["ceiling_bps"],
+        5_000_000,
+        "{g}\n{}",
+        d.log_text()
+    );
     assert_eq!(g["config"]["steps"][0], 0.08, "{g}");
     assert!(g["tcp_rate_bps"].as_u64().unwrap() <= 5_000_000, "{g}");
     assert!(
