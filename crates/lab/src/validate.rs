@@ -120,6 +120,27 @@ pub fn agrees(sim: u32, emulated: u32) -> bool {
     (f64::from(emulated) - f64::from(sim)).abs() <= tolerance(sim) + 1e-9
 }
 
+/// The most calls an emulated search of a row probes, given the pure
+/// simulation's result: the smallest count that already disagrees by the
+/// rule ([`agrees`]), so the verdict is decided while no point runs far
+/// beyond capacity. Such a point saturates every hop, and the real-time air
+/// could not keep up with it (16 calls on 5-hop chains whose capacity is 8:
+/// lag p99 1.4-15 ms on every try on a quiet machine). An emulated search
+/// stopped by this bound reports "at least" it, a disagreement. Without a
+/// usable simulation result, `max_calls`.
+pub fn probe_bound(sim: Option<&SetupResult>, max_calls: u32) -> u32 {
+    match sim {
+        Some(s) if s.error.is_none() && !s.capacity_at_least => {
+            let mut n = s.capacity + 1;
+            while agrees(s.capacity, n) {
+                n += 1;
+            }
+            n.max(2).min(max_calls)
+        }
+        _ => max_calls,
+    }
+}
+
 /// Published single-hop capacity (calls; `../shared/reference/`: Gast's
 /// table after Cisco's 7920 guide), for 802.11b presets.
 pub fn published_single_hop(preset: &str, codec: &str) -> Option<u32> {
@@ -379,7 +400,10 @@ pub fn main(a: ValidateArgs) -> Result<()> {
                         "ns3" => (Air::Ns3, kept_up_point),
                         _ => (Air::Tc, kept_up_point),
                     };
-                    let cfg = config(&a, preset, codec, topo, kind, dir.join(air))?;
+                    let mut cfg = config(&a, preset, codec, topo, kind, dir.join(air))?;
+                    if air != "sim" {
+                        cfg.max_calls = probe_bound(row.sim.as_ref(), a.max_calls);
+                    }
                     let res = capacity_search_with(&cfg, Setup::Off, runner, |_| {});
                     eprintln!(
                         "lab validate: {preset} {codec} {topo}: {air} capacity {}",
@@ -564,5 +588,28 @@ mod tests {
             t.contains("| b2 | g729 | string:1 | 9 | error (8) | - | 8 | - | - |"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn emulated_searches_stop_where_the_verdict_is_decided() {
+        let sim = |capacity, at_least| SetupResult {
+            setup: Setup::Off,
+            capacity,
+            capacity_at_least: at_least,
+            error: None,
+            points: Vec::new(),
+        };
+        // 8 calls: 9 agrees (one call), 10 is the first that disagrees.
+        assert_eq!(probe_bound(Some(&sim(8, false)), 64), 10);
+        assert!(agrees(8, 9) && !agrees(8, 10));
+        // 30 calls: 10 % is 3, so 34 is the first disagreement.
+        assert_eq!(probe_bound(Some(&sim(30, false)), 64), 34);
+        assert!(agrees(30, 33) && !agrees(30, 34));
+        // 0 calls: 2 (one call still agrees), and never above --max-calls.
+        assert_eq!(probe_bound(Some(&sim(0, false)), 64), 2);
+        assert_eq!(probe_bound(Some(&sim(60, false)), 64), 64);
+        // No usable simulation: the configured bound.
+        assert_eq!(probe_bound(Some(&sim(64, true)), 64), 64);
+        assert_eq!(probe_bound(None, 40), 40);
     }
 }
