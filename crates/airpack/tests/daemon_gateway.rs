@@ -133,14 +133,7 @@ fn gateway_paces_tcp_by_the_voice_quality() {
     if !can_run("gateway_paces_tcp_by_the_voice_quality") {
         return;
     }
-    let mut net = Net::new("gw");
-    let srv = net.ns("srv");
-    let gwn = net.ns("gw");
-    let mob = net.ns("mob");
-    net.link(&srv, "s0", "10.77.1.2/24", &gwn, "wired0", "10.77.1.1/24");
-    net.link(&gwn, "mesh0", "10.77.2.1/24", &mob, "m0", "10.77.2.2/24");
-    net.ip(&srv, &["route", "add", "default", "via", "10.77.1.1"]);
-    net.ip(&mob, &["route", "add", "default", "via", "10.77.2.1"]);
+    let (net, srv, gwn, mob) = gateway_net("gw");
     let cfg_text = format!(
         "[daemon]\ntun = \"apgw0\"\nprometheus = \"127.0.0.1:19477\"\n[gateway]\nenabled = true\ninterface = \"mesh0\"\n\
          period_ms = 400\ninitial_rate_kbps = {}\nmin_rate_kbps = 256\nmax_rate_kbps = 200000\n\
@@ -423,14 +416,7 @@ fn bench_gateway_htb_precision() {
         .ok()
         .map_or(5, |s| s.parse().unwrap());
     for (i, kbps) in rates.into_iter().enumerate() {
-        let mut net = Net::new("gwb");
-        let srv = net.ns("srv");
-        let gwn = net.ns("gw");
-        let mob = net.ns("mob");
-        net.link(&srv, "s0", "10.77.1.2/24", &gwn, "wired0", "10.77.1.1/24");
-        net.link(&gwn, "mesh0", "10.77.2.1/24", &mob, "m0", "10.77.2.2/24");
-        net.ip(&srv, &["route", "add", "default", "via", "10.77.1.1"]);
-        net.ip(&mob, &["route", "add", "default", "via", "10.77.2.1"]);
+        let (net, srv, gwn, mob) = gateway_net("gwb");
         if std::env::var_os("AIRPACK_GW_NOGSO").is_some() {
             // One segment per packet from the server (a radio does not offload).
             net.ip(&srv, &["link", "set", "s0", "gso_max_segs", "1"]);
@@ -543,14 +529,7 @@ fn gateway_flow_table_is_bounded_and_forged_rtcp_is_ignored() {
     if !can_run("gateway_flow_table_is_bounded_and_forged_rtcp_is_ignored") {
         return;
     }
-    let mut net = Net::new("gwb");
-    let srv = net.ns("srv");
-    let gwn = net.ns("gw");
-    let mob = net.ns("mob");
-    net.link(&srv, "s0", "10.77.1.2/24", &gwn, "wired0", "10.77.1.1/24");
-    net.link(&gwn, "mesh0", "10.77.2.1/24", &mob, "m0", "10.77.2.2/24");
-    net.ip(&srv, &["route", "add", "default", "via", "10.77.1.1"]);
-    net.ip(&mob, &["route", "add", "default", "via", "10.77.2.1"]);
+    let (net, srv, gwn, mob) = gateway_net("gwb");
     let d = net.daemon(
         &gwn,
         "[daemon]\ntun = \"apgw0\"\n[gateway]\nenabled = true\ninterface = \"mesh0\"\n\

@@ -43,14 +43,7 @@ const Q_MAX: u64 = 6;
 
 /// srv — gw — mob, IPv4 and IPv6, TCP options on at both ends.
 fn topology(tag: &str) -> (Net, String, String, String) {
-    let mut net = Net::new(tag);
-    let srv = net.ns("srv");
-    let gwn = net.ns("gw");
-    let mob = net.ns("mob");
-    net.link(&srv, "s0", "10.77.1.2/24", &gwn, "wired0", "10.77.1.1/24");
-    net.link(&gwn, "mesh0", "10.77.2.1/24", &mob, "m0", "10.77.2.2/24");
-    net.ip(&srv, &["route", "add", "default", "via", "10.77.1.1"]);
-    net.ip(&mob, &["route", "add", "default", "via", "10.77.2.1"]);
+    let (net, srv, gwn, mob) = gateway_net(tag);
     for (ns, dev, a) in [
         (&srv, "s0", "fd77:1::2/64"),
         (&gwn, "wired0", "fd77:1::1/64"),

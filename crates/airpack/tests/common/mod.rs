@@ -952,3 +952,18 @@ pub fn metrics_response(ns: &str, port: u16) -> String {
     .join()
     .unwrap()
 }
+
+/// The gateway tests' network: `srv` (wired side, 10.77.1.2) — `gw` (wired0
+/// 10.77.1.1, mesh0 10.77.2.1) — `mob` (mesh side, 10.77.2.2), IPv4 default
+/// routes through `gw`. Returns (net, srv, gw, mob).
+pub fn gateway_net(tag: &str) -> (Net, String, String, String) {
+    let mut net = Net::new(tag);
+    let srv = net.ns("srv");
+    let gwn = net.ns("gw");
+    let mob = net.ns("mob");
+    net.link(&srv, "s0", "10.77.1.2/24", &gwn, "wired0", "10.77.1.1/24");
+    net.link(&gwn, "mesh0", "10.77.2.1/24", &mob, "m0", "10.77.2.2/24");
+    net.ip(&srv, &["route", "add", "default", "via", "10.77.1.1"]);
+    net.ip(&mob, &["route", "add", "default", "via", "10.77.2.1"]);
+    (net, srv, gwn, mob)
+}
