@@ -27,6 +27,7 @@ pub mod tcp_bulk;
 pub mod topology;
 pub mod validate;
 pub mod validate_sim;
+pub mod validate_walk;
 pub mod voip;
 
 use anyhow::{bail, Context, Result};

@@ -2,7 +2,8 @@
 //! and topology, the voice capacity (no aggregation, CBR) in pure ns-3
 //! simulation ([`crate::validate_sim`]), emulated on the ns-3 air and
 //! emulated on the tc air, all found by the same search
-//! ([`crate::experiment::capacity_search_with`]); a row agrees when the
+//! ([`crate::experiment::capacity_search_with`]; emulated rows walk from the
+//! simulated capacity, [`crate::validate_walk`]); a row agrees when the
 //! ns-3 air is within one call or 10 % of the simulation, whichever is
 //! larger ([`agrees`]). An emulated point is measured until its senders
 //! and air keep up, at most [`MAX_TRIES`] times, else its row is "not
@@ -16,6 +17,7 @@ use crate::experiment::{
     capacity_search_with, run_point, Client, ExperimentConfig, Setup, SetupResult,
 };
 use crate::topology::{Air, MediumOpts, Topology};
+use crate::validate_walk::walk_search;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -53,6 +55,11 @@ pub struct ValidateArgs {
     /// The airpack binary to run in the namespaces (default: this executable).
     #[arg(long, env = "AIRPACK_BIN")]
     bin: Option<PathBuf>,
+    /// Search emulated rows by doubling from one call, as the simulation,
+    /// instead of walking from the simulated capacity
+    /// ([`crate::validate_walk`]).
+    #[arg(long)]
+    full_search: bool,
 }
 
 /// Measures one point of `n` calls.
@@ -139,6 +146,16 @@ pub fn probe_bound(sim: Option<&SetupResult>, max_calls: u32) -> u32 {
         }
         _ => max_calls,
     }
+}
+
+/// The smallest call count that still agrees with a simulated capacity
+/// ([`agrees`]): where an emulated walk stops looking downwards.
+pub fn agree_floor(sim: u32) -> u32 {
+    let mut n = sim;
+    while n > 0 && agrees(sim, n - 1) {
+        n -= 1;
+    }
+    n
 }
 
 /// Published single-hop capacity (calls; `../shared/reference/`: Gast's
@@ -281,6 +298,8 @@ struct Run<'a> {
     started_unix_s: u64,
     duration_s: f64,
     rule: &'static str,
+    /// How emulated rows were searched.
+    search: &'static str,
     rows: &'a [Row],
 }
 
@@ -401,10 +420,25 @@ pub fn main(a: ValidateArgs) -> Result<()> {
                         _ => (Air::Tc, kept_up_point),
                     };
                     let mut cfg = config(&a, preset, codec, topo, kind, dir.join(air))?;
+                    let seed = row
+                        .sim
+                        .as_ref()
+                        .filter(|s| s.error.is_none() && !s.capacity_at_least)
+                        .map(|s| s.capacity);
                     if air != "sim" {
                         cfg.max_calls = probe_bound(row.sim.as_ref(), a.max_calls);
                     }
-                    let res = capacity_search_with(&cfg, Setup::Off, runner, |_| {});
+                    let res = match seed {
+                        Some(sim) if air != "sim" && !a.full_search => walk_search(
+                            &cfg,
+                            Setup::Off,
+                            runner,
+                            sim,
+                            agree_floor(sim),
+                            cfg.max_calls,
+                        ),
+                        _ => capacity_search_with(&cfg, Setup::Off, runner, |_| {}),
+                    };
                     eprintln!(
                         "lab validate: {preset} {codec} {topo}: {air} capacity {}",
                         cell(&Some(res.clone()))
@@ -429,6 +463,11 @@ pub fn main(a: ValidateArgs) -> Result<()> {
                     started_unix_s: secs,
                     duration_s: a.duration,
                     rule: "agree: |ns-3 air - pure sim| <= max(1 call, 10 % of pure sim)",
+                    search: if a.full_search {
+                        "doubling from 1 call, bisection, confirming run (as the simulation)"
+                    } else {
+                        "emulated: walk from the simulated capacity, confirming run (validate_walk)"
+                    },
                     rows: &rows,
                 };
                 std::fs::write(&out, serde_json::to_vec_pretty(&run)?)?;
@@ -486,6 +525,7 @@ mod tests {
             out: None,
             quick: false,
             bin: Some(PathBuf::from("/bin/true")),
+            full_search: false,
         };
         let c = config(&a, "ht3", "g729", "string:2", Air::Ns3, PathBuf::from("/x")).unwrap();
         assert_eq!(
@@ -611,5 +651,16 @@ mod tests {
         // No usable simulation: the configured bound.
         assert_eq!(probe_bound(Some(&sim(64, true)), 64), 64);
         assert_eq!(probe_bound(None, 40), 40);
+        // ... and look no lower than the last agreeing count
+        assert_eq!(
+            (
+                agree_floor(8),
+                agree_floor(30),
+                agree_floor(1),
+                agree_floor(0)
+            ),
+            (7, 27, 0, 0)
+        );
+        assert!(agrees(30, 27) && !agrees(30, 26));
     }
 }
