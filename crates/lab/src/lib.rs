@@ -441,6 +441,24 @@ mod tests {
     use topology::Air;
 
     #[test]
+    fn tcp_flows_outside_a_gateway_preset_are_tcp_voice_downloads() {
+        let c = |args: &[&str]| Common::try_parse_from([&["lab"], args].concat()).unwrap();
+        // seed001: the flows move to tcp-voice's load, the rest of the options stay
+        let (rest, load) = tcp_voice_split(&c(&["--tcp-flows", "3", "--tcp-cc", "reno"]), "bundle", 200).unwrap();
+        let load = load.unwrap();
+        assert_eq!((load.flows, load.cc.as_str(), load.class, load.max_len), (3, "reno", tcp_voice::TcpClass::Bundle, 200));
+        assert_eq!(rest.gw.tcp_flows, 0, "build_config would refuse flows without a gateway preset");
+        assert_eq!(rest.preset, "seed001");
+        // a gateway preset keeps its own flows (S -> MN)
+        let (rest, load) = tcp_voice_split(&c(&["--preset", "gw:2", "--tcp-flows", "3"]), "opportunistic", 750).unwrap();
+        assert!(load.is_none());
+        assert_eq!(rest.gw.tcp_flows, 3);
+        // no flows, no load; a bad class is an error
+        assert!(tcp_voice_split(&c(&[]), "opportunistic", 750).unwrap().1.is_none());
+        assert!(tcp_voice_split(&c(&["--tcp-flows", "1"]), "bypass", 750).is_err());
+    }
+
+    #[test]
     fn the_air_is_the_flag_else_the_files_else_ns3() {
         assert_eq!(DEFAULT_AIR, Air::Ns3);
         assert_eq!(choose_air(None, None).unwrap(), Air::Ns3);
