@@ -575,6 +575,13 @@ pub(crate) fn remeasure_reason(r: &Result<Point>) -> Option<String> {
 
 /// Measure one point: `n` calls under `setup`.
 pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> {
+    run_point_with(cfg, setup, n, None)
+}
+
+/// [`run_point`] with bulk TCP flows between the call endpoints beside the
+/// calls and, in every daemon, a class for their small packets
+/// ([`crate::tcp_voice`]; the gateway presets' flows are [`crate::gw`]'s).
+pub fn run_point_with(cfg: &ExperimentConfig, setup: Setup, n: u32, tcp_load: Option<&crate::tcp_voice::TcpLoad>) -> Result<Point> {
     let t0 = Instant::now();
     // a cell preset is built with one station per call ([`crate::cell`])
     let scaled;
@@ -603,7 +610,10 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     for node in &cfg.topo.nodes {
         let sock = dir.join(format!("{node}.sock"));
         let air_file = mesh.ns3.as_ref().map(|a| a.obs_path(node));
-        let Some(conf) = daemon_config(cfg, setup, node, n, &sock, air_file.as_deref()) else { continue };
+        let Some(mut conf) = daemon_config(cfg, setup, node, n, &sock, air_file.as_deref()) else { continue };
+        if let Some(t) = tcp_load {
+            conf.push_str(&t.daemon_class());
+        }
         let path = dir.join(format!("{node}.toml"));
         std::fs::write(&path, conf)?;
         let log = dir.join(format!("{node}.daemon.log"));
@@ -662,7 +672,13 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
             let end = start_at + (cfg.duration_s * 1000.0) as u64;
             Some(crate::tcp_bulk::start(&gw_flows(&mesh, g)?, &g.tcp_cc, start_at, end)?)
         }
-        _ => None,
+        _ => match tcp_load {
+            Some(t) if t.flows > 0 => {
+                let end = start_at + (cfg.duration_s * 1000.0) as u64;
+                Some(crate::tcp_bulk::start(&t.flow_specs(&cfg.topo, &mesh)?, &t.cc, start_at, end)?)
+            }
+            _ => None,
+        },
     };
     let (results, signalling) = match cfg.client {
         Client::Airpack => (run_voips(cfg, &mut mesh, &dir, &spec_path, n)?, None),
@@ -674,7 +690,8 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
             (r, Some(serde_json::to_value(s)?))
         }
     };
-    let tcp = flows.map(|f| crate::tcp_bulk::TcpSummary::of(&cfg.topo.gw.as_ref().map(|g| g.tcp_cc.clone()).unwrap_or_default(), f.finish()));
+    let tcp_cc = cfg.topo.gw.as_ref().map(|g| g.tcp_cc.clone()).or_else(|| tcp_load.map(|t| t.cc.clone())).unwrap_or_default();
+    let tcp = flows.map(|f| crate::tcp_bulk::TcpSummary::of(&tcp_cc, f.finish()));
     // collect
     let link_sizes = sampler.map(|s| s.finish(&cfg.topo)).unwrap_or_default();
     let ber_frames = crate::link_size::ber_delta(&ber0, &crate::link_size::ber_frames(&mesh));

@@ -24,6 +24,7 @@ pub mod medium;
 pub mod netns;
 pub mod report;
 pub mod tcp_bulk;
+pub mod tcp_voice;
 pub mod topology;
 pub mod validate;
 pub mod validate_sim;
@@ -53,6 +54,10 @@ enum LabCmd {
     /// Validate the ns-3 air: voice capacity (no aggregation, CBR) in pure
     /// ns-3 simulation vs emulated on the ns-3 air and on the tc air.
     Validate(validate::ValidateArgs),
+    /// N calls plus M bulk TCP flows (`--tcp-flows M`) between the call
+    /// endpoints, per setup and repetition: the TCP goodput left beside
+    /// voice (issue 11 point 9, seed 004; docs/lab.md section 7).
+    TcpVoice(TcpVoiceArgs),
     /// Print the 802.11 airtime presets and single-hop capacities.
     Presets,
     /// Delete namespaces left by crashed lab runs (`--all`: every lab namespace).
@@ -167,6 +172,14 @@ struct RunArgs {
 }
 
 #[derive(clap::Args, Debug, Clone)]
+struct TcpVoiceArgs {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    opts: tcp_voice::Opts,
+}
+
+#[derive(clap::Args, Debug, Clone)]
 struct PointArgs {
     #[command(flatten)]
     common: Common,
@@ -271,6 +284,19 @@ fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) ->
     })
 }
 
+/// `--tcp-flows` outside the gateway presets: the common options without
+/// them (the gateway's flows stay with `gw:N`) and the TCP load of
+/// [`tcp_voice`] (None without flows or on a gateway preset).
+fn tcp_voice_split(c: &Common, class: &str, max_len: u16) -> Result<(Common, Option<tcp_voice::TcpLoad>)> {
+    if c.gw.tcp_flows == 0 || (c.topology.is_none() && gw::GwSpec::parse(&c.preset).is_some()) {
+        return Ok((c.clone(), None));
+    }
+    let load = tcp_voice::TcpLoad { flows: c.gw.tcp_flows, cc: c.gw.tcp_cc.clone(), class: tcp_voice::TcpClass::parse(class)?, max_len };
+    let mut rest = c.clone();
+    rest.gw.tcp_flows = 0;
+    Ok((rest, Some(load)))
+}
+
 fn prepare() -> Result<()> {
     if let Err(why) = netns::check_privileges() {
         bail!("airpack lab needs root and ip/tc/nft/sysctl: {why}");
@@ -308,13 +334,24 @@ pub fn main(args: LabArgs) -> Result<()> {
             prepare()?;
             let setup = Setup::parse(&p.setup)?;
             let work = p.work.clone().unwrap_or_else(|| PathBuf::from(format!("/tmp/airpack-lab-{}", std::process::id())));
-            let cfg = build_config(&p.common, p.common.duration.unwrap_or(10.0), p.calls, work)?;
-            let point = experiment::run_point(&cfg, setup, p.calls)?;
+            // outside the gateway presets, --tcp-flows are tcp-voice's downloads between the call endpoints
+            let (common, tcp) = tcp_voice_split(&p.common, "opportunistic", 750)?;
+            let cfg = build_config(&common, p.common.duration.unwrap_or(10.0), p.calls, work)?;
+            let point = experiment::run_point_with(&cfg, setup, p.calls, tcp.as_ref())?;
             eprintln!("{}", experiment::point_line(&point));
             println!("{}", serde_json::to_string_pretty(&point)?);
             Ok(())
         }
         LabCmd::Run(r) => run(r),
+        LabCmd::TcpVoice(t) => {
+            prepare()?;
+            let (common, tcp) = tcp_voice_split(&t.common, &t.opts.tcp_class, t.opts.tcp_max_len)?;
+            let tcp = tcp.context("tcp-voice needs --tcp-flows M on a topology without a gateway (not gw:N)")?;
+            let work = std::fs::canonicalize(".")?.join(&t.opts.out).join("work");
+            let cfg = build_config(&common, t.common.duration.unwrap_or(20.0), 0, work)?;
+            let command = std::env::args().collect::<Vec<_>>().join(" ");
+            tcp_voice::run(&cfg, &tcp, &t.opts, &command)
+        }
         LabCmd::Validate(v) => {
             prepare()?;
             validate::main(v)
@@ -403,6 +440,24 @@ fn run(r: RunArgs) -> Result<()> {
 mod tests {
     use super::*;
     use topology::Air;
+
+    #[test]
+    fn tcp_flows_outside_a_gateway_preset_are_tcp_voice_downloads() {
+        let c = |args: &[&str]| Common::try_parse_from([&["lab"], args].concat()).unwrap();
+        // seed001: the flows move to tcp-voice's load, the rest of the options stay
+        let (rest, load) = tcp_voice_split(&c(&["--tcp-flows", "3", "--tcp-cc", "reno"]), "bundle", 200).unwrap();
+        let load = load.unwrap();
+        assert_eq!((load.flows, load.cc.as_str(), load.class, load.max_len), (3, "reno", tcp_voice::TcpClass::Bundle, 200));
+        assert_eq!(rest.gw.tcp_flows, 0, "build_config would refuse flows without a gateway preset");
+        assert_eq!(rest.preset, "seed001");
+        // a gateway preset keeps its own flows (S -> MN)
+        let (rest, load) = tcp_voice_split(&c(&["--preset", "gw:2", "--tcp-flows", "3"]), "opportunistic", 750).unwrap();
+        assert!(load.is_none());
+        assert_eq!(rest.gw.tcp_flows, 3);
+        // no flows, no load; a bad class is an error
+        assert!(tcp_voice_split(&c(&[]), "opportunistic", 750).unwrap().1.is_none());
+        assert!(tcp_voice_split(&c(&["--tcp-flows", "1"]), "bypass", 750).is_err());
+    }
 
     #[test]
     fn the_air_is_the_flag_else_the_files_else_ns3() {
