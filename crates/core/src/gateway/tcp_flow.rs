@@ -86,6 +86,10 @@ pub struct FlowState {
     pub client_wscale: Option<u8>,
     /// Window scale the server announced.
     pub server_wscale: Option<u8>,
+    /// The client's SYN carried SACK-permitted.
+    pub client_sack: bool,
+    /// The server's SYN-ACK carried SACK-permitted.
+    pub server_sack: bool,
     /// Both SYNs seen (handshake complete from the gateway's view).
     pub established: bool,
     /// MSS of the data toward the client: what the client announced in its
@@ -110,6 +114,11 @@ impl FlowState {
             (Some(c), Some(_)) => c,
             _ => 0,
         }
+    }
+
+    /// SACK in use: both SYNs carried SACK-permitted (RFC 2018).
+    pub fn sack(&self) -> bool {
+        self.client_sack && self.server_sack
     }
 
     /// Data packets in flight over the mesh: (snd_max - ack_max) / MSS,
@@ -255,6 +264,8 @@ impl FlowTable {
                     slot,
                     client_wscale: s.options.wscale,
                     server_wscale: None,
+                    client_sack: s.options.sack_permitted,
+                    server_sack: false,
                     established: false,
                     mss: s.options.mss.unwrap_or(536),
                     snd_max: 0,
@@ -279,6 +290,7 @@ impl FlowTable {
                 if syn && !s.has(flags::ACK) {
                     // A retransmitted SYN may carry other options: the last wins.
                     f.client_wscale = s.options.wscale;
+                    f.client_sack = s.options.sack_permitted;
                     f.mss = s.options.mss.unwrap_or(536);
                 }
                 if s.has(flags::ACK) && f.established {
@@ -289,6 +301,7 @@ impl FlowTable {
             Side::Server => {
                 if syn && s.has(flags::ACK) {
                     f.server_wscale = s.options.wscale;
+                    f.server_sack = s.options.sack_permitted;
                     f.established = true;
                     f.snd_max = s.seq.wrapping_add(1);
                     f.ack_max = s.seq.wrapping_add(1);

@@ -230,7 +230,7 @@ proptest! {
     fn window_scaling_covers_the_target_without_exceeding_the_offer(
         ws in 0u8..=14, mss in 1u16..9000, packets in 0u32..64, offered in any::<u16>(),
     ) {
-        let st = FlowState { slot: 0, client_wscale: Some(ws), server_wscale: Some(0), established: true, mss,
+        let st = FlowState { slot: 0, client_wscale: Some(ws), server_wscale: Some(0), client_sack: true, server_sack: true, established: true, mss,
             snd_max: 0, ack_max: 0, fin_client: false, fin_server: false, last_seen: 0 };
         let s = tcp::parse(&segment(true, 1, 1, flags::ACK, offered, &[], &[])).unwrap();
         let w = rewritten_window(&st, &s, packets).unwrap();

@@ -14,6 +14,13 @@
 //! sockets, clocks (the caller passes `now`), the rate policy (the caller
 //! passes the flow's share).
 //!
+//! One departure from the seed's Algorithm 3: a flow without SACK (either
+//! SYN lacked SACK-permitted) always gets room for q_max segments beyond
+//! those in the mesh, never q_min or the midpoint, so that three segments
+//! follow any hole and bring the duplicate ACKs its only repair needs (its
+//! sender has no RACK and no tail loss probe); its queue still stays within
+//! q_max (see `tim_nosack_tests.rs`).
+//!
 //! Every packet handed in is either forwarded (possibly rewritten: the
 //! advertised window of a client ACK, the hop limit of a packet into the
 //! mesh) or dropped as a redundant retransmission; [`Tim::on_packet`] says
@@ -427,6 +434,26 @@ impl Tim {
             let undelivered = ((in_flight - sacked).div_ceil(mss)).min(u64::from(u32::MAX)) as u32;
             let in_mesh = undelivered.saturating_sub(q);
             let packets = self.flows.window_packets(q, in_mesh, share_bps);
+            // A sender without SACK repairs a loss only on the third
+            // duplicate ACK (RFC 5681: no RACK, no tail loss probe), and
+            // the local recovery waits for the same. Behind a hole come at
+            // most window - 1 segments, fewer still when some overtook the
+            // hole (segments arriving out of order before the ACK reaches
+            // it make duplicates of an earlier ACK): with q_min = 2 there
+            // are too few duplicates and the flow waits for the sender's
+            // RTO (the netns test: 200 ms for 33 of 80 losses). Such a flow
+            // always gets room for q_max segments beyond the mesh (at least
+            // threshold + 1): its queue still stays within q_max.
+            let packets = if packets > 0 && !f.sack() {
+                let floor = self
+                    .cfg
+                    .flows
+                    .q_max
+                    .max(self.cfg.recovery.dupack_threshold.max(3) + 1);
+                packets.max(floor.saturating_add(in_mesh))
+            } else {
+                packets
+            };
             if let Some(w) = rewritten_window_sacked(&f, s, packets, sacked) {
                 if w != s.window && tcp::set_window(p, s, w).is_some() {
                     self.c.windows_rewritten += 1;
@@ -462,3 +489,7 @@ impl Tim {
 #[cfg(test)]
 #[path = "tim_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "tim_nosack_tests.rs"]
+mod nosack_tests;

@@ -7,13 +7,20 @@ use proptest::prelude::*;
 const MS: Micros = 1000;
 
 /// A server packet (192.0.2.10:443 -> 10.0.0.7:50000 or the IPv6 pair).
-fn server(v4: bool, seq: u32, ack: u32, fl: u16, opts: &[u8], payload: usize) -> Vec<u8> {
+pub(super) fn server(
+    v4: bool,
+    seq: u32,
+    ack: u32,
+    fl: u16,
+    opts: &[u8],
+    payload: usize,
+) -> Vec<u8> {
     segment(v4, seq, ack, fl, 65_535, opts, &vec![0x5a; payload])
 }
 
 /// A client packet: the same with addresses and ports swapped (the
 /// checksums stay valid: one's-complement sums do not depend on order).
-fn client(v4: bool, seq: u32, ack: u32, fl: u16, window: u16, opts: &[u8]) -> Vec<u8> {
+pub(super) fn client(v4: bool, seq: u32, ack: u32, fl: u16, window: u16, opts: &[u8]) -> Vec<u8> {
     let mut p = segment(v4, seq, ack, fl, window, opts, &[]);
     let (a, b, l) = if v4 { (12, 16, 4) } else { (8, 24, 16) };
     let (x, y) = (p[a..a + l].to_vec(), p[b..b + l].to_vec());
@@ -27,7 +34,7 @@ fn client(v4: bool, seq: u32, ack: u32, fl: u16, window: u16, opts: &[u8]) -> Ve
 }
 
 /// Linux-like SYN options: MSS, SACK-permitted, timestamps, window scale.
-fn syn_opts(mss: u16, ws: Option<u8>) -> Vec<u8> {
+pub(super) fn syn_opts(mss: u16, ws: Option<u8>) -> Vec<u8> {
     let mut o = vec![
         2,
         4,
@@ -52,7 +59,7 @@ fn syn_opts(mss: u16, ws: Option<u8>) -> Vec<u8> {
     o
 }
 
-const TS: [u8; 12] = [1, 1, 8, 10, 0, 0, 0, 9, 0, 0, 0, 8];
+pub(super) const TS: [u8; 12] = [1, 1, 8, 10, 0, 0, 0, 9, 0, 0, 0, 8];
 
 struct Run {
     tim: Tim,
@@ -110,7 +117,7 @@ impl Run {
     }
 }
 
-fn identity(c: &TimCounters) -> bool {
+pub(super) fn identity(c: &TimCounters) -> bool {
     c.into_mesh + c.from_mesh == c.forwarded + c.dropped_redundant
 }
 
