@@ -167,6 +167,25 @@ bool FromAir(uint32_t i,
     return true;
 }
 
+// What node i's Wi-Fi MAC hands up (frames addressed to the node, group
+// frames), delivered as WifiNetDevice::ForwardUp would, but without putting
+// the MAC in promiscuous mode (ConnectNode says why).
+void MacUp(uint32_t i, Ptr<const Packet> p, Mac48Address from, Mac48Address to)
+{
+    NetDevice::PacketType type = to.IsBroadcast() ? NetDevice::PACKET_BROADCAST
+                                 : to.IsGroup()   ? NetDevice::PACKET_MULTICAST
+                                 : to == g_air_mac[i] ? NetDevice::PACKET_HOST
+                                                      : NetDevice::PACKET_OTHERHOST;
+    if (type != NetDevice::PACKET_OTHERHOST)
+    {
+        g_wifi[i]->GetMac()->NotifyRx(p); // the MacRx trace (mac_rx)
+    }
+    Ptr<Packet> c = p->Copy();
+    LlcSnapHeader llc;
+    c->RemoveHeader(llc);
+    FromAir(i, g_wifi[i], c, llc.GetType(), from, to, type);
+}
+
 void MacRx(uint32_t i, Ptr<const Packet>)
 {
     g_cnt[i].mac_rx++;
@@ -395,8 +414,17 @@ std::vector<Ptr<WifiMacQueue>> Queues(uint32_t i)
 void ConnectNode(uint32_t i)
 {
     Ptr<WifiNetDevice> w = g_wifi[i];
-    w->SetPromiscReceiveCallback(MakeBoundCallback(&FromAir, i));
     Ptr<WifiMac> mac = w->GetMac();
+    // Not WifiNetDevice::SetPromiscReceiveCallback: it puts the MAC in
+    // promiscuous mode, and ns-3 3.37's MacRxMiddle then records the
+    // sequence control of every overheard unicast data frame as the
+    // transmitter's last one. QoS stations (HT) number frames per receiver
+    // and TID, so a relay's counters toward its two neighbours run in step,
+    // and a retransmission to us that carries the number of a frame we
+    // overheard going to the other neighbour is taken for a duplicate: ACKed,
+    // never delivered, no drop trace (silent loss on HT multi-hop chains; a
+    // real receiver's duplicate cache holds frames addressed to it only).
+    mac->SetForwardUpCallback(MakeBoundCallback(&MacUp, i));
     mac->TraceConnectWithoutContext("MacRx", MakeBoundCallback(&MacRx, i));
     mac->TraceConnectWithoutContext("DroppedMpdu", MakeBoundCallback(&Dropped, i));
     mac->TraceConnectWithoutContext("AckedMpdu", MakeBoundCallback(&Acked, i));

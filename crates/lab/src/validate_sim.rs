@@ -391,6 +391,44 @@ mod tests {
         let _ = std::fs::remove_dir_all(&c.work_dir);
     }
 
+    /// Runs the ns-3 program (needs g++ and libns3-dev; builds it once).
+    /// 802.11n HT stations are QoS stations: they number data frames per
+    /// receiver, so a relay's numbers toward its two neighbours run in step.
+    /// While the air put its MACs in promiscuous mode, a neighbour took a
+    /// retransmission for a duplicate of the frame it had overheard going
+    /// the other way (same transmitter, same number): ACKed, never
+    /// delivered. 4 G.729 calls over string:4 lost 2 % (9 % on one
+    /// direction) without a single MAC drop; all of them arrive now.
+    #[test]
+    fn ht_relays_deliver_every_retransmitted_frame() {
+        if let Err(why) = air_ns3::check_available() {
+            eprintln!("SKIP: {why}");
+            return;
+        }
+        let mut c = cfg("string:4", "g729");
+        c.topo.wifi.ht_mcs = Some(0);
+        c.topo.wifi.ampdu = Some(false);
+        c.topo.wifi.amsdu = Some(false);
+        c.medium.phy = crate::medium::preset("a6").unwrap();
+        c.duration_s = 8.0;
+        c.work_dir = std::env::temp_dir().join(format!("validate-sim-ht-{}", std::process::id()));
+        let p = sim_point(&c, 4).unwrap();
+        let _ = std::fs::remove_dir_all(&c.work_dir);
+        assert!(
+            p.supported && p.loss_max == 0.0 && p.mac_queue_drops == 0,
+            "{}",
+            crate::experiment::point_line(&p)
+        );
+        // every relay sent each of the 2 x 1600 packets once
+        for relay in ["N1", "N2", "N3"] {
+            assert!(
+                p.frames_per_node[relay] >= 3200,
+                "{relay}: {:?}",
+                p.frames_per_node
+            );
+        }
+    }
+
     #[test]
     fn records_parse_and_reject_garbage() {
         let r = parse_records("0 0 1000000000 1002000000\n1 5 1020000000 -1\n\n", 2).unwrap();
