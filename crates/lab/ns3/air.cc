@@ -22,6 +22,8 @@
 //   max_delay_ms 60000     MAC queue lifetime (ns-3's default 500 ms drops old packets)
 //   hard_limit_ms 100      real-time hard limit (start-up needs tens of ms)
 //   duration_s 0           stop after this much (simulated) time; 0 = at SIGTERM
+//   realtime 1             sim mode: pace the simulation by the real-time scheduler
+//                          (best effort) as tap mode does, to measure its cost and lag
 //   stats PATH             per-node counters as JSON, rewritten every 200 ms
 //   obs DIR MS             per-node observability files DIR/NODE.air every MS ms
 //   seed 1                 ns-3 RngRun
@@ -119,6 +121,7 @@ struct AirConfig
     uint32_t queue = 50, seed = 1, ap = 0, obs_ms = 20, ampdu = 1, amsdu = 0;
     int ht_mcs = -1;
     double max_delay_ms = 60000, hard_limit_ms = 100, duration_s = 0, mcast_mbit = 0;
+    uint32_t realtime = 0;
     std::vector<Link> links;
 };
 
@@ -150,6 +153,8 @@ AirConfig Parse(const char* path)
             ok = bool(s >> c.hard_limit_ms);
         else if (k == "duration_s")
             ok = bool(s >> c.duration_s);
+        else if (k == "realtime")
+            ok = bool(s >> c.realtime);
         else if (k == "stats")
             ok = bool(s >> g_stats);
         else if (k == "obs")
@@ -345,11 +350,12 @@ int main(int argc, char** argv)
     }
 
     RngSeedManager::SetRun(cfg.seed);
-    if (tap)
+    const bool realtime = tap || cfg.realtime;
+    if (realtime)
     {
         GlobalValue::Bind("SimulatorImplementationType", StringValue("ns3::RealtimeSimulatorImpl"));
         Config::SetDefault("ns3::RealtimeSimulatorImpl::SynchronizationMode",
-                           StringValue("HardLimit"));
+                           StringValue(tap ? "HardLimit" : "BestEffort"));
         Config::SetDefault("ns3::RealtimeSimulatorImpl::HardLimit",
                            TimeValue(MilliSeconds(cfg.hard_limit_ms)));
     }
@@ -477,7 +483,7 @@ int main(int argc, char** argv)
 
     std::signal(SIGTERM, OnSignal);
     std::signal(SIGINT, OnSignal);
-    StartProbe(tap, cfg.obs_dir, cfg.obs_ms);
+    StartProbe(realtime, cfg.obs_dir, cfg.obs_ms);
     if (cfg.duration_s > 0)
     {
         Simulator::Stop(Seconds(cfg.duration_s));
