@@ -1,7 +1,8 @@
 // airpack-ns3-air: ns-3's 802.11 model as the lab's air (issue 10).
 //
 // Owns: one ns-3 process holding one Wi-Fi node per lab node (adhoc, or one
-// access point and stations), joined by a YansWifiChannel whose
+// access point and stations), joined by YansWifiChannels (one per
+// transmitter, listing the nodes that hear it) whose
 // MatrixPropagationLossModel says who hears whom (a link table: listed pairs
 // hear each other at `loss` dB, every other pair is 400 dB apart, so
 // non-neighbours neither hear nor disturb each other: hidden terminals,
@@ -385,12 +386,30 @@ int main(int argc, char** argv)
                       l.loss);
         linked[l.a] = linked[l.b] = true;
     }
-    Ptr<YansWifiChannel> channel = CreateObject<YansWifiChannel>();
-    channel->SetPropagationLossModel(loss);
-    channel->SetPropagationDelayModel(CreateObject<ConstantSpeedPropagationDelayModel>());
+    // One YansWifiChannel per transmitting node, holding its own PHY and its
+    // link-table neighbours' (in node order, as one shared channel would
+    // list them): a frame is handed only to nodes that can hear it. With
+    // one shared channel every other node got a reception event per frame,
+    // which YansWifiChannel::Receive drops at once below the receiver's
+    // sensitivity (400 dB: no signal, no interference, no random draw), so
+    // leaving those events out changes no result, only the cost of sparse
+    // topologies (docs/lab.md, 2b).
+    Ptr<ConstantSpeedPropagationDelayModel> delay =
+        CreateObject<ConstantSpeedPropagationDelayModel>();
+    std::vector<Ptr<YansWifiChannel>> channels(n);
+    std::vector<std::vector<bool>> hears(n, std::vector<bool>(n, false));
+    for (auto& l : cfg.links)
+    {
+        hears[l.a][l.b] = hears[l.b][l.a] = true;
+    }
+    for (auto& ch : channels)
+    {
+        ch = CreateObject<YansWifiChannel>();
+        ch->SetPropagationLossModel(loss);
+        ch->SetPropagationDelayModel(delay);
+    }
 
     YansWifiPhyHelper phyHelper;
-    phyHelper.SetChannel(channel);
     if (ht)
     {
         phyHelper.Set("ChannelSettings", StringValue("{36, 20, BAND_5GHZ, 0}"));
@@ -449,7 +468,20 @@ int main(int argc, char** argv)
         {
             mac.SetType("ns3::AdhocWifiMac");
         }
+        phyHelper.SetChannel(channels[i]); // node i transmits on its own channel
         devs.Add(wifi.Install(phyHelper, mac, nodes.Get(i)));
+    }
+    for (uint32_t i = 0; i < n; i++)
+    {
+        for (uint32_t j = 0; j < n; j++)
+        {
+            if (hears[i][j])
+            {
+                Ptr<YansWifiPhy> rx = DynamicCast<YansWifiPhy>(
+                    DynamicCast<WifiNetDevice>(devs.Get(j))->GetPhy());
+                channels[i]->Add(rx);
+            }
+        }
     }
 
     g_cnt.resize(n);
