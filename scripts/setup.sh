@@ -23,6 +23,8 @@ have systemd-analyze || need_pkgs+=(systemd)
 have g++        || need_pkgs+=(g++)
 have pkg-config || need_pkgs+=(pkg-config)
 dpkg -s libns3-dev >/dev/null 2>&1 || need_pkgs+=(libns3-dev)
+# jemalloc for the ns-3 air (ns-3 allocates per event; linked when present)
+dpkg -s libjemalloc2 >/dev/null 2>&1 || need_pkgs+=(libjemalloc2)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
 # the /metrics test parses the daemon's output with Prometheus' Python client
 # (crates/airpack/tests/daemon_metrics.rs; Debian's package, for /usr/bin/python3)

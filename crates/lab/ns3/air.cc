@@ -1,7 +1,8 @@
 // airpack-ns3-air: ns-3's 802.11 model as the lab's air (issue 10).
 //
 // Owns: one ns-3 process holding one Wi-Fi node per lab node (adhoc, or one
-// access point and stations), joined by a YansWifiChannel whose
+// access point and stations), joined by YansWifiChannels (one per
+// transmitter, listing the nodes that hear it) whose
 // MatrixPropagationLossModel says who hears whom (a link table: listed pairs
 // hear each other at `loss` dB, every other pair is 400 dB apart, so
 // non-neighbours neither hear nor disturb each other: hidden terminals,
@@ -22,6 +23,8 @@
 //   max_delay_ms 60000     MAC queue lifetime (ns-3's default 500 ms drops old packets)
 //   hard_limit_ms 100      real-time hard limit (start-up needs tens of ms)
 //   duration_s 0           stop after this much (simulated) time; 0 = at SIGTERM
+//   realtime 1             sim mode: pace the simulation by the real-time scheduler
+//                          (best effort) as tap mode does, to measure its cost and lag
 //   stats PATH             per-node counters as JSON, rewritten every 200 ms
 //   obs DIR MS             per-node observability files DIR/NODE.air every MS ms
 //   seed 1                 ns-3 RngRun
@@ -119,6 +122,7 @@ struct AirConfig
     uint32_t queue = 50, seed = 1, ap = 0, obs_ms = 20, ampdu = 1, amsdu = 0;
     int ht_mcs = -1;
     double max_delay_ms = 60000, hard_limit_ms = 100, duration_s = 0, mcast_mbit = 0;
+    uint32_t realtime = 0;
     std::vector<Link> links;
 };
 
@@ -150,6 +154,8 @@ AirConfig Parse(const char* path)
             ok = bool(s >> c.hard_limit_ms);
         else if (k == "duration_s")
             ok = bool(s >> c.duration_s);
+        else if (k == "realtime")
+            ok = bool(s >> c.realtime);
         else if (k == "stats")
             ok = bool(s >> g_stats);
         else if (k == "obs")
@@ -345,11 +351,12 @@ int main(int argc, char** argv)
     }
 
     RngSeedManager::SetRun(cfg.seed);
-    if (tap)
+    const bool realtime = tap || cfg.realtime;
+    if (realtime)
     {
         GlobalValue::Bind("SimulatorImplementationType", StringValue("ns3::RealtimeSimulatorImpl"));
         Config::SetDefault("ns3::RealtimeSimulatorImpl::SynchronizationMode",
-                           StringValue("HardLimit"));
+                           StringValue(tap ? "HardLimit" : "BestEffort"));
         Config::SetDefault("ns3::RealtimeSimulatorImpl::HardLimit",
                            TimeValue(MilliSeconds(cfg.hard_limit_ms)));
     }
@@ -379,12 +386,30 @@ int main(int argc, char** argv)
                       l.loss);
         linked[l.a] = linked[l.b] = true;
     }
-    Ptr<YansWifiChannel> channel = CreateObject<YansWifiChannel>();
-    channel->SetPropagationLossModel(loss);
-    channel->SetPropagationDelayModel(CreateObject<ConstantSpeedPropagationDelayModel>());
+    // One YansWifiChannel per transmitting node, holding its own PHY and its
+    // link-table neighbours' (in node order, as one shared channel would
+    // list them): a frame is handed only to nodes that can hear it. With
+    // one shared channel every other node got a reception event per frame,
+    // which YansWifiChannel::Receive drops at once below the receiver's
+    // sensitivity (400 dB: no signal, no interference, no random draw), so
+    // leaving those events out changes no result, only the cost of sparse
+    // topologies (docs/lab.md, 2b).
+    Ptr<ConstantSpeedPropagationDelayModel> delay =
+        CreateObject<ConstantSpeedPropagationDelayModel>();
+    std::vector<Ptr<YansWifiChannel>> channels(n);
+    std::vector<std::vector<bool>> hears(n, std::vector<bool>(n, false));
+    for (auto& l : cfg.links)
+    {
+        hears[l.a][l.b] = hears[l.b][l.a] = true;
+    }
+    for (auto& ch : channels)
+    {
+        ch = CreateObject<YansWifiChannel>();
+        ch->SetPropagationLossModel(loss);
+        ch->SetPropagationDelayModel(delay);
+    }
 
     YansWifiPhyHelper phyHelper;
-    phyHelper.SetChannel(channel);
     if (ht)
     {
         phyHelper.Set("ChannelSettings", StringValue("{36, 20, BAND_5GHZ, 0}"));
@@ -443,7 +468,20 @@ int main(int argc, char** argv)
         {
             mac.SetType("ns3::AdhocWifiMac");
         }
+        phyHelper.SetChannel(channels[i]); // node i transmits on its own channel
         devs.Add(wifi.Install(phyHelper, mac, nodes.Get(i)));
+    }
+    for (uint32_t i = 0; i < n; i++)
+    {
+        for (uint32_t j = 0; j < n; j++)
+        {
+            if (hears[i][j])
+            {
+                Ptr<YansWifiPhy> rx = DynamicCast<YansWifiPhy>(
+                    DynamicCast<WifiNetDevice>(devs.Get(j))->GetPhy());
+                channels[i]->Add(rx);
+            }
+        }
     }
 
     g_cnt.resize(n);
@@ -477,7 +515,7 @@ int main(int argc, char** argv)
 
     std::signal(SIGTERM, OnSignal);
     std::signal(SIGINT, OnSignal);
-    StartProbe(tap, cfg.obs_dir, cfg.obs_ms);
+    StartProbe(realtime, cfg.obs_dir, cfg.obs_ms);
     if (cfg.duration_s > 0)
     {
         Simulator::Stop(Seconds(cfg.duration_s));

@@ -231,30 +231,41 @@ void PhyState(uint32_t i, Time, Time d, WifiPhyState s)
     }
 }
 
-// every MPDU received without error (also inside A-MPDUs): per-peer signal
-void SniffRx(uint32_t i,
-             Ptr<const Packet> p,
-             uint16_t,
-             WifiTxVector,
-             MpduInfo,
-             SignalNoiseDbm sn,
-             uint16_t)
+// Per-peer signal of every MPDU received without error (also inside
+// A-MPDUs), taken where the PHY hands the PSDU to the MAC: the node's
+// receive-ok callback is this function, which forwards to the frame
+// exchange manager exactly as the callback ns-3 installs would
+// (FrameExchangeManager::Receive). Cheaper than the MonitorSnifferRx trace,
+// which serialises a copy of every frame (header and FCS) for its sinks;
+// the signal is the same (RxSignalInfo::rssi = the sniffer's signal).
+std::vector<Ptr<FrameExchangeManager>> g_fem;
+
+void RxOk(uint32_t i,
+          Ptr<const WifiPsdu> psdu,
+          RxSignalInfo info,
+          WifiTxVector txv,
+          std::vector<bool> ok)
 {
-    WifiMacHeader h;
-    if (p->PeekHeader(h) == 0 || !(h.IsData() || h.IsMgt()))
+    size_t k = 0;
+    for (auto& mpdu : *PeekPointer(psdu))
     {
-        return; // ACKs, RTS/CTS carry no transmitter we can name
+        const WifiMacHeader& h = mpdu->GetHeader();
+        if (k < ok.size() && ok[k++] && (h.IsData() || h.IsMgt()))
+        {
+            // ACKs, RTS/CTS carry no transmitter we can name
+            uint32_t j = NodeOfAirMac(h.GetAddr2());
+            if (j != g_air_mac.size() && j != i)
+            {
+                Peer& peer = g_cnt[i].peers[j];
+                peer.signal_avg_dbm =
+                    peer.rx_frames == 0 ? info.rssi
+                                        : peer.signal_avg_dbm + (info.rssi - peer.signal_avg_dbm) / 8;
+                peer.signal_dbm = info.rssi;
+                peer.rx_frames++;
+            }
+        }
     }
-    uint32_t j = NodeOfAirMac(h.GetAddr2());
-    if (j == g_air_mac.size() || j == i)
-    {
-        return;
-    }
-    Peer& peer = g_cnt[i].peers[j];
-    peer.signal_avg_dbm = peer.rx_frames == 0 ? sn.signal
-                                              : peer.signal_avg_dbm + (sn.signal - peer.signal_avg_dbm) / 8;
-    peer.signal_dbm = sn.signal;
-    peer.rx_frames++;
+    g_fem[i]->Receive(psdu, info, txv, std::move(ok));
 }
 
 void Acked(uint32_t i, Ptr<const WifiMpdu> m)
@@ -437,7 +448,12 @@ void ConnectNode(uint32_t i)
     rsm->TraceConnectWithoutContext("MacTxFinalDataFailed", MakeBoundCallback(&FinalFailed, i));
     Ptr<WifiPhy> phy = w->GetPhy();
     phy->TraceConnectWithoutContext("PhyTxBegin", MakeBoundCallback(&PhyTx, i));
-    phy->TraceConnectWithoutContext("MonitorSnifferRx", MakeBoundCallback(&SniffRx, i));
+    if (g_fem.size() <= i)
+    {
+        g_fem.resize(i + 1);
+    }
+    g_fem[i] = mac->GetFrameExchangeManager();
+    phy->SetReceiveOkCallback(MakeBoundCallback(&RxOk, i));
     phy->GetState()->TraceConnectWithoutContext("State", MakeBoundCallback(&PhyState, i));
 }
 
