@@ -47,6 +47,7 @@ mod bundle_auth;
 mod busy;
 mod datapath;
 mod discovery;
+mod link_radio;
 mod gateway;
 mod gateway_tim;
 mod lookups;
