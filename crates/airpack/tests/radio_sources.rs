@@ -32,7 +32,10 @@ fn readings(m: &RadioMonitor, n: u64) -> Reading {
         if m.stats().rounds >= n {
             return m.reading_after(0).expect("a reading");
         }
-        assert!(t.elapsed() < Duration::from_secs(30), "radio reader stalled");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "radio reader stalled"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -81,7 +84,11 @@ fn nl80211_degrades_on_a_veth_and_the_file_source_matches_by_mac() {
             s.no_nl80211 >= 3 || s.not_wireless >= 3,
             "each reading counts the missing radio: {s:?}"
         );
-        assert_eq!((s.stations, s.matched, s.netlink_errors), (0, 0, 0), "{s:?}");
+        assert_eq!(
+            (s.stations, s.matched, s.netlink_errors),
+            (0, 0, 0),
+            "{s:?}"
+        );
         drop(m);
 
         // The counters file: B's MAC resolves to 10.78.0.2 on veth0; X's
@@ -99,7 +106,10 @@ fn nl80211_degrades_on_a_veth_and_the_file_source_matches_by_mac() {
         let veth0 = nix::net::if_::if_nametoindex("veth0").unwrap();
         let (ix, ip, rep) = r.entries[0];
         assert_eq!((ix, ip), (veth0, IpAddr::V4(Ipv4Addr::new(10, 78, 0, 2))));
-        assert_eq!((rep.signal_dbm, rep.signal_avg_dbm, rep.noise_dbm), (Some(-61), Some(-63), Some(-92)));
+        assert_eq!(
+            (rep.signal_dbm, rep.signal_avg_dbm, rep.noise_dbm),
+            (Some(-61), Some(-63), Some(-92))
+        );
         assert_eq!(
             rep.mac,
             Some(MacCounters {
@@ -113,7 +123,13 @@ fn nl80211_degrades_on_a_veth_and_the_file_source_matches_by_mac() {
     // A missing file is counted, never a stale reading.
     std::fs::remove_file(&file).unwrap();
     ns.run(move || {
-        let m = RadioMonitor::start(vec!["veth0".into()], RadioSpec::File(file), Duration::from_millis(50), -95).unwrap();
+        let m = RadioMonitor::start(
+            vec!["veth0".into()],
+            RadioSpec::File(file),
+            Duration::from_millis(50),
+            -95,
+        )
+        .unwrap();
         let r = readings(&m, 2);
         assert!(r.entries.is_empty());
         assert!(m.stats().file_errors >= 2);

@@ -73,7 +73,10 @@ fn mac_counters_bound_the_size_we_send() {
         e => panic!("expected Changed, got {e:?}"),
     }
     let v = a.neighbors().next().unwrap();
-    assert_eq!((v.quality_source, v.tx_size.map(usize::from)), (Source::Mac, Some(want)));
+    assert_eq!(
+        (v.quality_source, v.tx_size.map(usize::from)),
+        (Source::Mac, Some(want))
+    );
     assert!((v.mac.unwrap().attempt_loss - 0.3).abs() < 1e-12);
     // What A asks B for is A's receive side, untouched by A's transmissions.
     assert_eq!(v.max_bundle_from_it, 1500);
@@ -85,7 +88,10 @@ fn mac_counters_bound_the_size_we_send() {
         Some(Event::Changed(p)) => assert_eq!(p.max_bundle, 1500),
         e => panic!("expected Changed, got {e:?}"),
     }
-    assert_eq!(a.neighbors().next().unwrap().quality_source, Source::Neighbor);
+    assert_eq!(
+        a.neighbors().next().unwrap().quality_source,
+        Source::Neighbor
+    );
 }
 
 #[test]

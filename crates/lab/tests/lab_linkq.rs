@@ -75,7 +75,10 @@ fn peers(mesh: &Mesh, bin: &Path, node: &str, sock: &Path) -> Option<Value> {
     let out = mesh
         .node(node)?
         .ns
-        .exec(&bin.to_string_lossy(), &["peers", "--socket", &sock.to_string_lossy(), "--json"])
+        .exec(
+            &bin.to_string_lossy(),
+            &["peers", "--socket", &sock.to_string_lossy(), "--json"],
+        )
         .ok()?;
     serde_json::from_str(&out).ok()
 }
@@ -147,7 +150,11 @@ fn mac_counters_on_a_bad_link_shrink_its_bundles() {
         if up == Some(true) {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(30), "neighbours never came up: {:?}", peers(&mesh, &bin, "B", &socks[1]));
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "neighbours never came up: {:?}",
+            peers(&mesh, &bin, "B", &socks[1])
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     // B sends 100 packets/s of 200-byte UDP payload to each (bundled by its
@@ -212,7 +219,10 @@ fn mac_counters_on_a_bad_link_shrink_its_bundles() {
     eprintln!("B's radio source: {}", last["discovery"]["radio"]);
     // LINKQ_OUT=FILE keeps B's last `airpack peers --json` and the samples.
     if let Ok(out) = std::env::var("LINKQ_OUT") {
-        let s: Vec<Value> = samples.iter().map(|(a, c)| serde_json::json!({"A": a, "C": c})).collect();
+        let s: Vec<Value> = samples
+            .iter()
+            .map(|(a, c)| serde_json::json!({"A": a, "C": c}))
+            .collect();
         let doc = serde_json::json!({"test": "lab_linkq", "air": "ns3", "ber_b_c": BER, "b_peers": last, "samples": s});
         std::fs::write(out, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
     }
@@ -226,15 +236,27 @@ fn mac_counters_on_a_bad_link_shrink_its_bundles() {
     let used_c = nc["max_bundle_used"].as_u64().unwrap();
     let used_a = na["max_bundle_used"].as_u64().unwrap();
     assert!(used_c <= nc["mac_size"].as_u64().unwrap(), "{nc}");
-    assert!(used_c * 2 <= used_a, "B->C {used_c} vs B->A {used_a}: {last}");
-    assert!(["mac", "neighbor"].contains(&nc["quality_source"].as_str().unwrap()), "{nc}");
+    assert!(
+        used_c * 2 <= used_a,
+        "B->C {used_c} vs B->A {used_a}: {last}"
+    );
+    assert!(
+        ["mac", "neighbor"].contains(&nc["quality_source"].as_str().unwrap()),
+        "{nc}"
+    );
     // The counters explain the configured BER (within a factor of 2) on
     // B->C, and far less on B->A; signals come from the radio (16 dBm - 50 dB).
     let q = nc["attempt_loss"].as_f64().unwrap();
     let len = nc["mac_frame_len"].as_f64().unwrap();
     let ber_c = ber_of(q, len);
-    assert!(ber_c > BER / 2.0 && ber_c < BER * 2.0, "B->C: loss {q} at {len} bytes = BER {ber_c:e}: {nc}");
-    let ber_a = ber_of(na["attempt_loss"].as_f64().unwrap(), na["mac_frame_len"].as_f64().unwrap());
+    assert!(
+        ber_c > BER / 2.0 && ber_c < BER * 2.0,
+        "B->C: loss {q} at {len} bytes = BER {ber_c:e}: {nc}"
+    );
+    let ber_a = ber_of(
+        na["attempt_loss"].as_f64().unwrap(),
+        na["mac_frame_len"].as_f64().unwrap(),
+    );
     assert!(ber_a < BER / 5.0, "B->A: BER {ber_a:e}: {na}");
     for n in [na, nc] {
         let s = n["signal_dbm"].as_i64().unwrap();

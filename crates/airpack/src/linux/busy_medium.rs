@@ -174,9 +174,17 @@ fn parse_peer(line: &str) -> io::Result<AirPeer> {
 /// The `peer` lines of a whole `.air` file (version line checked), at most
 /// `cap` of them (more are counted in `left_out`). A malformed peer line is
 /// an error for the whole file (the reader keeps nothing from it).
-pub fn parse_air_peers(text: &str, out: &mut Vec<AirPeer>, cap: usize, left_out: &mut u64) -> io::Result<()> {
+pub fn parse_air_peers(
+    text: &str,
+    out: &mut Vec<AirPeer>,
+    cap: usize,
+    left_out: &mut u64,
+) -> io::Result<()> {
     let mut lines = text.lines();
-    match lines.next().map(|l| l.split_whitespace().collect::<Vec<_>>()) {
+    match lines
+        .next()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+    {
         Some(v) if v == ["airpack-air", "1"] => {}
         _ => return Err(bad("not an airpack-air 1 file".into())),
     }
@@ -342,7 +350,10 @@ mod tests {
             t.replace("tx_failed 1 later 3", "tx_failed 1 later"),
             t.replace("airpack-air 1", "airpack-air 2"),
         ] {
-            assert!(parse_air_peers(&broken, &mut Vec::new(), 8, &mut left).is_err(), "{broken}");
+            assert!(
+                parse_air_peers(&broken, &mut Vec::new(), 8, &mut left).is_err(),
+                "{broken}"
+            );
         }
     }
 

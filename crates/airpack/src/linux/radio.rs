@@ -181,7 +181,8 @@ impl Drop for RadioMonitor {
 
 fn open_socket(proto: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2), checked before wrapping.
-    let fd = cvt(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, proto) })?;
+    let fd =
+        cvt(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, proto) })?;
     // SAFETY: fd was just created and is owned here.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let tv = libc::timeval {
@@ -243,7 +244,9 @@ fn dump(
     let r = (|| {
         for _ in 0..MAX_DUMP_DATAGRAMS {
             // SAFETY: rx is a valid writable buffer of its length.
-            let n = cvt_size(unsafe { libc::recv(fd.as_raw_fd(), rx.as_mut_ptr().cast(), rx.len(), 0) })?;
+            let n = cvt_size(unsafe {
+                libc::recv(fd.as_raw_fd(), rx.as_mut_ptr().cast(), rx.len(), 0)
+            })?;
             if parse(&rx[..n])? {
                 return Ok(());
             }
@@ -259,7 +262,14 @@ fn dump(
 fn drain(fd: &OwnedFd, rx: &mut [u8]) {
     loop {
         // SAFETY: rx is a valid writable buffer of its length.
-        let n = unsafe { libc::recv(fd.as_raw_fd(), rx.as_mut_ptr().cast(), rx.len(), libc::MSG_DONTWAIT) };
+        let n = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                rx.as_mut_ptr().cast(),
+                rx.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
         if n <= 0 {
             break;
         }
@@ -328,7 +338,11 @@ pub fn nl80211_fig(ifindex: u32, s: &nl80211::Station, noise_dbm: i8) -> Station
 
 /// Joins stations with resolved neighbours on `ifindexes` by MAC address:
 /// a station of ifindex 0 (the counters file) matches on any of them.
-pub fn join(ifindexes: &[u32], neighbours: &[neigh::Neigh], stations: &[StationFig]) -> Vec<(u32, IpAddr, RadioReport)> {
+pub fn join(
+    ifindexes: &[u32],
+    neighbours: &[neigh::Neigh],
+    stations: &[StationFig],
+) -> Vec<(u32, IpAddr, RadioReport)> {
     let mut out = Vec::new();
     for n in neighbours {
         if !ifindexes.contains(&n.ifindex) {
@@ -385,7 +399,9 @@ impl Reader {
                 match std::fs::read_to_string(&path)
                     .and_then(|t| parse_air_peers(&t, &mut peers, MAX_ENTRIES, &mut st.left_out))
                 {
-                    Ok(()) => stations.extend(peers.iter().map(|p| air_peer_fig(p, self.noise_dbm))),
+                    Ok(()) => {
+                        stations.extend(peers.iter().map(|p| air_peer_fig(p, self.noise_dbm)))
+                    }
                     Err(e) => {
                         st.file_errors += 1;
                         tracing::debug!(file = %path.display(), "radio counters file: {e}");
@@ -419,7 +435,13 @@ impl Reader {
         self.genl = Some(genl);
     }
 
-    fn nl80211_on(&mut self, genl: &OwnedFd, ifindexes: &[u32], stations: &mut Vec<StationFig>, st: &mut RadioStats) {
+    fn nl80211_on(
+        &mut self,
+        genl: &OwnedFd,
+        ifindexes: &[u32],
+        stations: &mut Vec<StationFig>,
+        st: &mut RadioStats,
+    ) {
         if self.family.is_none() {
             if self.warned_family && self.round % FAMILY_RETRY_ROUNDS != 0 {
                 st.no_nl80211 += 1;
@@ -434,7 +456,10 @@ impl Reader {
             });
             match (r, id) {
                 (Ok(()), Some(f)) => {
-                    info!(family = f, "nl80211 found: radio figures for the link estimate");
+                    info!(
+                        family = f,
+                        "nl80211 found: radio figures for the link estimate"
+                    );
                     self.family = Some(f);
                 }
                 (r, _) => {
@@ -442,11 +467,15 @@ impl Reader {
                     if !self.warned_family {
                         self.warned_family = true;
                         let why = match r {
-                            Err(DumpError::Nl(NlError::Errno(ENOENT))) => "no nl80211 in this kernel (cfg80211 not loaded)".to_string(),
+                            Err(DumpError::Nl(NlError::Errno(ENOENT))) => {
+                                "no nl80211 in this kernel (cfg80211 not loaded)".to_string()
+                            }
                             Err(e) => e.to_string(),
                             Ok(()) => "no family id".into(),
                         };
-                        warn!("no radio figures from nl80211 ({why}): link quality from hellos only");
+                        warn!(
+                            "no radio figures from nl80211 ({why}): link quality from hellos only"
+                        );
                     }
                     return;
                 }
@@ -483,7 +512,11 @@ impl Reader {
             let seq = self.next_seq();
             nl80211::survey_dump_request(&mut self.buf, family, seq, ix);
             let mut noise = None;
-            if dump(genl, &self.buf, &mut self.rx, |b| nl80211::parse_survey_reply(b, family, seq, &mut noise)).is_err() {
+            if dump(genl, &self.buf, &mut self.rx, |b| {
+                nl80211::parse_survey_reply(b, family, seq, &mut noise)
+            })
+            .is_err()
+            {
                 st.netlink_errors += 1;
             }
             let noise = noise.unwrap_or(self.noise_dbm);

@@ -9,7 +9,9 @@
 //! or a link-layer address that is not 6 bytes) are skipped, not errors.
 //! Must not touch: sockets.
 
-use super::{attrs, begin, finish, messages, NlError, NLMSG_DONE, NLMSG_ERROR, NLM_F_DUMP, NLM_F_REQUEST};
+use super::{
+    attrs, begin, finish, messages, NlError, NLMSG_DONE, NLMSG_ERROR, NLM_F_DUMP, NLM_F_REQUEST,
+};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// `RTM_NEWNEIGH`.
@@ -157,14 +159,20 @@ mod tests {
             }]
         );
         for cut in 1..48 {
-            assert!(parse_reply(&DUMP[..cut], 4, &mut out, 16, &mut left).is_err(), "{cut}");
+            assert!(
+                parse_reply(&DUMP[..cut], 4, &mut out, 16, &mut left).is_err(),
+                "{cut}"
+            );
         }
         let mut b = DUMP;
         b[28] = 0; // NDA_DST claims 0 bytes: under its own header
         assert!(parse_reply(&b, 4, &mut out, 16, &mut left).is_err());
         let mut b = DUMP;
         b[28] = 7; // a 3-byte IPv4 address
-        assert_eq!(parse_reply(&b, 4, &mut out, 16, &mut left), Err(NlError::BadValue));
+        assert_eq!(
+            parse_reply(&b, 4, &mut out, 16, &mut left),
+            Err(NlError::BadValue)
+        );
         let mut req = Vec::new();
         dump_request(&mut req, 4);
         assert_eq!(req.len(), 28);

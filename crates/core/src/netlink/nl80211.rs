@@ -100,14 +100,28 @@ pub fn family_request(out: &mut Vec<u8>, seq: u32) {
 
 /// Dumps the stations of interface `ifindex` (`family`: nl80211's id).
 pub fn station_dump_request(out: &mut Vec<u8>, family: u16, seq: u32, ifindex: u32) {
-    genl_request(out, family, NLM_F_REQUEST | NLM_F_DUMP, seq, CMD_GET_STATION, 0);
+    genl_request(
+        out,
+        family,
+        NLM_F_REQUEST | NLM_F_DUMP,
+        seq,
+        CMD_GET_STATION,
+        0,
+    );
     push_attr(out, ATTR_IFINDEX, &ifindex.to_ne_bytes());
     finish(out);
 }
 
 /// Dumps the channel survey of interface `ifindex`.
 pub fn survey_dump_request(out: &mut Vec<u8>, family: u16, seq: u32, ifindex: u32) {
-    genl_request(out, family, NLM_F_REQUEST | NLM_F_DUMP, seq, CMD_GET_SURVEY, 0);
+    genl_request(
+        out,
+        family,
+        NLM_F_REQUEST | NLM_F_DUMP,
+        seq,
+        CMD_GET_SURVEY,
+        0,
+    );
     push_attr(out, ATTR_IFINDEX, &ifindex.to_ne_bytes());
     finish(out);
 }
@@ -378,8 +392,8 @@ mod tests {
         assert_eq!(
             req,
             [
-                28, 0, 0, 0, 0x22, 0, 1, 3, 5, 0, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 8, 0, 3, 0, 7,
-                0, 0, 0
+                28, 0, 0, 0, 0x22, 0, 1, 3, 5, 0, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 8, 0, 3, 0, 7, 0,
+                0, 0
             ]
         );
         let mut err = vec![36, 0, 0, 0, 2, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0];

@@ -452,7 +452,10 @@ pub(super) fn check_discovery(at: &Located<'_>, config: &Config) -> anyhow::Resu
         ));
     }
     if !(-127..=0).contains(&d.noise_dbm) {
-        return Err(e("noise_dbm", format!("{} must be in -127..0", d.noise_dbm)));
+        return Err(e(
+            "noise_dbm",
+            format!("{} must be in -127..0", d.noise_dbm),
+        ));
     }
     if d.radio_file.as_deref() == Some("") {
         return Err(e("radio_file", "must not be empty".into()));

@@ -485,10 +485,7 @@ impl Daemon {
 
     fn discovery_settle(&mut self, d: &mut Discovery, now: Micros) {
         if let Some(r) = &mut d.radio {
-            let tables = d
-                .links
-                .iter_mut()
-                .map(|l| (l.ifindex, l.v6, &mut l.table));
+            let tables = d.links.iter_mut().map(|l| (l.ifindex, l.v6, &mut l.table));
             r.apply(&self.engine, tables);
         }
         d.tick(now);

@@ -45,7 +45,12 @@ impl LinkRadio {
             (None, RadioCfg::Off) => return None,
         };
         let interval = Duration::from_millis(u64::from(c.radio_interval_ms));
-        match RadioMonitor::start(plan.config.daemon.interfaces.clone(), spec, interval, c.noise_dbm) {
+        match RadioMonitor::start(
+            plan.config.daemon.interfaces.clone(),
+            spec,
+            interval,
+            c.noise_dbm,
+        ) {
             Ok(monitor) => Some(LinkRadio {
                 monitor,
                 source,
