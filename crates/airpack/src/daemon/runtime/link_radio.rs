@@ -83,9 +83,12 @@ impl LinkRadio {
             let Some(s) = engine.peer_stats(*ip) else {
                 continue;
             };
+            // Every packet handed to the engine leaves in a bundle or alone
+            // (queued alone, passed back to the kernel, bypassed): one frame
+            // per bundle plus one per packet outside bundles.
             let c = &s.counters;
-            let bytes = c.bundle_wire_bytes + c.unaggregated_bytes;
-            let frames = c.bundles + c.unaggregated_packets;
+            let bytes = c.bundle_wire_bytes + c.bytes_in.saturating_sub(c.aggregated_bytes);
+            let frames = c.bundles + c.packets_in.saturating_sub(c.aggregated_packets);
             if let Some((b0, f0)) = self.base.insert(*ip, (bytes, frames)) {
                 if frames > f0 && bytes >= b0 {
                     rep.frame_len = Some(((bytes - b0) / (frames - f0)).min(65_535) as u16);
