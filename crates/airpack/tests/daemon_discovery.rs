@@ -165,7 +165,10 @@ fn discovery_three_daemons_and_a_plain_node() {
     let missing = radio["errors"]["no_nl80211"].as_u64().unwrap()
         + radio["errors"]["not_wireless"].as_u64().unwrap();
     assert!(missing >= 1 && radio["stations"] == 0, "{radio}");
-    let warned = da.log_text().matches("link quality from hellos only").count();
+    let warned = da
+        .log_text()
+        .matches("link quality from hellos only")
+        .count();
     assert_eq!(warned, 1, "log:\n{}", da.log_text());
 
     // A -> B: bundled, complete.
