@@ -15,7 +15,7 @@ seed="${FUZZ_SEED:-1}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(ip_inspect decode_native decode_kau decode_simplemux rtp_parse decode_downlink_seed decode_downlink_compact decode_register rtcp_parse tcp_parse tim_packets decode_hello sealed_open)
+  targets=(ip_inspect decode_native decode_kau decode_simplemux rtp_parse decode_downlink_seed decode_downlink_compact decode_register rtcp_parse tcp_parse tim_packets decode_hello sealed_open netlink_radio)
 fi
 # cargo-fuzz needs nightly rustc flags: use the nightly toolchain when rustup has
 # it, else the stable one with RUSTC_BOOTSTRAP=1 (same flags, no download needed).

@@ -158,6 +158,18 @@ fn discovery_three_daemons_and_a_plain_node() {
     let links = &pa["discovery"]["links"][0];
     assert!(links["hellos_sent"].as_u64().unwrap() > 0, "{pa}");
     assert_eq!(links["hello_drops"]["bad_tag"], 0);
+    // No Wi-Fi here: the nl80211 radio reader degrades on the veth, counted
+    // at every reading and logged once (docs/adaptive.md, "Radio figures").
+    let radio = &pa["discovery"]["radio"];
+    assert_eq!(radio["source"], "nl80211", "{pa}");
+    let missing = radio["errors"]["no_nl80211"].as_u64().unwrap()
+        + radio["errors"]["not_wireless"].as_u64().unwrap();
+    assert!(missing >= 1 && radio["stations"] == 0, "{radio}");
+    let warned = da
+        .log_text()
+        .matches("link quality from hellos only")
+        .count();
+    assert_eq!(warned, 1, "log:\n{}", da.log_text());
 
     // A -> B: bundled, complete.
     let l = voice(&ip(1), &ip(2), 16_000);

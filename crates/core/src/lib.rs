@@ -15,6 +15,7 @@ pub mod downlink;
 pub mod engine;
 pub mod gateway;
 pub mod neighbor;
+pub mod netlink;
 pub mod prefix;
 pub mod wire;
 

@@ -404,6 +404,10 @@ pub fn daemon_config(
     }
     if setup == Setup::LinkAdaptive {
         s.push_str(&crate::link_size::discovery_section(cfg.medium.phy.rate_mbps));
+        // On the ns-3 air: the radio's per-peer signal and MAC counters too.
+        if let Some(f) = air_file {
+            s.push_str(&format!("radio_file = \"{}\"\n", f.display()));
+        }
     }
     for (a, allowed) in peers {
         s.push_str(&format!("\n[[peer]]\naddress = \"{a}\"\n"));
@@ -1151,6 +1155,9 @@ mod tests {
         assert!(la.contains("mode = \"hop-by-hop\"") && la.contains("link_mode = \"fixed\""), "{la}");
         assert!(!la.contains("[[peer]]"), "{la}");
         assert!(la.contains("[discovery]\nenabled = true\n") && la.contains(&format!("rate_mbps = {}\n", c.medium.phy.rate_mbps)), "{la}");
+        assert!(!la.contains("radio_file"), "{la}");
+        let la3 = daemon_config(&c, Setup::LinkAdaptive, "C", 2, s, Some(Path::new("/dev/shm/x/C.air"))).unwrap();
+        assert!(la3.contains("[discovery]\nenabled = true\n") && la3.contains("radio_file = \"/dev/shm/x/C.air\"\n"), "{la3}");
         assert_eq!(Setup::parse("link-adaptive").unwrap(), Setup::LinkAdaptive);
         assert_eq!(Setup::parse("la").unwrap().name(), "link-adaptive");
         // end-to-end: relay C runs nothing; D talks to A and B; A only to D

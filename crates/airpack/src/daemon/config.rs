@@ -341,6 +341,30 @@ pub struct DiscoverySection {
     /// Smallest bundle size asked of a neighbour, bytes (the largest is
     /// `aggregation.max_size`).
     pub min_size: usize,
+    /// Radio figures for the link-quality estimate: `"nl80211"` (station
+    /// info and survey of each of `daemon.interfaces`; an interface that is
+    /// not a wireless one is counted and skipped) or `"off"` (hellos only).
+    pub radio: RadioCfg,
+    /// A counters file in the lab's `NODE.air` format (`docs/lab.md` 2b)
+    /// whose `peer` lines stand in for nl80211 station info (the lab's
+    /// ns-3 air); replaces `radio` when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub radio_file: Option<String>,
+    /// How often the radio figures are read, ms.
+    pub radio_interval_ms: u32,
+    /// Noise floor assumed when the radio reports none, dBm.
+    pub noise_dbm: i8,
+}
+
+/// `discovery.radio`: where radio figures come from.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RadioCfg {
+    /// nl80211 station dump and survey (generic netlink).
+    #[default]
+    Nl80211,
+    /// No radio figures: hello loss only.
+    Off,
 }
 
 impl Default for DiscoverySection {
@@ -358,6 +382,10 @@ impl Default for DiscoverySection {
             key_id: 1,
             rate_mbps: 11.0,
             min_size: 128,
+            radio: RadioCfg::Nl80211,
+            radio_file: None,
+            radio_interval_ms: 1000,
+            noise_dbm: airpack_core::neighbor::radio::DEFAULT_NOISE_DBM,
         }
     }
 }

@@ -8,9 +8,14 @@
 //! keeps the utilisation of the last window (busy time delta over active
 //! time delta between two snapshots with different `time_us`).
 //!
+//! The same file's `peer` lines are the lab's stand-in for nl80211 station
+//! info: [`parse_air_peers`] reads them for the link-quality source
+//! (`[discovery] radio_file`, `crate::linux::radio`).
+//!
 //! Must not touch: the engine, the lab (its full parser is
 //! `crates/lab/src/air_obs.rs`; this one reads only the channel and queue
-//! keys, ignoring the rest, as the format allows).
+//! keys and the peer lines' station figures, ignoring the rest, as the
+//! format allows).
 
 use std::io;
 use std::path::PathBuf;
@@ -76,6 +81,125 @@ impl AirCounters {
             queue_packets: get(4)?,
         })
     }
+}
+
+/// One `peer` line: what the node's radio reports about a peer (station
+/// info: signal of its frames, MAC counters of the node's frames to it).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AirPeer {
+    /// The peer's radio MAC.
+    pub mac: [u8; 6],
+    /// Signal of its last frame, dBm.
+    pub signal_dbm: f64,
+    /// Average signal of its frames (weight 1/8), dBm.
+    pub signal_avg_dbm: f64,
+    /// Frames received from it without error (0: the signals mean nothing).
+    pub rx_frames: u64,
+    /// Unicast frames to it acknowledged.
+    pub tx_acked: u64,
+    /// Retried attempts to it.
+    pub tx_retries: u64,
+    /// Unicast frames to it given up after the retry limit.
+    pub tx_failed: u64,
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut m = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in m.iter_mut() {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(m)
+}
+
+const PEER_KEYS: [&str; 6] = [
+    "signal_dbm",
+    "signal_avg_dbm",
+    "rx_frames",
+    "tx_acked",
+    "tx_retries",
+    "tx_failed",
+];
+
+fn parse_peer(line: &str) -> io::Result<AirPeer> {
+    let mut w = line.split_whitespace().skip(1);
+    let mac = w
+        .next()
+        .and_then(parse_mac)
+        .ok_or_else(|| bad(format!("bad peer MAC in {line:?}")))?;
+    w.next().ok_or_else(|| bad("peer without a name".into()))?;
+    let mut p = AirPeer {
+        mac,
+        ..AirPeer::default()
+    };
+    let mut seen = [false; 6];
+    while let Some(k) = w.next() {
+        let v = w.next().ok_or_else(|| bad(format!("peer {k}: no value")))?;
+        let Some(i) = PEER_KEYS.iter().position(|x| *x == k) else {
+            continue; // a later version's key
+        };
+        if std::mem::replace(&mut seen[i], true) {
+            return Err(bad(format!("peer {k} repeated")));
+        }
+        if i < 2 {
+            let x: f64 = v.parse().map_err(|_| bad(format!("bad number for {k}")))?;
+            if !x.is_finite() {
+                return Err(bad(format!("bad number for {k}")));
+            }
+            if i == 0 {
+                p.signal_dbm = x;
+            } else {
+                p.signal_avg_dbm = x;
+            }
+        } else {
+            let x: u64 = v.parse().map_err(|_| bad(format!("bad number for {k}")))?;
+            match i {
+                2 => p.rx_frames = x,
+                3 => p.tx_acked = x,
+                4 => p.tx_retries = x,
+                _ => p.tx_failed = x,
+            }
+        }
+    }
+    if let Some(i) = seen.iter().position(|s| !s) {
+        return Err(bad(format!("peer {} missing", PEER_KEYS[i])));
+    }
+    Ok(p)
+}
+
+/// The `peer` lines of a whole `.air` file (version line checked), at most
+/// `cap` of them (more are counted in `left_out`). A malformed peer line is
+/// an error for the whole file (the reader keeps nothing from it).
+pub fn parse_air_peers(
+    text: &str,
+    out: &mut Vec<AirPeer>,
+    cap: usize,
+    left_out: &mut u64,
+) -> io::Result<()> {
+    let mut lines = text.lines();
+    match lines
+        .next()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+    {
+        Some(v) if v == ["airpack-air", "1"] => {}
+        _ => return Err(bad("not an airpack-air 1 file".into())),
+    }
+    for line in lines {
+        if line.split_whitespace().next() != Some("peer") {
+            continue;
+        }
+        let p = parse_peer(line)?;
+        if out.len() < cap {
+            out.push(p);
+        } else {
+            *left_out += 1;
+        }
+    }
+    Ok(())
 }
 
 /// Utilisation in thousandths of `now` against `before` (busy delta over
@@ -190,6 +314,48 @@ mod tests {
         assert!(AirCounters::parse(&t.replace("busy_us 1", "busy_us x")).is_err());
         assert!(AirCounters::parse(&t.replace("busy_us 1", "busy_us 1 2")).is_err());
         assert!(AirCounters::parse(&format!("{t}busy_us 3\n")).is_err());
+    }
+
+    #[test]
+    fn peer_lines_strictly() {
+        let mut out = Vec::new();
+        let mut left = 0;
+        // The busy-source sample's peer line lacks the counters: refused.
+        assert!(parse_air_peers(&file(1, 1, 0), &mut out, 8, &mut left).is_err());
+        assert!(out.is_empty());
+        let t = "airpack-air 1\nnode A\ntime_us 5\npeer 02:00:00:00:00:02 B signal_dbm -34.0 signal_avg_dbm -35.5 rx_frames 12 tx_acked 97 tx_retries 2 tx_failed 1 later 3\npeer 02:00:00:00:00:0a C signal_dbm -80 signal_avg_dbm -81 rx_frames 0 tx_acked 0 tx_retries 0 tx_failed 0\n";
+        parse_air_peers(t, &mut out, 8, &mut left).unwrap();
+        assert_eq!(
+            out[0],
+            AirPeer {
+                mac: [2, 0, 0, 0, 0, 2],
+                signal_dbm: -34.0,
+                signal_avg_dbm: -35.5,
+                rx_frames: 12,
+                tx_acked: 97,
+                tx_retries: 2,
+                tx_failed: 1,
+            }
+        );
+        assert_eq!((out.len(), out[1].mac[5]), (2, 10));
+        out.clear();
+        parse_air_peers(t, &mut out, 1, &mut left).unwrap();
+        assert_eq!((out.len(), left), (1, 1));
+        for broken in [
+            t.replace("tx_failed 1", ""),
+            t.replace("tx_failed 1", "tx_failed 1 tx_failed 1"),
+            t.replace("-35.5", "inf"),
+            t.replace("tx_acked 97", "tx_acked -1"),
+            t.replace("02:00:00:00:00:02", "02:00:00:00:00"),
+            t.replace("02:00:00:00:00:02", "02:00:00:00:00:002"),
+            t.replace("tx_failed 1 later 3", "tx_failed 1 later"),
+            t.replace("airpack-air 1", "airpack-air 2"),
+        ] {
+            assert!(
+                parse_air_peers(&broken, &mut Vec::new(), 8, &mut left).is_err(),
+                "{broken}"
+            );
+        }
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub mod mcast;
 pub mod netns;
 pub mod packet;
 pub mod poll;
+pub mod radio;
 pub mod route;
 pub mod socket;
 pub mod state;

@@ -11,4 +11,5 @@
 
 pub mod hello;
 pub mod quality;
+pub mod radio;
 pub mod table;

@@ -123,6 +123,35 @@ pub fn ber_from_delivery(p: f64, len: usize) -> f64 {
     -(p.ln() / bits).exp_m1()
 }
 
+/// Which measurement decided a size (`airpack peers`: `ask_source`,
+/// `quality_source`; the rules: `docs/adaptive.md`, "Radio figures").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// No loss seen and no SNR that predicts any: the largest size.
+    None,
+    /// Our share of the neighbour's hellos.
+    Hello,
+    /// The radio's signal over its noise floor.
+    Snr,
+    /// The radio's MAC counters of our frames to the neighbour (retries, failures).
+    Mac,
+    /// The size the neighbour asked for in its hello (its own measurements).
+    Neighbor,
+}
+
+impl Source {
+    /// Label for the operator.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::None => "none",
+            Source::Hello => "hello",
+            Source::Snr => "snr",
+            Source::Mac => "mac",
+            Source::Neighbor => "neighbor",
+        }
+    }
+}
+
 /// A gap in a neighbour's hello sequence numbers larger than this (or a step
 /// back) is taken as a restart: the estimate starts over.
 pub const MAX_GAP: u64 = 64;
@@ -214,10 +243,16 @@ impl LinkEstimate {
     /// Bit error rate of the neighbour-to-us direction: the worse of what the
     /// hello losses (hellos of `hello_len` IP bytes) and the SNR explain.
     pub fn ber(&self, model: &AirModel, hello_len: usize) -> f64 {
+        self.ber_source(model, hello_len).0
+    }
+
+    /// [`LinkEstimate::ber`] and which measurement gave it.
+    pub fn ber_source(&self, model: &AirModel, hello_len: usize) -> (f64, Source) {
         let from_loss = ber_from_delivery(self.rx_ratio(), hello_len);
-        match self.snr_db {
-            Some(s) => from_loss.max(model.ber_from_snr(s)),
-            None => from_loss,
+        match self.snr_db.map(|s| model.ber_from_snr(s)) {
+            Some(b) if b > from_loss => (b, Source::Snr),
+            _ if from_loss > 0.0 => (from_loss, Source::Hello),
+            _ => (from_loss, Source::None),
         }
     }
 

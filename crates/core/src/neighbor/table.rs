@@ -21,7 +21,8 @@
 //! nothing can overflow; a slot is reused only after its `Down` was polled.
 
 use super::hello::{Encodings, Hello, HelloError, HelloHeader, HelloWriter, NeighborEntry, Radio};
-use super::quality::{AirModel, LinkEstimate};
+use super::quality::{AirModel, LinkEstimate, Source};
+use super::radio::{MacWindow, RadioReport, TxEstimate};
 use crate::auth::{Key, ReplayWindow};
 use crate::Micros;
 use core::net::IpAddr;
@@ -217,6 +218,18 @@ pub struct NeighborView {
     pub etx: Option<f64>,
     /// Smoothed SNR of its frames, dB, when the radio reports it.
     pub snr_db: Option<f64>,
+    /// What decided `max_bundle_from_it`: none, hello or snr.
+    pub ask_source: Source,
+    /// Largest bundle we send it: its ask, capped by `tx_size`.
+    pub max_bundle_used: u16,
+    /// What decided `max_bundle_used`: neighbor (its ask) or mac (`tx_size`).
+    pub quality_source: Source,
+    /// Size our radio's MAC counters call for (frames to it), while fresh.
+    pub tx_size: Option<u16>,
+    /// The radio's last full window of MAC counters of our frames to it.
+    pub mac: Option<MacWindow>,
+    /// The radio's last report (signal, noise, counters).
+    pub radio: Option<RadioReport>,
 }
 
 #[derive(Clone, Debug)]
@@ -230,6 +243,11 @@ struct Neighbor {
     max_to_it: u16,
     est: LinkEstimate,
     radio: Option<Radio>,
+    /// Transmit-side estimate from the radio's MAC counters.
+    tx: TxEstimate,
+    /// Size `tx` calls for, while fresh.
+    tx_cap: Option<u16>,
+    report: Option<RadioReport>,
     window: ReplayWindow,
     /// IP length of its last hello (for the error-rate estimate).
     hello_len: usize,
@@ -240,8 +258,17 @@ struct Neighbor {
 }
 
 impl Neighbor {
+    /// The size we send it and what decided it: its ask, unless our MAC
+    /// counters call for less.
+    fn used(&self) -> (u16, Source) {
+        match self.tx_cap {
+            Some(c) if c < self.max_to_it => (c, Source::Mac),
+            _ => (self.max_to_it, Source::Neighbor),
+        }
+    }
+
     fn desired(&self) -> Option<(Encodings, u16)> {
-        (!self.gone && self.lists_us).then_some((self.encodings, self.max_to_it))
+        (!self.gone && self.lists_us).then_some((self.encodings, self.used().0))
     }
 }
 
@@ -361,6 +388,9 @@ impl Table {
                     max_to_it: 0,
                     est: LinkEstimate::new(self.cfg.alpha),
                     radio: None,
+                    tx: TxEstimate::new(self.cfg.alpha),
+                    tx_cap: None,
+                    report: None,
                     window,
                     hello_len: 0,
                     gone: false,
@@ -399,6 +429,37 @@ impl Table {
                 noise_dbm,
             });
         }
+    }
+
+    /// The radio's reading about the neighbour at `addr` (see
+    /// [`RadioReport`]): its signal over the noise floor feeds the SNR of
+    /// the size we ask it for; the MAC counters of our frames to it bound
+    /// the size we send it ([`TxEstimate`]). Returns whether `addr` is held.
+    pub fn radio_report(&mut self, addr: IpAddr, r: &RadioReport) -> bool {
+        let Some(i) = self.find(addr) else {
+            return false;
+        };
+        let (lo, hi) = (self.cfg.min_bundle as usize, self.cfg.max_bundle as usize);
+        let model = self.cfg.model;
+        let n = self.slots[i].as_mut().expect("found");
+        if let Some(signal_dbm) = r.signal() {
+            let noise_dbm = r.noise();
+            n.est.on_radio(signal_dbm, noise_dbm);
+            n.radio = Some(Radio {
+                signal_dbm,
+                noise_dbm,
+            });
+        }
+        if let Some(m) = r.mac {
+            n.tx.on_counters(m, r.frame_len);
+        }
+        let cap = n.tx.ber().map(|b| model.best_size(b, lo, hi) as u16);
+        if cap != n.tx_cap {
+            n.tx_cap = cap;
+            self.dirty = true;
+        }
+        n.report = Some(*r);
+        true
     }
 
     /// Expires neighbours not heard from in time.
@@ -544,6 +605,12 @@ impl Table {
                 rx_ratio: n.est.rx_ratio(),
                 etx: n.est.etx(),
                 snr_db: n.est.snr_db(),
+                ask_source: n.est.ber_source(&self.cfg.model, n.hello_len).1,
+                max_bundle_used: n.used().0,
+                quality_source: n.used().1,
+                tx_size: n.tx_cap,
+                mac: n.tx.window(),
+                radio: n.report,
             })
     }
 }

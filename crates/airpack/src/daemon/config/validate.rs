@@ -445,6 +445,21 @@ pub(super) fn check_discovery(at: &Located<'_>, config: &Config) -> anyhow::Resu
             format!("{} must be in 0.1-100000", d.rate_mbps),
         ));
     }
+    if !(100..=60_000).contains(&d.radio_interval_ms) {
+        return Err(e(
+            "radio_interval_ms",
+            format!("{} must be in 100-60000", d.radio_interval_ms),
+        ));
+    }
+    if !(-127..=0).contains(&d.noise_dbm) {
+        return Err(e(
+            "noise_dbm",
+            format!("{} must be in -127..0", d.noise_dbm),
+        ));
+    }
+    if d.radio_file.as_deref() == Some("") {
+        return Err(e("radio_file", "must not be empty".into()));
+    }
     let max = config.aggregation.max_size;
     if !(68..=max).contains(&d.min_size) {
         return Err(e(

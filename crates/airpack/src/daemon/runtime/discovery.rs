@@ -10,8 +10,9 @@
 //! Must not touch: the packet path (hellos are a few per second), the
 //! hello format or the neighbour rules (that is `airpack_core::neighbor`).
 //! IPv6 neighbours are known by their link-local address and interface
-//! (`fe80::x%if`), as link-local `[[peer]]`s are. Not done yet: radio
-//! signal/noise from nl80211. An interface missing at start (or deleted and
+//! (`fe80::x%if`), as link-local `[[peer]]`s are. Radio figures (nl80211
+//! or the lab's counters file) reach the tables through
+//! [`super::link_radio`]. An interface missing at start (or deleted and
 //! created again) gets its sockets when the route monitor reports the link.
 
 use super::Daemon;
@@ -108,6 +109,8 @@ pub(super) struct Discovery {
     /// Earliest table deadline, recomputed after every read and tick (the
     /// loop checks it on every wakeup, so it must be cheap).
     next: Micros,
+    /// Radio figures for the link estimate (`discovery.radio`, `radio_file`).
+    radio: Option<super::link_radio::LinkRadio>,
 }
 
 /// The encodings this daemon accepts (all it can decode).
@@ -274,6 +277,7 @@ impl Discovery {
             rng: id | 1,
             buf: vec![0; HELLO_BUF],
             next: 0,
+            radio: super::link_radio::LinkRadio::start(plan),
         }))
     }
 
@@ -413,6 +417,18 @@ impl Discovery {
                             "snr_db": n.snr_db,
                             "max_bundle_to_it": n.max_bundle_to_it,
                             "max_bundle_from_it": n.max_bundle_from_it,
+                            "ask_source": n.ask_source.name(),
+                            "max_bundle_used": n.max_bundle_used,
+                            "quality_source": n.quality_source.name(),
+                            "mac_size": n.tx_size,
+                            "mac_loss": n.mac.map(|w| w.loss),
+                            "retry_ratio": n.mac.map(|w| w.retry_ratio),
+                            "attempt_loss": n.mac.map(|w| w.attempt_loss),
+                            "mac_frames": n.mac.map(|w| w.frames),
+                            "mac_frame_len": n.mac.map(|w| w.frame_len),
+                            "signal_dbm": n.radio.and_then(|r| r.signal_dbm),
+                            "signal_avg_dbm": n.radio.and_then(|r| r.signal_avg_dbm),
+                            "noise_dbm": n.radio.and_then(|r| r.noise_dbm),
                         })
                     })
                     .collect();
@@ -436,6 +452,7 @@ impl Discovery {
             "id": format!("{:016x}", self.id),
             "up": self.up.len(),
             "static_overrides": self.overridden,
+            "radio": self.radio.as_ref().map(|r| r.json()),
             "links": links,
         })
     }
@@ -467,6 +484,10 @@ impl Daemon {
     }
 
     fn discovery_settle(&mut self, d: &mut Discovery, now: Micros) {
+        if let Some(r) = &mut d.radio {
+            let tables = d.links.iter_mut().map(|l| (l.ifindex, l.v6, &mut l.table));
+            r.apply(&self.engine, tables);
+        }
         d.tick(now);
         while let Some((link, ev)) = d.next_event() {
             self.apply_neighbor(d, link, ev, now);

@@ -49,6 +49,7 @@ mod datapath;
 mod discovery;
 mod gateway;
 mod gateway_tim;
+mod link_radio;
 mod lookups;
 mod peer;
 mod reload;
