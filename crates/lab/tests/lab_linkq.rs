@@ -244,13 +244,15 @@ fn mac_counters_on_a_bad_link_shrink_its_bundles() {
         ["mac", "neighbor"].contains(&nc["quality_source"].as_str().unwrap()),
         "{nc}"
     );
-    // The counters explain the configured BER (within a factor of 2) on
-    // B->C, and far less on B->A; signals come from the radio (16 dBm - 50 dB).
+    // The counters explain the configured BER (within a factor of 3: about
+    // 130 attempts in the window, per-attempt loss 0.19 +- 0.035, so the
+    // bounds 0.07 and 0.47 are over 3 standard deviations away) on B->C,
+    // and far less on B->A; signals come from the radio (16 dBm - 50 dB).
     let q = nc["attempt_loss"].as_f64().unwrap();
     let len = nc["mac_frame_len"].as_f64().unwrap();
     let ber_c = ber_of(q, len);
     assert!(
-        ber_c > BER / 2.0 && ber_c < BER * 2.0,
+        ber_c > BER / 3.0 && ber_c < BER * 3.0,
         "B->C: loss {q} at {len} bytes = BER {ber_c:e}: {nc}"
     );
     let ber_a = ber_of(
