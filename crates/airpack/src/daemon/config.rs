@@ -560,6 +560,7 @@ pub fn known_keys() -> Vec<String> {
     c.daemon.source_check = Some(SourceCheck::Route);
     c.daemon.cpu_latency_us = Some(0);
     c.discovery.key = Some("00".repeat(16));
+    c.discovery.radio_file = Some("/dev/shm/x.air".into());
     c.medium.file = Some("/dev/shm/x.air".into());
     c.ap.key = Some("00".repeat(16));
     c.ap.unicast = Some("10.0.0.5:8888".into());
