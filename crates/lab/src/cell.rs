@@ -212,6 +212,9 @@ pub struct Redundancy {
     pub short_preamble: bool,
     /// `ap.redundancy` depth (1: `true`, the previous frame only).
     pub depth: u8,
+    /// `ap.redundancy_partial`: a rotating window of the previous frame's
+    /// entries when its whole block does not fit.
+    pub partial: bool,
 }
 
 impl Redundancy {
@@ -223,6 +226,7 @@ impl Redundancy {
             multicast_mbit: multicast_mbit.unwrap_or(phy.rate_mbps),
             short_preamble: phy.kind == crate::medium::PhyKind::DsssShort,
             depth: 1,
+            partial: false,
         }
     }
 }
@@ -264,6 +268,9 @@ pub fn ap_config(
             r.multicast_mbit,
             if r.short_preamble { "short" } else { "long" }
         ));
+        if r.partial {
+            s.push_str("redundancy_partial = true\n");
+        }
     }
     s
 }
@@ -453,6 +460,18 @@ mod tests {
         );
         let v = toml::from_str::<toml::Value>(&r2).unwrap();
         assert_eq!(v["ap"]["redundancy"].as_integer(), Some(2), "{r2}");
+        assert!(v["ap"].get("redundancy_partial").is_none(), "{r2}");
+        let rp = ap_config(
+            "/s",
+            None,
+            Release::Medium,
+            Some(Redundancy {
+                partial: true,
+                ..red
+            }),
+        );
+        let v = toml::from_str::<toml::Value>(&rp).unwrap();
+        assert_eq!(v["ap"]["redundancy_partial"].as_bool(), Some(true), "{rp}");
         // uplink aggregation beside the mux: the AP takes bundles from its
         // stations, a station bundles its calls to the AP
         let ap = format!(

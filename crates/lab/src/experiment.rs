@@ -60,6 +60,9 @@ pub enum Setup {
     DownlinkMuxAgg,
     /// `downlink-mux-red` at redundancy depth 2 (the last two frames).
     DownlinkMuxRed2,
+    /// `downlink-mux-agg` with `ap.redundancy_partial` (a rotating window of
+    /// the previous frame's entries when the whole block does not fit).
+    DownlinkMuxAggPartial,
     /// Seed 003's gateway ([`crate::gw`]), arm "no control": no daemon, no
     /// qdisc (as `off`, named for the experiment's table).
     NoControl,
@@ -87,11 +90,12 @@ impl Setup {
             "downlink-mux-red" | "mux-red" => Setup::DownlinkMuxRed,
             "downlink-mux-agg" | "mux-agg" => Setup::DownlinkMuxAgg,
             "downlink-mux-red2" | "mux-red2" => Setup::DownlinkMuxRed2,
+            "downlink-mux-agg-partial" | "mux-agg-partial" => Setup::DownlinkMuxAggPartial,
             "no-control" => Setup::NoControl,
             "voice-priority" => Setup::VoicePriority,
             "fixed-shaper" => Setup::FixedShaper,
             "pacer" => Setup::Pacer,
-            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-interval, downlink-mux-red, downlink-mux-red2, downlink-mux-agg; gateway presets: no-control, voice-priority, fixed-shaper, pacer)"),
+            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-interval, downlink-mux-red, downlink-mux-red2, downlink-mux-agg, downlink-mux-agg-partial; gateway presets: no-control, voice-priority, fixed-shaper, pacer)"),
         })
     }
     /// Its name.
@@ -108,6 +112,7 @@ impl Setup {
             Setup::DownlinkMuxRed => "downlink-mux-red",
             Setup::DownlinkMuxAgg => "downlink-mux-agg",
             Setup::DownlinkMuxRed2 => "downlink-mux-red2",
+            Setup::DownlinkMuxAggPartial => "downlink-mux-agg-partial",
             Setup::NoControl => "no-control",
             Setup::VoicePriority => "voice-priority",
             Setup::FixedShaper => "fixed-shaper",
@@ -120,7 +125,7 @@ impl Setup {
     }
     /// The downlink-multiplexing setups (a cell's AP and stations run daemons).
     pub fn downlink(self) -> bool {
-        matches!(self, Setup::DownlinkMux | Setup::DownlinkMuxInterval | Setup::DownlinkMuxRed | Setup::DownlinkMuxAgg | Setup::DownlinkMuxRed2)
+        matches!(self, Setup::DownlinkMux | Setup::DownlinkMuxInterval | Setup::DownlinkMuxRed | Setup::DownlinkMuxAgg | Setup::DownlinkMuxRed2 | Setup::DownlinkMuxAggPartial)
     }
 }
 
@@ -349,15 +354,18 @@ pub fn daemon_config(
             let g = topo.gw.as_ref()?;
             return (node == crate::gw::GW).then(|| crate::gw::pacer_config(&socket.to_string_lossy(), g, &cfg.medium.phy, cfg.playout_ms));
         }
-        Setup::DownlinkMux | Setup::DownlinkMuxInterval | Setup::DownlinkMuxRed | Setup::DownlinkMuxAgg | Setup::DownlinkMuxRed2 => {
+        Setup::DownlinkMux | Setup::DownlinkMuxInterval | Setup::DownlinkMuxRed | Setup::DownlinkMuxAgg | Setup::DownlinkMuxRed2 | Setup::DownlinkMuxAggPartial => {
             let sock = socket.to_string_lossy();
             let ap = topo.wifi.ap.as_deref()?;
-            let agg = setup == Setup::DownlinkMuxAgg;
+            let agg = matches!(setup, Setup::DownlinkMuxAgg | Setup::DownlinkMuxAggPartial);
             if node == ap {
                 let release = if setup == Setup::DownlinkMuxInterval { crate::cell::Release::Interval } else { crate::cell::Release::Medium };
                 let f = air_file.map(|f| f.to_string_lossy().into_owned());
-                let red = matches!(setup, Setup::DownlinkMuxRed | Setup::DownlinkMuxAgg | Setup::DownlinkMuxRed2)
-                    .then(|| crate::cell::Redundancy { depth: if setup == Setup::DownlinkMuxRed2 { 2 } else { 1 }, ..crate::cell::Redundancy::of(&cfg.medium.phy, topo.wifi.multicast_mbit) });
+                let red = matches!(setup, Setup::DownlinkMuxRed | Setup::DownlinkMuxAgg | Setup::DownlinkMuxRed2 | Setup::DownlinkMuxAggPartial).then(|| crate::cell::Redundancy {
+                    depth: if setup == Setup::DownlinkMuxRed2 { 2 } else { 1 },
+                    partial: setup == Setup::DownlinkMuxAggPartial,
+                    ..crate::cell::Redundancy::of(&cfg.medium.phy, topo.wifi.multicast_mbit)
+                });
                 let mut s = crate::cell::ap_config(&sock, f.as_deref(), release, red);
                 if agg {
                     let st: Vec<String> = topo.neighbours(ap).iter().filter(|x| endpoints(topo, n).contains(x)).map(|x| addr(x)).collect();
@@ -1215,6 +1223,10 @@ mod tests {
         assert_eq!(Setup::parse("downlink-mux-red2").unwrap().name(), "downlink-mux-red2");
         let ap2 = daemon_config(&c, Setup::DownlinkMuxRed2, "AP", 3, s, Some(f)).unwrap();
         assert_eq!(toml::from_str::<toml::Value>(&ap2).unwrap()["ap"]["redundancy"].as_integer(), Some(2), "{ap2}");
+        let app = daemon_config(&c, Setup::DownlinkMuxAggPartial, "AP", 3, s, Some(f)).unwrap();
+        let v = toml::from_str::<toml::Value>(&app).unwrap();
+        assert_eq!((v["ap"]["redundancy_partial"].as_bool(), v["peer"].as_array().map(|p| p.len())), (Some(true), Some(2)), "{app}");
+        assert_eq!(daemon_config(&c, Setup::DownlinkMuxAggPartial, "S1", 3, s, None), daemon_config(&c, Setup::DownlinkMuxAgg, "S1", 3, s, None));
         assert!(Setup::DownlinkMuxAgg.downlink());
         let ap = daemon_config(&c, Setup::DownlinkMuxAgg, "AP", 3, s, Some(f)).unwrap();
         let v = toml::from_str::<toml::Value>(&ap).unwrap();

@@ -393,6 +393,15 @@ impl<'a> Cur<'a> {
     }
 }
 
+/// Bytes of the first entry of `rest` (a run of entries, e.g. a frame's
+/// body as the mux wrote it), validated as [`decode`] does.
+pub fn entry_len(rest: &[u8]) -> Result<usize, FrameError> {
+    if rest.is_empty() {
+        return Err(FrameError::Empty);
+    }
+    split(rest).map(|(_, tail)| rest.len() - tail.len())
+}
+
 /// Splits one entry off `rest` (which is not empty).
 fn split(rest: &[u8]) -> Result<(Entry<'_>, &[u8]), FrameError> {
     let mut c = Cur { b: rest };

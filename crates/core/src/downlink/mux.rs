@@ -49,7 +49,12 @@
 //!   station that lost such a frame rebuilds its packets from the repeat;
 //!   one that has it skips the block (counted as duplicates). The repeated
 //!   entries are byte for byte those of the earlier frame, so the station's
-//!   RTP contexts see the same sequence either way. Depth 1 writes the
+//!   RTP contexts see the same sequence either way. With
+//!   [`MuxConfig::partial_repeat`], a frame without room for the previous
+//!   frame's whole block carries part of it: a window of its entries, in
+//!   their order, as many as fit, starting where the last window ended (so
+//!   on a full cell every stream is protected in turn, not always the same
+//!   first ones). Depth 1 writes the
 //!   one-block layout of the first version (flag 0x01 only); a frame with
 //!   two or more blocks also sets the depth flag (docs/wire-format.md).
 //! * The mux stands in for the AP's forwarding step: TTL / hop limit is
@@ -108,6 +113,10 @@ pub struct MuxConfig {
     /// [`compact::MAX_DEPTH`]): each frame also carries the entries of up to
     /// this many previous frames when they fit (module doc).
     pub redundancy: u8,
+    /// Redundancy: when not even the previous frame's whole block fits,
+    /// repeat as many of its entries as fit, a window that rotates from
+    /// frame to frame over the entries (module doc). Off: no block then.
+    pub partial_repeat: bool,
 }
 
 impl Default for MuxConfig {
@@ -125,6 +134,7 @@ impl Default for MuxConfig {
             airtime: None,
             frame_overhead: 28,
             redundancy: 0,
+            partial_repeat: false,
         }
     }
 }
@@ -289,6 +299,9 @@ pub struct MuxStats {
     pub airtime_unicast_us: u64,
     /// Entries repeated from the previous frame (redundancy).
     pub repeated: u64,
+    /// Frames that carried part of the previous frame's entries
+    /// ([`MuxConfig::partial_repeat`]).
+    pub partial_repeats: u64,
 }
 
 impl MuxStats {
@@ -363,6 +376,8 @@ pub struct Mux {
     /// (`history[0]` the newest), and a spare buffer for the next.
     history: Vec<Sent>,
     spare: Vec<u8>,
+    /// Partial repeat: the entry index the next window starts at.
+    rotate: usize,
     busy: bool,
     now: Micros,
     stats: MuxStats,
@@ -416,6 +431,7 @@ impl Mux {
                 })
                 .collect(),
             spare: vec![0; if cfg.redundancy > 0 { cfg.max_frame } else { 0 }],
+            rotate: 0,
             busy: false,
             now: 0,
             stats: MuxStats::default(),
@@ -758,6 +774,65 @@ impl Mux {
             }
             (k, blocks_len, count) = (j + 1, bl, count + sent.count);
         }
+        if k == 0 && self.cfg.partial_repeat {
+            let h0 = &self.history[0];
+            if h0.seq == Some(f.seq.wrapping_sub(1)) && h0.count > 1 {
+                let room = self
+                    .cfg
+                    .max_frame
+                    .saturating_sub(f.len + compact::REPEAT_LEN);
+                let n = h0.count;
+                let r = self.rotate % n;
+                let off = |i: usize| -> usize {
+                    let mut at = 0;
+                    for _ in 0..i {
+                        at +=
+                            compact::entry_len(&h0.buf[at..h0.len]).expect("the mux's own entries");
+                    }
+                    at
+                };
+                // The window: entries r, r+1, ... (wrapping) while they fit.
+                let (mut w, mut bytes, mut at) = (0, 0, off(r));
+                while w < n {
+                    if r + w == n {
+                        at = 0;
+                    }
+                    let l = compact::entry_len(&h0.buf[at..h0.len]).expect("the mux's own entries");
+                    if bytes + l > room || f.count + w + 1 > super::MAX_PACKETS_PER_FRAME {
+                        break;
+                    }
+                    (w, bytes, at) = (w + 1, bytes + l, at + l);
+                }
+                let extra = compact::REPEAT_LEN + bytes;
+                let pays = self.cfg.airtime.map_or(true, |cell| {
+                    cell.frame_pays(
+                        (f.len + extra) as u32 + self.cfg.frame_overhead,
+                        f.unicast_us,
+                    )
+                });
+                if w > 0 && pays {
+                    // In frame order: [0, r+w-n) then [r, n) when it wraps.
+                    let (lo, hi) = if r + w > n {
+                        ((0, off(r + w - n)), (off(r), h0.len))
+                    } else {
+                        ((0, 0), (off(r), off(r + w)))
+                    };
+                    let hd = compact::HEADER_LEN;
+                    f.buf.copy_within(hd..f.len, hd + extra);
+                    f.buf[hd..hd + 2].copy_from_slice(&(bytes as u16).to_be_bytes());
+                    let mut o = hd + 2;
+                    for (a, b) in [lo, hi] {
+                        f.buf[o..o + b - a].copy_from_slice(&h0.buf[a..b]);
+                        o += b - a;
+                    }
+                    f.buf[0] |= compact::FLAG_REPEAT;
+                    f.len += extra;
+                    self.stats.repeated += w as u64;
+                    self.stats.partial_repeats += 1;
+                    self.rotate = (r + w) % n;
+                }
+            }
+        }
         if k > 0 {
             let extra = blocks_len + usize::from(k >= 2);
             f.buf.copy_within(h..f.len, h + extra);
@@ -892,13 +967,19 @@ mod tests {
     /// A G.729 packet: IPv4 198.51.100.1:5004 -> 192.168.1.5:6600, EF, DF,
     /// ID `id`, TTL `ttl`, RTP seq/ts, 20 voice bytes; checksums valid.
     fn g729(seq: u16, ts: u32, id: u16, ttl: u8) -> Vec<u8> {
+        g729_to(6600, seq, ts, id, ttl)
+    }
+
+    /// A G.729 RTP packet to 192.168.1.5:`port`.
+    fn g729_to(port: u16, seq: u16, ts: u32, id: u16, ttl: u8) -> Vec<u8> {
         let mut p = vec![
             0x45, 0xb8, 0, 60, 0, 0, 0x40, 0, ttl, 17, 0, 0, 198, 51, 100, 1, 192, 168, 1, 5,
         ];
         p[4..6].copy_from_slice(&id.to_be_bytes());
         let c = ip::checksum(&p);
         p[10..12].copy_from_slice(&c.to_be_bytes());
-        let mut u = vec![0x13, 0x8c, 0x19, 0xc8, 0, 40, 0, 0, 0x80, 18];
+        let mut u = vec![0x13, 0x8c, 0, 0, 0, 40, 0, 0, 0x80, 18];
+        u[2..4].copy_from_slice(&port.to_be_bytes());
         u.extend_from_slice(&seq.to_be_bytes());
         u.extend_from_slice(&ts.to_be_bytes());
         u.extend_from_slice(&0xdeadbeefu32.to_be_bytes());
@@ -1179,6 +1260,70 @@ mod tests {
         assert!(
             (1..4).contains(&last),
             "room for some blocks, not all: {last}"
+        );
+    }
+
+    /// Partial repeat: frames too full for the previous frame's whole
+    /// block carry a window of its entries that rotates over the streams;
+    /// a station that lost every other frame recovers part of them, in
+    /// order, never twice. Without the option such frames carry no block
+    /// (only frames with room for a whole block do).
+    #[test]
+    fn partial_repeat_rotates_over_the_streams() {
+        use crate::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
+        let dst = IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5));
+        let run = |partial: bool| {
+            let mut m = Mux::new(MuxConfig {
+                redundancy: 1,
+                partial_repeat: partial,
+                max_frame: 256,
+                ..MuxConfig::default()
+            });
+            let mut d = Demux::new(DemuxConfig::default());
+            for sid in 0..6u16 {
+                m.add_stream(dst, 6600 + sid, sid).unwrap();
+                d.add_stream(sid, dst, 6600 + sid);
+            }
+            m.set_link_busy(0, true);
+            let (mut buf, mut scratch) = (vec![0u8; 1440], vec![0u8; MAX_REBUILT]);
+            let (mut got, mut want, mut repeated_sids) = (Vec::new(), Vec::new(), Vec::new());
+            let mut frame_no = 0;
+            for k in 0..12u16 {
+                for sid in 0..6u16 {
+                    let ts = 160 * u32::from(k);
+                    m.handle_packet(0, &g729_to(6600 + sid, k, ts, 0, 64));
+                    want.push(g729_to(6600 + sid, k, ts, 0, 63));
+                }
+                m.flush();
+                while let Some(t) = m.poll_transmit(0, &mut buf) {
+                    let f = compact::decode(&buf[..t.len]).unwrap();
+                    assert!(t.len <= 256 && f.depth() <= 1);
+                    repeated_sids.extend(f.repeated().map(|e| e.sid));
+                    if frame_no % 2 == 0 {
+                        d.handle_frame(&buf[..t.len], &mut scratch, |p| got.push(p.to_vec()))
+                            .unwrap();
+                    }
+                    frame_no += 1;
+                }
+            }
+            let mut it = want.iter();
+            for g in &got {
+                assert!(it.any(|w| w == g), "duplicated, altered or out of order");
+            }
+            (m.stats().clone(), d.stats().clone(), repeated_sids)
+        };
+        let (ms, ds, sids) = run(true);
+        assert!(ms.partial_repeats > 0 && ds.recovered > 0, "{ms:?} {ds:?}");
+        for sid in 0..6u16 {
+            assert!(sids.contains(&sid), "stream {sid} never repeated: {sids:?}");
+        }
+        let (ms_off, ds_off, _) = run(false);
+        assert_eq!(ms_off.partial_repeats, 0);
+        assert!(
+            ds_off.recovered < ds.recovered,
+            "{} whole blocks only vs {} with windows",
+            ds_off.recovered,
+            ds.recovered
         );
     }
 

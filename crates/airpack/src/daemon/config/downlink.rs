@@ -103,6 +103,9 @@ pub struct ApSection {
     /// room (compact only): a station that lost that frame recovers them.
     /// `true` / `false`, or a depth 0-4 (the last D frames' packets).
     pub redundancy: RedundancyCfg,
+    /// With redundancy: when the previous frame's whole block does not fit,
+    /// repeat a rotating window of its packets, as many as fit.
+    pub redundancy_partial: bool,
 }
 
 /// `ap.redundancy` as written: `false` / `true` (depth 0 / 1, the first
@@ -168,6 +171,7 @@ impl Default for ApSection {
             multicast_rate: None,
             preamble: PreambleCfg::Long,
             redundancy: RedundancyCfg::Flag(false),
+            redundancy_partial: false,
         }
     }
 }
@@ -493,6 +497,12 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
             ),
         ));
     }
+    if s.redundancy_partial && depth == 0 {
+        return Err(e(
+            "redundancy_partial",
+            "needs ap.redundancy (a depth of at least 1)".into(),
+        ));
+    }
     if depth > 0 && s.format == FormatCfg::Seed {
         return Err(e(
             "redundancy",
@@ -501,6 +511,7 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
     }
     let mux = MuxConfig {
         redundancy: depth,
+        partial_repeat: s.redundancy_partial,
         airtime,
         frame_overhead,
         format: s.format.into(),

@@ -199,5 +199,17 @@ fn redundancy_is_compact_only() {
     let e = format!("{:#}", depth("5").unwrap_err());
     assert!(e.contains("ap.redundancy") && e.contains("0-4"), "{e}");
     assert!(depth("\"two\"").is_err());
+    let p = parse(
+        "t.toml",
+        &format!("{base}redundancy_partial = true\n"),
+        &[],
+        &[],
+    )
+    .unwrap();
+    assert!(p.ap.unwrap().mux.partial_repeat);
+    let e = err(&format!(
+        "[ap]\nenabled = true\ninterfaces = [\"wlan0\"]\nkey = \"{K}\"\nredundancy_partial = true\n"
+    ));
+    assert!(e.contains("ap.redundancy_partial"), "{e}");
     assert!(depth("-1").is_err());
 }
