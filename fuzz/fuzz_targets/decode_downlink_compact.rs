@@ -1,7 +1,7 @@
 //! Fuzz target: the compact downlink frame parser and a station's
 //! demultiplexer (IPv4 and IPv6 streams, contexts carried across inputs'
 //! halves) on untrusted bytes. An accepted frame re-encodes to the same
-//! bytes (its own entries and its repeat block's apart); every packet a
+//! bytes (its own entries and each repeat block's apart); every packet a
 //! station rebuilds is a valid IP packet.
 #![no_main]
 use airpack_core::downlink::compact::{self, CompactWriter};
@@ -36,20 +36,36 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(&out[..n], data);
         return;
     }
-    // With a repeat block: the writer makes header + own entries (no
-    // block), which are the input's header without the flag and its tail;
-    // the block's entries re-encode to the block's bytes.
+    // With repeat blocks: the writer makes header + own entries (no
+    // block), which are the input's header without the flags and its tail;
+    // each block's entries re-encode to the block's bytes (after the count
+    // byte of the depth flag, each block is its 2-byte length and entries).
     let own = n - 4;
-    let mut want = vec![data[0] & !compact::FLAG_REPEAT, data[1], data[2], data[3]];
+    let flags = compact::FLAG_REPEAT | compact::FLAG_DEPTH;
+    let mut want = vec![data[0] & !flags, data[1], data[2], data[3]];
     want.extend_from_slice(&data[data.len() - own..]);
     assert_eq!(&out[..n], &want[..]);
-    let rlen = usize::from(u16::from_be_bytes([data[4], data[5]]));
-    let mut rout = vec![0u8; data.len()];
-    let mut rw = CompactWriter::new(&mut rout, f.header).expect("header fits");
-    for e in f.repeated() {
-        rw.push(&e).expect("accepted repeated entry re-encodes");
+    let mut at = if data[0] & compact::FLAG_DEPTH != 0 {
+        5
+    } else {
+        4
+    };
+    let mut total = 0;
+    let mut ages = Vec::new();
+    for (age, block) in f.blocks() {
+        ages.push(age);
+        let rlen = usize::from(u16::from_be_bytes([data[at], data[at + 1]]));
+        let mut rout = vec![0u8; data.len()];
+        let mut rw = CompactWriter::new(&mut rout, f.header).expect("header fits");
+        for e in block {
+            rw.push(&e).expect("accepted repeated entry re-encodes");
+        }
+        total += rw.count();
+        let rn = rw.finish();
+        assert_eq!(&rout[4..rn], &data[at + 2..at + 2 + rlen]);
+        at += 2 + rlen;
     }
-    assert_eq!(rw.count(), f.repeated_len());
-    let rn = rw.finish();
-    assert_eq!(&rout[4..rn], &data[6..6 + rlen]);
+    assert_eq!(total, f.repeated_len());
+    assert_eq!(ages, (1..=f.depth()).rev().collect::<Vec<_>>());
+    assert_eq!(at, data.len() - own);
 });

@@ -318,10 +318,13 @@ fn run_airtime(
     out
 }
 
-/// Redundancy on, one packet every `gap` µs, frames with index in `lose`
-/// not given to the station: (expected packets, delivered packets, the
-/// station's statistics).
+/// Redundancy at `depth` (with `partial`: windows of the previous frame in
+/// frames of at most 256 bytes), one packet every `gap` µs, frames with index in
+/// `lose` not given to the station: (expected packets, delivered packets,
+/// the station's statistics).
 fn run_redundant(
+    depth: u8,
+    partial: bool,
     origs: &[Orig],
     n: usize,
     v6_mask: u8,
@@ -333,7 +336,9 @@ fn run_redundant(
     airpack_core::downlink::demux::DemuxStats,
 ) {
     let mut mux = Mux::new(MuxConfig {
-        redundancy: true,
+        redundancy: depth,
+        partial_repeat: partial,
+        max_frame: if partial { 256 } else { 1440 },
         ..MuxConfig::default()
     });
     let mut demux = Demux::new(DemuxConfig::default());
@@ -379,6 +384,8 @@ proptest! {
     /// frame recovered from the next one's repeat).
     #[test]
     fn redundancy_never_duplicates_and_recovers(
+        depth in 1u8..=4,
+        partial in any::<bool>(),
         n in 1usize..4,
         v6_mask in any::<u8>(),
         gap in prop::sample::select(vec![3_000u64, 9_000, 25_000]),
@@ -386,15 +393,20 @@ proptest! {
         lose in prop::collection::vec(prop::bool::weighted(0.2), 0..150),
     ) {
         let origs = packets(n, v6_mask, false, &events);
-        let (expected, got, st) = run_redundant(&origs, n, v6_mask, &[], gap);
+        let (expected, got, st) = run_redundant(depth, partial, &origs, n, v6_mask, &[], gap);
         prop_assert_eq!(&got, &expected);
         prop_assert_eq!(st.recovered, 0);
-        let (expected, got, st) = run_redundant(&origs, n, v6_mask, &lose, gap);
+        let (expected, got, st) = run_redundant(depth, partial, &origs, n, v6_mask, &lose, gap);
         let mut it = expected.iter();
         for g in &got {
             prop_assert!(it.any(|e| e == g), "delivered packet duplicated, out of order or altered");
         }
         prop_assert!(st.recovered <= st.delivered);
+        // a deeper repeat never delivers less than depth 1 over the same losses
+        if depth > 1 && !partial {
+            let (_, got1, _) = run_redundant(1, false, &origs, n, v6_mask, &lose, gap);
+            prop_assert!(got.len() >= got1.len(), "depth {} delivered {} < depth 1's {}", depth, got.len(), got1.len());
+        }
     }
 
     /// Under the airtime rule every packet arrives exactly once and in

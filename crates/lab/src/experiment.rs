@@ -55,6 +55,14 @@ pub enum Setup {
     /// `ap.multicast_rate`, `ap.preamble`: a frame is sent only when it
     /// costs less airtime than unicast).
     DownlinkMuxRed,
+    /// `downlink-mux-red` plus uplink aggregation: each station bundles its
+    /// calls' uplink packets to the AP (`crate::cell::station_uplink_agg`).
+    DownlinkMuxAgg,
+    /// `downlink-mux-red` at redundancy depth 2 (the last two frames).
+    DownlinkMuxRed2,
+    /// `downlink-mux-agg` with `ap.redundancy_partial` (a rotating window of
+    /// the previous frame's entries when the whole block does not fit).
+    DownlinkMuxAggPartial,
     /// Seed 003's gateway ([`crate::gw`]), arm "no control": no daemon, no
     /// qdisc (as `off`, named for the experiment's table).
     NoControl,
@@ -80,11 +88,14 @@ impl Setup {
             "downlink-mux" | "mux" => Setup::DownlinkMux,
             "downlink-mux-interval" | "mux-interval" => Setup::DownlinkMuxInterval,
             "downlink-mux-red" | "mux-red" => Setup::DownlinkMuxRed,
+            "downlink-mux-agg" | "mux-agg" => Setup::DownlinkMuxAgg,
+            "downlink-mux-red2" | "mux-red2" => Setup::DownlinkMuxRed2,
+            "downlink-mux-agg-partial" | "mux-agg-partial" => Setup::DownlinkMuxAggPartial,
             "no-control" => Setup::NoControl,
             "voice-priority" => Setup::VoicePriority,
             "fixed-shaper" => Setup::FixedShaper,
             "pacer" => Setup::Pacer,
-            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-interval, downlink-mux-red; gateway presets: no-control, voice-priority, fixed-shaper, pacer)"),
+            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-interval, downlink-mux-red, downlink-mux-red2, downlink-mux-agg, downlink-mux-agg-partial; gateway presets: no-control, voice-priority, fixed-shaper, pacer)"),
         })
     }
     /// Its name.
@@ -99,6 +110,9 @@ impl Setup {
             Setup::DownlinkMux => "downlink-mux",
             Setup::DownlinkMuxInterval => "downlink-mux-interval",
             Setup::DownlinkMuxRed => "downlink-mux-red",
+            Setup::DownlinkMuxAgg => "downlink-mux-agg",
+            Setup::DownlinkMuxRed2 => "downlink-mux-red2",
+            Setup::DownlinkMuxAggPartial => "downlink-mux-agg-partial",
             Setup::NoControl => "no-control",
             Setup::VoicePriority => "voice-priority",
             Setup::FixedShaper => "fixed-shaper",
@@ -111,7 +125,7 @@ impl Setup {
     }
     /// The downlink-multiplexing setups (a cell's AP and stations run daemons).
     pub fn downlink(self) -> bool {
-        matches!(self, Setup::DownlinkMux | Setup::DownlinkMuxInterval | Setup::DownlinkMuxRed)
+        matches!(self, Setup::DownlinkMux | Setup::DownlinkMuxInterval | Setup::DownlinkMuxRed | Setup::DownlinkMuxAgg | Setup::DownlinkMuxRed2 | Setup::DownlinkMuxAggPartial)
     }
 }
 
@@ -340,14 +354,24 @@ pub fn daemon_config(
             let g = topo.gw.as_ref()?;
             return (node == crate::gw::GW).then(|| crate::gw::pacer_config(&socket.to_string_lossy(), g, &cfg.medium.phy, cfg.playout_ms));
         }
-        Setup::DownlinkMux | Setup::DownlinkMuxInterval | Setup::DownlinkMuxRed => {
+        Setup::DownlinkMux | Setup::DownlinkMuxInterval | Setup::DownlinkMuxRed | Setup::DownlinkMuxAgg | Setup::DownlinkMuxRed2 | Setup::DownlinkMuxAggPartial => {
             let sock = socket.to_string_lossy();
             let ap = topo.wifi.ap.as_deref()?;
+            let agg = matches!(setup, Setup::DownlinkMuxAgg | Setup::DownlinkMuxAggPartial);
             if node == ap {
                 let release = if setup == Setup::DownlinkMuxInterval { crate::cell::Release::Interval } else { crate::cell::Release::Medium };
                 let f = air_file.map(|f| f.to_string_lossy().into_owned());
-                let red = (setup == Setup::DownlinkMuxRed).then(|| crate::cell::Redundancy::of(&cfg.medium.phy, topo.wifi.multicast_mbit));
-                return Some(crate::cell::ap_config(&sock, f.as_deref(), release, red));
+                let red = matches!(setup, Setup::DownlinkMuxRed | Setup::DownlinkMuxAgg | Setup::DownlinkMuxRed2 | Setup::DownlinkMuxAggPartial).then(|| crate::cell::Redundancy {
+                    depth: if setup == Setup::DownlinkMuxRed2 { 2 } else { 1 },
+                    partial: setup == Setup::DownlinkMuxAggPartial,
+                    ..crate::cell::Redundancy::of(&cfg.medium.phy, topo.wifi.multicast_mbit)
+                });
+                let mut s = crate::cell::ap_config(&sock, f.as_deref(), release, red);
+                if agg {
+                    let st: Vec<String> = topo.neighbours(ap).iter().filter(|x| endpoints(topo, n).contains(x)).map(|x| addr(x)).collect();
+                    s.push_str(&crate::cell::ap_uplink_peers(&st));
+                }
+                return Some(s);
             }
             if !topo.neighbours(ap).iter().any(|x| x == node) {
                 return None; // an outer node (or a node of no BSS)
@@ -363,7 +387,11 @@ pub fn daemon_config(
                 .collect();
             let (lo, hi) = (*ports.iter().min()?, *ports.iter().max()?);
             let spec = if lo == hi { lo.to_string() } else { format!("\"{lo}-{hi}\"") };
-            return Some(crate::cell::station_config(&sock, &addr(ap), &spec));
+            let mut s = crate::cell::station_config(&sock, &addr(ap), &spec);
+            if agg {
+                s.push_str(&crate::cell::station_uplink_agg(&addr(ap), ports.len() as u32, cfg.interval_ms * 1000));
+            }
+            return Some(s);
         }
         Setup::HopByHop | Setup::HoldWhileBusy | Setup::Adaptive | Setup::LinkAdaptive => (
             "hop-by-hop",
@@ -1213,6 +1241,28 @@ mod tests {
         assert_eq!(v["medium"]["file"].as_str(), Some("/dev/shm/x/AP.air"), "{ap}");
         // stations are those of downlink-mux (they recover without a key of their own)
         assert_eq!(daemon_config(&c, Setup::DownlinkMuxRed, "S1", 3, s, None), daemon_config(&c, Setup::DownlinkMux, "S1", 3, s, None));
+        // uplink aggregation beside the mux: the AP takes bundles from the
+        // stations of the point's calls, a station bundles its calls to the AP
+        assert_eq!(Setup::parse("mux-agg").unwrap(), Setup::DownlinkMuxAgg);
+        assert_eq!(Setup::parse("downlink-mux-red2").unwrap().name(), "downlink-mux-red2");
+        let ap2 = daemon_config(&c, Setup::DownlinkMuxRed2, "AP", 3, s, Some(f)).unwrap();
+        assert_eq!(toml::from_str::<toml::Value>(&ap2).unwrap()["ap"]["redundancy"].as_integer(), Some(2), "{ap2}");
+        let app = daemon_config(&c, Setup::DownlinkMuxAggPartial, "AP", 3, s, Some(f)).unwrap();
+        let v = toml::from_str::<toml::Value>(&app).unwrap();
+        assert_eq!((v["ap"]["redundancy_partial"].as_bool(), v["peer"].as_array().map(|p| p.len())), (Some(true), Some(2)), "{app}");
+        assert_eq!(daemon_config(&c, Setup::DownlinkMuxAggPartial, "S1", 3, s, None), daemon_config(&c, Setup::DownlinkMuxAgg, "S1", 3, s, None));
+        assert!(Setup::DownlinkMuxAgg.downlink());
+        let ap = daemon_config(&c, Setup::DownlinkMuxAgg, "AP", 3, s, Some(f)).unwrap();
+        let v = toml::from_str::<toml::Value>(&ap).unwrap();
+        assert_eq!(v["ap"]["redundancy"].as_bool(), Some(true), "{ap}");
+        let peers: Vec<&str> = v["peer"].as_array().unwrap().iter().map(|p| p["address"].as_str().unwrap()).collect();
+        assert_eq!(peers, ["10.201.0.2", "10.201.0.3"], "{ap}");
+        let s1 = daemon_config(&c, Setup::DownlinkMuxAgg, "S1", 3, s, None).unwrap();
+        let v = toml::from_str::<toml::Value>(&s1).unwrap();
+        assert_eq!(v["aggregation"]["max_packets"].as_integer(), Some(2), "{s1}");
+        assert_eq!(v["peer"][0]["address"].as_str(), Some("10.201.0.1"), "{s1}");
+        let s2 = daemon_config(&c, Setup::DownlinkMuxAgg, "S2", 3, s, None).unwrap();
+        assert_eq!(toml::from_str::<toml::Value>(&s2).unwrap()["aggregation"]["max_packets"].as_integer(), Some(1), "{s2}");
     }
 
     #[test]

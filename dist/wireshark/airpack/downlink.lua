@@ -54,6 +54,7 @@ local f = {
     fseq = ProtoField.uint16("airpack_dl.frame_seq", "Frame sequence number"),
     rlen = ProtoField.uint16("airpack_dl.repeat_len", "Repeat block length"),
     rcount = ProtoField.uint16("airpack_dl.repeat_count", "Repeated packets (previous frame's)"),
+    rdepth = ProtoField.uint8("airpack_dl.repeat_depth", "Repeat blocks (frames seq-n .. seq-1)"),
     -- compact entry
     sid = ProtoField.uint16("airpack_dl.sid", "Stream id"),
     ctl = ProtoField.uint8("airpack_dl.ctl", "Control", base.HEX),
@@ -236,22 +237,34 @@ local function compact(tvb, root)
     root:add(f.version, b0)
     root:add(f.hflags, b0)
     if math.floor(b0:uint() / 16) ~= 1 then fail("bad_version") end
-    -- Flag bit 0: a repeat block (ap.redundancy); bits 1-3 reserved.
+    -- Flag bit 0: a repeat block (ap.redundancy); bit 1 (only with bit 0):
+    -- a count of 2-4 blocks follows (redundancy depth); bits 2-3 reserved.
     local flags = b0:uint() % 16
-    if flags > 1 then fail("reserved") end
+    if flags == 2 or flags > 3 then fail("reserved") end
     if n < 4 then fail("truncated") end
     root:add(f.epoch, tvb(1, 1))
     root:add(f.fseq, tvb(2, 2))
-    local start, rlen = 4, 0
-    if flags == 1 then
-        if n < 6 then fail("truncated") end
-        rlen = tvb(4, 2):uint()
+    local start, depth = 4, 0
+    if flags == 3 then
+        if n < 5 then fail("truncated") end
+        depth = tvb(4, 1):uint()
+        if depth < 2 or depth > 4 then fail("reserved") end
+        root:add(f.rdepth, tvb(4, 1))
+        start = 5
+    elseif flags == 1 then
+        depth = 1
+    end
+    local blocks = {}
+    for j = 1, depth do
+        if n < start + 2 then fail("truncated") end
+        local rlen = tvb(start, 2):uint()
         if rlen == 0 then fail("empty") end
-        if n < 6 + rlen then fail("truncated") end
-        start = 6 + rlen
+        if n < start + 2 + rlen then fail("truncated") end
+        blocks[j] = { at = start, len = rlen }
+        start = start + 2 + rlen
     end
     if n == start then fail("empty") end
-    -- The frame's own entries are checked first, then the repeat block's
+    -- The frame's own entries are checked first, then the repeat blocks'
     -- (the core's order, so both name the same reason).
     local c, count = cursor(tvb, start), 0
     while c.o < n do
@@ -259,19 +272,23 @@ local function compact(tvb, root)
         count = count + 1
         entry(tvb, c, root, count)
     end
-    if rlen > 0 then
-        local rt = root:add(tvb(4, 2 + rlen), "Repeat block (the previous frame's entries)")
-        rt:add(f.rlen, tvb(4, 2))
-        local sub = tvb(6, rlen):tvb()
-        local rc, repeated = cursor(sub, 0), 0
-        while rc.o < rlen do
-            if repeated == MAX_PACKETS then fail("too_many_packets") end
+    local repeated = 0
+    for j = 1, depth do
+        local b = blocks[j]
+        local rt = root:add(tvb(b.at, 2 + b.len), string.format(
+            "Repeat block (frame seq-%d's entries)", depth - j + 1))
+        rt:add(f.rlen, tvb(b.at, 2))
+        local sub = tvb(b.at + 2, b.len):tvb()
+        local rc, here = cursor(sub, 0), 0
+        while rc.o < b.len do
+            if here == MAX_PACKETS then fail("too_many_packets") end
             repeated = repeated + 1
-            entry(sub, rc, rt, repeated)
+            here = here + 1
+            entry(sub, rc, rt, here)
         end
-        rt:add(f.rcount, repeated)
-        if count + repeated > MAX_PACKETS then fail("too_many_packets") end
+        rt:add(f.rcount, here)
     end
+    if count + repeated > MAX_PACKETS then fail("too_many_packets") end
     return count
 end
 

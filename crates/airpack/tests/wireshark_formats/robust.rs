@@ -102,6 +102,17 @@ fn hostile_hellos_and_downlink_frames_match_the_core_and_raise_no_lua_error() {
                     assert!(compact::decode(&r).is_ok() || compact::decode(f).is_err());
                     compacts.extend(mutations(&r));
                     compacts.push(r);
+                    // Two blocks (redundancy depth 2): 0x13, epoch, seq,
+                    // count 2, then each block with its length.
+                    let mut r2 = vec![0x13, f[1], f[2], f[3], 2];
+                    for _ in 0..2 {
+                        r2.extend((e.len() as u16).to_be_bytes());
+                        r2.extend(e);
+                    }
+                    r2.extend(e);
+                    assert!(compact::decode(&r2).is_ok() || compact::decode(f).is_err());
+                    compacts.extend(mutations(&r2));
+                    compacts.push(r2);
                 }
             }
             _ => regs.extend(mutations(v.section("message")[0])),

@@ -16,6 +16,10 @@
 //! or, with the repeat flag (redundancy, optional):
 //!         | 0x11 | epoch | frame seq (2) | repeat length (2) | the previous
 //!         frame's entries (repeat length bytes) | entry | entry | ...
+//! or, with the repeat and depth flags (redundancy depth >= 2):
+//!         | 0x13 | epoch | frame seq (2) | n (2-4) | length (2) | frame
+//!         seq-n's entries | ... | length (2) | frame seq-1's entries |
+//!         entry | entry | ...
 //! entry:  | sid (1-2) | ctl | len (1-2) | [static block] | [IP ID 1-2] | [seq LSB] | payload (len) |
 //! ctl:    F ggg R M ii   F: static block present   ggg: context generation
 //!                        R: RTP header compressed  M: RTP marker   ii: IPv4 ID mode
@@ -37,6 +41,12 @@ pub const HEADER_LEN: usize = 4;
 pub const FLAG_REPEAT: u8 = 0x01;
 /// Bytes of the repeat block's length field.
 pub const REPEAT_LEN: usize = 2;
+/// Flag in byte 0, only with [`FLAG_REPEAT`]: a one-byte count `n`
+/// (2..=[`MAX_DEPTH`]) follows the header, then `n` repeat blocks, each
+/// with its length, for frames `seq - n` .. `seq - 1` (oldest first).
+pub const FLAG_DEPTH: u8 = 0x02;
+/// Most repeat blocks one frame carries (redundancy depth).
+pub const MAX_DEPTH: usize = 4;
 /// Largest payload length an entry can state (two-byte form).
 pub const MAX_LEN: usize = 16_383;
 /// Bytes of a compressed RTP header that an entry with `R` set replaces.
@@ -175,8 +185,10 @@ pub struct CompactFrame<'a> {
     pub header: FrameHeader,
     body: &'a [u8],
     count: usize,
+    /// The repeat blocks, each with its 2-byte length (oldest first).
     repeat: &'a [u8],
     repeat_count: usize,
+    depth: usize,
 }
 
 impl<'a> CompactFrame<'a> {
@@ -192,14 +204,48 @@ impl<'a> CompactFrame<'a> {
     pub fn iter(&self) -> EntryIter<'a> {
         EntryIter { rest: self.body }
     }
-    /// Entries of the repeat block (frame `seq - 1`'s entries; none when
-    /// the frame has no repeat block).
-    pub fn repeated(&self) -> EntryIter<'a> {
-        EntryIter { rest: self.repeat }
+    /// Entries of every repeat block, oldest block first (none when the
+    /// frame has no repeat block).
+    pub fn repeated(&self) -> impl Iterator<Item = Entry<'a>> {
+        self.blocks().flat_map(|(_, b)| b)
     }
     /// Number of repeated entries.
     pub fn repeated_len(&self) -> usize {
         self.repeat_count
+    }
+    /// Number of repeat blocks (0, 1, or 2..=[`MAX_DEPTH`]).
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+    /// The repeat blocks, oldest first, each with its age: block `(j, e)`
+    /// holds the entries of frame `seq - j`, byte for byte.
+    pub fn blocks(&self) -> BlockIter<'a> {
+        BlockIter {
+            rest: self.repeat,
+            age: self.depth,
+        }
+    }
+}
+
+/// Iterator over a validated frame's repeat blocks (oldest first).
+#[derive(Clone, Debug)]
+pub struct BlockIter<'a> {
+    rest: &'a [u8],
+    age: usize,
+}
+
+impl<'a> Iterator for BlockIter<'a> {
+    type Item = (usize, EntryIter<'a>);
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.age == 0 || self.rest.len() < REPEAT_LEN {
+            return None;
+        }
+        let len = usize::from(be16(self.rest, 0)).min(self.rest.len() - REPEAT_LEN);
+        let block = &self.rest[REPEAT_LEN..REPEAT_LEN + len];
+        self.rest = &self.rest[REPEAT_LEN + len..];
+        let age = self.age;
+        self.age -= 1;
+        Some((age, EntryIter { rest: block }))
     }
 }
 
@@ -225,8 +271,10 @@ impl<'a> Iterator for EntryIter<'a> {
 ///
 /// Errors, in the order checked: over [`MAX_FRAME`] bytes: `Overlong`; no
 /// byte: `Empty`; version nibble != 1: `BadVersion`; flag bits other than
-/// [`FLAG_REPEAT`]: `Reserved`; header (or repeat length, or block) cut
-/// short: `Truncated`; an empty repeat block or no entry: `Empty`; then per
+/// [`FLAG_REPEAT`] and [`FLAG_DEPTH`], or the depth flag alone, or a
+/// block count outside 2..=[`MAX_DEPTH`]: `Reserved`; header (or count, or
+/// a repeat length, or block) cut short: `Truncated`; an empty repeat
+/// block or no entry: `Empty`; then per
 /// entry: the 1 025th: `TooManyPackets`; any field or the payload cut short:
 /// `Truncated`; a two-byte sid or length whose value fits the one-byte
 /// form: `Overlong`; reserved codes (`ii = 11`, `ii = 01` in a full entry,
@@ -242,7 +290,7 @@ pub fn decode(frame: &[u8]) -> Result<CompactFrame<'_>, FrameError> {
     if b0 >> 4 != VERSION {
         return Err(FrameError::BadVersion);
     }
-    if b0 & 0x0f & !FLAG_REPEAT != 0 {
+    if b0 & 0x0f & !(FLAG_REPEAT | FLAG_DEPTH) != 0 || b0 & 0x0f == FLAG_DEPTH {
         return Err(FrameError::Reserved);
     }
     let Some(h) = frame.first_chunk::<HEADER_LEN>() else {
@@ -253,8 +301,23 @@ pub fn decode(frame: &[u8]) -> Result<CompactFrame<'_>, FrameError> {
         seq: be16(h, 2),
     };
     let mut body = &frame[HEADER_LEN..];
-    let mut repeat: &[u8] = &[];
-    if b0 & FLAG_REPEAT != 0 {
+    let mut depth = 0;
+    if b0 & FLAG_DEPTH != 0 {
+        let Some((&n, rest)) = body.split_first() else {
+            return Err(FrameError::Truncated);
+        };
+        depth = usize::from(n);
+        if !(2..=MAX_DEPTH).contains(&depth) {
+            return Err(FrameError::Reserved);
+        }
+        body = rest;
+    } else if b0 & FLAG_REPEAT != 0 {
+        depth = 1;
+    }
+    // The blocks' lengths first, then the frame's own entries, then the
+    // blocks' entries (the order the Wireshark dissector checks in too).
+    let start = body;
+    for _ in 0..depth {
         if body.len() < REPEAT_LEN {
             return Err(FrameError::Truncated);
         }
@@ -265,18 +328,20 @@ pub fn decode(frame: &[u8]) -> Result<CompactFrame<'_>, FrameError> {
         if body.len() < REPEAT_LEN + rlen {
             return Err(FrameError::Truncated);
         }
-        repeat = &body[REPEAT_LEN..REPEAT_LEN + rlen];
         body = &body[REPEAT_LEN + rlen..];
     }
+    let repeat = &start[..start.len() - body.len()];
     if body.is_empty() {
         return Err(FrameError::Empty);
     }
     let count = entries(body)?;
-    let repeat_count = if repeat.is_empty() {
-        0
-    } else {
-        entries(repeat)?
-    };
+    let mut repeat_count = 0;
+    let mut rest = repeat;
+    while !rest.is_empty() {
+        let rlen = usize::from(be16(rest, 0));
+        repeat_count += entries(&rest[REPEAT_LEN..REPEAT_LEN + rlen])?;
+        rest = &rest[REPEAT_LEN + rlen..];
+    }
     if count + repeat_count > MAX_PACKETS_PER_FRAME {
         return Err(FrameError::TooManyPackets);
     }
@@ -286,6 +351,7 @@ pub fn decode(frame: &[u8]) -> Result<CompactFrame<'_>, FrameError> {
         count,
         repeat,
         repeat_count,
+        depth,
     })
 }
 
@@ -325,6 +391,15 @@ impl<'a> Cur<'a> {
     fn u32(&mut self) -> Result<u32, FrameError> {
         Ok(be32(self.take(4)?, 0))
     }
+}
+
+/// Bytes of the first entry of `rest` (a run of entries, e.g. a frame's
+/// body as the mux wrote it), validated as [`decode`] does.
+pub fn entry_len(rest: &[u8]) -> Result<usize, FrameError> {
+    if rest.is_empty() {
+        return Err(FrameError::Empty);
+    }
+    split(rest).map(|(_, tail)| rest.len() - tail.len())
 }
 
 /// Splits one entry off `rest` (which is not empty).
@@ -715,6 +790,46 @@ mod tests {
         assert_eq!((f.len(), f.repeated_len()), (1, 1));
         assert_eq!(f.repeated().next().unwrap().sid, 5);
         assert_eq!(f.iter().next().unwrap().sid, 6);
+        // Depth flag: a count 2..=4, then that many blocks, oldest first.
+        let f = decode(&[
+            0x13, 0, 0, 9, 2, 0, 4, 5, 0, 1, 0xa7, 0, 4, 5, 0, 1, 0xa8, 6, 0, 1, 0xbb,
+        ])
+        .unwrap();
+        assert_eq!((f.len(), f.repeated_len(), f.depth()), (1, 2, 2));
+        let blocks: Vec<(usize, Vec<u8>)> = f
+            .blocks()
+            .map(|(age, b)| (age, b.map(|e| e.payload[0]).collect()))
+            .collect();
+        assert_eq!(blocks, [(2, vec![0xa7]), (1, vec![0xa8])]);
+        assert_eq!(
+            f.repeated().map(|e| e.payload[0]).collect::<Vec<_>>(),
+            [0xa7, 0xa8]
+        );
+        assert_eq!(
+            decode(&[0x11, 0, 0, 9, 0, 4, 5, 0, 1, 0xaa, 6, 0, 1, 0xbb])
+                .unwrap()
+                .depth(),
+            1
+        );
+        // depth flag without the repeat flag, or a count outside 2..=4
+        assert_eq!(decode(&[0x12, 0, 0, 0, 2]), Err(FrameError::Reserved));
+        for n in [0u8, 1, 5, 255] {
+            assert_eq!(
+                decode(&[0x13, 0, 0, 0, n, 0, 4, 5, 0, 1, 0xa7, 6, 0, 1, 0xbb]),
+                Err(FrameError::Reserved),
+                "count {n}"
+            );
+        }
+        assert_eq!(decode(&[0x13, 0, 0, 0]), Err(FrameError::Truncated));
+        // fewer blocks than counted, or an empty one
+        assert_eq!(
+            decode(&[0x13, 0, 0, 0, 2, 0, 4, 5, 0, 1, 0xa7]),
+            Err(FrameError::Truncated)
+        );
+        assert_eq!(
+            decode(&[0x13, 0, 0, 0, 2, 0, 4, 5, 0, 1, 0xa7, 0, 0, 6, 0, 1, 0xbb]),
+            Err(FrameError::Empty)
+        );
         // The repeat block's entries are validated too.
         assert_eq!(
             decode(&[0x11, 0, 0, 0, 0, 3, 1, 3, 0, 6, 0, 1, 0xbb]),

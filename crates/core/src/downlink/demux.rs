@@ -249,12 +249,15 @@ impl Demux {
             self.stats.wrong_epoch += 1;
             return Ok(());
         }
-        // The repeat block (frame seq - 1's entries) is used only when that
-        // frame is known to be missing: the last frame seen is older.
-        let mut use_repeat = false;
+        // A repeat block (frame seq - j's entries) is used only when that
+        // frame is known to be missing: the last frame seen is older, j <
+        // gap. None after a resync (nothing known) or before the first frame.
+        let mut use_below = 0;
         if let Some(last) = self.last_seq {
             let gap = f.header.seq.wrapping_sub(last);
-            use_repeat = (2..=0x8000).contains(&gap);
+            if gap <= 0x8000 {
+                use_below = usize::from(gap);
+            }
             if gap == 0 {
                 self.stats.stale_frames += 1;
                 return Ok(());
@@ -276,17 +279,20 @@ impl Demux {
         }
         self.last_seq = Some(f.header.seq);
         self.stats.frames += 1;
-        for e in f.repeated() {
-            if !self.streams.contains_key(&e.sid) {
-                continue;
+        // Oldest block first, so a stream's entries are expanded in order.
+        for (age, block) in f.blocks() {
+            for e in block {
+                if !self.streams.contains_key(&e.sid) {
+                    continue;
+                }
+                if age >= use_below {
+                    self.stats.duplicates += 1;
+                    continue;
+                }
+                let before = self.stats.delivered;
+                self.entry(&e, scratch, deliver);
+                self.stats.recovered += self.stats.delivered - before;
             }
-            if !use_repeat {
-                self.stats.duplicates += 1;
-                continue;
-            }
-            let before = self.stats.delivered;
-            self.entry(&e, scratch, deliver);
-            self.stats.recovered += self.stats.delivered - before;
         }
         for e in f.iter() {
             if !self.streams.contains_key(&e.sid) {

@@ -40,14 +40,23 @@
 //!   of each original packet while airtime is configured (buffers
 //!   allocated at start; a frame whose copies would not fit closes early,
 //!   as for size).
-//! * Redundancy ([`MuxConfig::redundancy`], compact only): as a frame
-//!   closes, the entries of the frame before it (sequence number one less,
-//!   sent as a frame) are put in front of its own, as a repeat block, when
-//!   they fit `max_frame` (and the frame still pays under the airtime
-//!   rule). A station that lost that frame rebuilds its packets from the
-//!   repeat; one that has it skips the block (counted as duplicates). The
-//!   repeated entries are byte for byte those of the earlier frame, so the
-//!   station's RTP contexts see the same sequence either way.
+//! * Redundancy ([`MuxConfig::redundancy`] = depth D, compact only): as a
+//!   frame closes, the entries of the D frames before it (sequence numbers
+//!   one to D less, each sent as a frame) are put in front of its own, as
+//!   repeat blocks, newest first as long as they fit `max_frame` (and the
+//!   frame still pays under the airtime rule): a frame carries the blocks
+//!   of frames `seq - k .. seq - 1` for the largest k <= D that fits. A
+//!   station that lost such a frame rebuilds its packets from the repeat;
+//!   one that has it skips the block (counted as duplicates). The repeated
+//!   entries are byte for byte those of the earlier frame, so the station's
+//!   RTP contexts see the same sequence either way. With
+//!   [`MuxConfig::partial_repeat`], a frame without room for the previous
+//!   frame's whole block carries part of it: a window of its entries, in
+//!   their order, as many as fit, starting where the last window ended (so
+//!   on a full cell every stream is protected in turn, not always the same
+//!   first ones). Depth 1 writes the
+//!   one-block layout of the first version (flag 0x01 only); a frame with
+//!   two or more blocks also sets the depth flag (docs/wire-format.md).
 //! * The mux stands in for the AP's forwarding step: TTL / hop limit is
 //!   decremented by `ttl_decrement` (1 by default; 0 when the driver hands
 //!   packets the kernel has already forwarded); a packet that would expire
@@ -100,9 +109,14 @@ pub struct MuxConfig {
     /// Bytes of the frame datagram's own UDP/IP header (28 over IPv4, 48
     /// over IPv6), counted in the frame's airtime.
     pub frame_overhead: u32,
-    /// Redundancy (compact only): each frame also carries the previous
-    /// frame's entries when they fit (module doc).
-    pub redundancy: bool,
+    /// Redundancy depth (compact only; 0: off, at most
+    /// [`compact::MAX_DEPTH`]): each frame also carries the entries of up to
+    /// this many previous frames when they fit (module doc).
+    pub redundancy: u8,
+    /// Redundancy: when not even the previous frame's whole block fits,
+    /// repeat as many of its entries as fit, a window that rotates from
+    /// frame to frame over the entries (module doc). Off: no block then.
+    pub partial_repeat: bool,
 }
 
 impl Default for MuxConfig {
@@ -119,7 +133,8 @@ impl Default for MuxConfig {
             first_seq: 0,
             airtime: None,
             frame_overhead: 28,
-            redundancy: false,
+            redundancy: 0,
+            partial_repeat: false,
         }
     }
 }
@@ -284,6 +299,9 @@ pub struct MuxStats {
     pub airtime_unicast_us: u64,
     /// Entries repeated from the previous frame (redundancy).
     pub repeated: u64,
+    /// Frames that carried part of the previous frame's entries
+    /// ([`MuxConfig::partial_repeat`]).
+    pub partial_repeats: u64,
 }
 
 impl MuxStats {
@@ -331,6 +349,16 @@ const ORIG_HDR: usize = 4;
 /// UDP and RTP headers), for sizing [`FrameBuf::orig`].
 const ORIG_EXTRA: usize = 40 + 8 + 12;
 
+/// Redundancy: the own entries of a frame sent (what later frames repeat).
+#[derive(Debug)]
+struct Sent {
+    buf: Vec<u8>,
+    len: usize,
+    count: usize,
+    /// Its sequence number; `None`: nothing to repeat.
+    seq: Option<u16>,
+}
+
 /// The downlink multiplexer.
 #[derive(Debug)]
 pub struct Mux {
@@ -344,13 +372,12 @@ pub struct Mux {
     head: usize,
     ready: usize,
     next_seq: u16,
-    /// Redundancy: the entries of the last frame closed (and its sequence
-    /// number and entry count), and a buffer for the next.
-    last: Vec<u8>,
-    next_last: Vec<u8>,
-    last_len: usize,
-    last_count: usize,
-    last_seq: Option<u16>,
+    /// Redundancy: the own entries of the last `redundancy` frames sent
+    /// (`history[0]` the newest), and a spare buffer for the next.
+    history: Vec<Sent>,
+    spare: Vec<u8>,
+    /// Partial repeat: the entry index the next window starts at.
+    rotate: usize,
     busy: bool,
     now: Micros,
     stats: MuxStats,
@@ -362,6 +389,10 @@ impl Mux {
     pub fn new(mut cfg: MuxConfig) -> Self {
         cfg.max_frame = cfg.max_frame.clamp(MIN_FRAME, super::MAX_FRAME);
         cfg.queue_frames = cfg.queue_frames.max(1);
+        cfg.redundancy = cfg.redundancy.min(compact::MAX_DEPTH as u8);
+        if cfg.format != Format::Compact {
+            cfg.redundancy = 0;
+        }
         let frames = (0..=cfg.queue_frames)
             .map(|_| FrameBuf {
                 buf: vec![0; cfg.max_frame],
@@ -391,11 +422,16 @@ impl Mux {
             head: 0,
             ready: 0,
             next_seq: cfg.first_seq,
-            last: vec![0; if cfg.redundancy { cfg.max_frame } else { 0 }],
-            next_last: vec![0; if cfg.redundancy { cfg.max_frame } else { 0 }],
-            last_len: 0,
-            last_count: 0,
-            last_seq: None,
+            history: (0..usize::from(cfg.redundancy))
+                .map(|_| Sent {
+                    buf: vec![0; cfg.max_frame],
+                    len: 0,
+                    count: 0,
+                    seq: None,
+                })
+                .collect(),
+            spare: vec![0; if cfg.redundancy > 0 { cfg.max_frame } else { 0 }],
+            rotate: 0,
             busy: false,
             now: 0,
             stats: MuxStats::default(),
@@ -682,7 +718,7 @@ impl Mux {
                 self.stats.fallback_frames += 1;
             }
         }
-        if self.cfg.redundancy && self.cfg.format == Format::Compact {
+        if self.cfg.redundancy > 0 {
             self.add_repeat();
         }
         if self.ready == self.cfg.queue_frames {
@@ -700,45 +736,129 @@ impl Mux {
         f.len = 0;
     }
 
-    /// Redundancy (module doc): puts the previous frame's entries in front
-    /// of the closing frame's own when they fit (and, under the airtime
-    /// rule, the frame still pays), and keeps this frame's entries for the
-    /// next one.
+    /// Redundancy (module doc): puts the entries of the previous frames
+    /// in front of the closing frame's own, as many (newest first, at most
+    /// the depth) as fit (and, under the airtime rule, keep the frame
+    /// paying), and keeps this frame's entries for the next ones.
     fn add_repeat(&mut self) {
         let idx = (self.head + self.ready) % self.frames.len();
         let f = &mut self.frames[idx];
         if f.unicast {
             // Not sent: the next frame has nothing to repeat.
-            self.last_seq = None;
+            for h in &mut self.history {
+                h.seq = None;
+            }
             return;
         }
         let h = compact::HEADER_LEN;
         let own = f.len - h;
-        self.next_last[..own].copy_from_slice(&f.buf[h..f.len]);
-        let extra = compact::REPEAT_LEN + self.last_len;
-        let fits = self.last_seq == Some(f.seq.wrapping_sub(1))
-            && self.last_len > 0
-            && self.last_len <= usize::from(u16::MAX)
-            && f.len + extra <= self.cfg.max_frame
-            && f.count + self.last_count <= super::MAX_PACKETS_PER_FRAME
-            && self.cfg.airtime.map_or(true, |cell| {
-                cell.frame_pays(
-                    (f.len + extra) as u32 + self.cfg.frame_overhead,
-                    f.unicast_us,
-                )
-            });
-        if fits {
+        self.spare[..own].copy_from_slice(&f.buf[h..f.len]);
+        // k blocks: frames seq-1 .. seq-k, contiguous and all in history.
+        let (mut k, mut blocks_len, mut count) = (0, 0, f.count);
+        for (j, sent) in self.history.iter().enumerate() {
+            if sent.seq != Some(f.seq.wrapping_sub(j as u16 + 1)) || sent.len == 0 {
+                break;
+            }
+            let bl = blocks_len + compact::REPEAT_LEN + sent.len;
+            let extra = bl + usize::from(j >= 1);
+            let fits = f.len + extra <= self.cfg.max_frame
+                && count + sent.count <= super::MAX_PACKETS_PER_FRAME
+                && self.cfg.airtime.map_or(true, |cell| {
+                    cell.frame_pays(
+                        (f.len + extra) as u32 + self.cfg.frame_overhead,
+                        f.unicast_us,
+                    )
+                });
+            if !fits {
+                break;
+            }
+            (k, blocks_len, count) = (j + 1, bl, count + sent.count);
+        }
+        if k == 0 && self.cfg.partial_repeat {
+            let h0 = &self.history[0];
+            if h0.seq == Some(f.seq.wrapping_sub(1)) && h0.count > 1 {
+                let room = self
+                    .cfg
+                    .max_frame
+                    .saturating_sub(f.len + compact::REPEAT_LEN);
+                let n = h0.count;
+                let r = self.rotate % n;
+                let off = |i: usize| -> usize {
+                    let mut at = 0;
+                    for _ in 0..i {
+                        at +=
+                            compact::entry_len(&h0.buf[at..h0.len]).expect("the mux's own entries");
+                    }
+                    at
+                };
+                // The window: entries r, r+1, ... (wrapping) while they fit.
+                let (mut w, mut bytes, mut at) = (0, 0, off(r));
+                while w < n {
+                    if r + w == n {
+                        at = 0;
+                    }
+                    let l = compact::entry_len(&h0.buf[at..h0.len]).expect("the mux's own entries");
+                    if bytes + l > room || f.count + w + 1 > super::MAX_PACKETS_PER_FRAME {
+                        break;
+                    }
+                    (w, bytes, at) = (w + 1, bytes + l, at + l);
+                }
+                let extra = compact::REPEAT_LEN + bytes;
+                let pays = self.cfg.airtime.map_or(true, |cell| {
+                    cell.frame_pays(
+                        (f.len + extra) as u32 + self.cfg.frame_overhead,
+                        f.unicast_us,
+                    )
+                });
+                if w > 0 && pays {
+                    // In frame order: [0, r+w-n) then [r, n) when it wraps.
+                    let (lo, hi) = if r + w > n {
+                        ((0, off(r + w - n)), (off(r), h0.len))
+                    } else {
+                        ((0, 0), (off(r), off(r + w)))
+                    };
+                    let hd = compact::HEADER_LEN;
+                    f.buf.copy_within(hd..f.len, hd + extra);
+                    f.buf[hd..hd + 2].copy_from_slice(&(bytes as u16).to_be_bytes());
+                    let mut o = hd + 2;
+                    for (a, b) in [lo, hi] {
+                        f.buf[o..o + b - a].copy_from_slice(&h0.buf[a..b]);
+                        o += b - a;
+                    }
+                    f.buf[0] |= compact::FLAG_REPEAT;
+                    f.len += extra;
+                    self.stats.repeated += w as u64;
+                    self.stats.partial_repeats += 1;
+                    self.rotate = (r + w) % n;
+                }
+            }
+        }
+        if k > 0 {
+            let extra = blocks_len + usize::from(k >= 2);
             f.buf.copy_within(h..f.len, h + extra);
-            f.buf[h..h + 2].copy_from_slice(&(self.last_len as u16).to_be_bytes());
-            f.buf[h + 2..h + extra].copy_from_slice(&self.last[..self.last_len]);
+            let mut at = h;
+            if k >= 2 {
+                f.buf[0] |= compact::FLAG_DEPTH;
+                f.buf[at] = k as u8;
+                at += 1;
+            }
+            // Oldest first: frame seq-k .. seq-1.
+            for sent in self.history[..k].iter().rev() {
+                f.buf[at..at + 2].copy_from_slice(&(sent.len as u16).to_be_bytes());
+                f.buf[at + 2..at + 2 + sent.len].copy_from_slice(&sent.buf[..sent.len]);
+                at += compact::REPEAT_LEN + sent.len;
+                self.stats.repeated += sent.count as u64;
+            }
             f.buf[0] |= compact::FLAG_REPEAT;
             f.len += extra;
-            self.stats.repeated += self.last_count as u64;
         }
-        std::mem::swap(&mut self.last, &mut self.next_last);
-        self.last_len = own;
-        self.last_count = f.count;
-        self.last_seq = Some(f.seq);
+        // This frame becomes history[0]; the oldest buffer is reused.
+        self.history.rotate_right(1);
+        let newest = &mut self.history[0];
+        std::mem::swap(&mut newest.buf, &mut self.spare);
+        newest.len = own;
+        newest.count = f.count;
+        newest.seq = Some(f.seq);
     }
 
     /// The medium became busy or idle (the caller's view, as for the engine).
@@ -847,13 +967,19 @@ mod tests {
     /// A G.729 packet: IPv4 198.51.100.1:5004 -> 192.168.1.5:6600, EF, DF,
     /// ID `id`, TTL `ttl`, RTP seq/ts, 20 voice bytes; checksums valid.
     fn g729(seq: u16, ts: u32, id: u16, ttl: u8) -> Vec<u8> {
+        g729_to(6600, seq, ts, id, ttl)
+    }
+
+    /// A G.729 RTP packet to 192.168.1.5:`port`.
+    fn g729_to(port: u16, seq: u16, ts: u32, id: u16, ttl: u8) -> Vec<u8> {
         let mut p = vec![
             0x45, 0xb8, 0, 60, 0, 0, 0x40, 0, ttl, 17, 0, 0, 198, 51, 100, 1, 192, 168, 1, 5,
         ];
         p[4..6].copy_from_slice(&id.to_be_bytes());
         let c = ip::checksum(&p);
         p[10..12].copy_from_slice(&c.to_be_bytes());
-        let mut u = vec![0x13, 0x8c, 0x19, 0xc8, 0, 40, 0, 0, 0x80, 18];
+        let mut u = vec![0x13, 0x8c, 0, 0, 0, 40, 0, 0, 0x80, 18];
+        u[2..4].copy_from_slice(&port.to_be_bytes());
         u.extend_from_slice(&seq.to_be_bytes());
         u.extend_from_slice(&ts.to_be_bytes());
         u.extend_from_slice(&0xdeadbeefu32.to_be_bytes());
@@ -1021,7 +1147,7 @@ mod tests {
         use crate::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
         let run = |lose: Option<usize>| {
             let mut m = Mux::new(MuxConfig {
-                redundancy: true,
+                redundancy: 1,
                 ..MuxConfig::default()
             });
             let dst = IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5));
@@ -1055,6 +1181,150 @@ mod tests {
         let (got, st) = run(Some(1));
         assert_eq!(got, want, "frame 1's packets come from frame 2's repeat");
         assert_eq!((st.recovered, st.lost_frames), (2, 1));
+    }
+
+    /// Redundancy depth: two frames lost in a row come back from the
+    /// next frame's two blocks at depth 2, only the second at depth 1; the
+    /// blocks are the previous frames' entries, oldest first, and a block
+    /// that does not fit is left out (the newest kept).
+    #[test]
+    fn redundancy_depth_recovers_a_run_of_lost_frames() {
+        use crate::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
+        let run = |depth: u8, max_frame: usize, lose: &[u16]| {
+            let mut m = Mux::new(MuxConfig {
+                redundancy: depth,
+                max_frame,
+                ..MuxConfig::default()
+            });
+            let dst = IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5));
+            m.add_stream(dst, 6600, 1).unwrap();
+            m.set_link_busy(0, true);
+            let mut d = Demux::new(DemuxConfig::default());
+            d.add_stream(1, dst, 6600);
+            let (mut buf, mut scratch) = (vec![0u8; 1440], vec![0u8; MAX_REBUILT]);
+            let (mut got, mut depths) = (Vec::new(), Vec::new());
+            for k in 0..8u16 {
+                m.handle_packet(0, &g729(k, 160 * u32::from(k), 0, 64));
+                m.flush();
+                let t = m.poll_transmit(0, &mut buf).unwrap();
+                let f = compact::decode(&buf[..t.len]).unwrap();
+                assert_eq!(f.header.seq, k);
+                depths.push(f.depth());
+                if !lose.contains(&k) {
+                    d.handle_frame(&buf[..t.len], &mut scratch, |p| got.push(p.to_vec()))
+                        .unwrap();
+                }
+            }
+            (got, depths, d.stats().clone())
+        };
+        let want: Vec<Vec<u8>> = (0..8u16)
+            .map(|k| g729(k, 160 * u32::from(k), 0, 63))
+            .collect();
+        // depth 2: frames 2 and 3 lost, frame 4 carries both
+        let (got, depths, st) = run(2, 1440, &[2, 3]);
+        assert_eq!(got, want);
+        assert_eq!(depths, [0, 1, 2, 2, 2, 2, 2, 2]);
+        assert_eq!((st.recovered, st.lost_frames), (2, 2));
+        // depth 1: only frame 3's packet comes back
+        let (got, depths, st) = run(1, 1440, &[2, 3]);
+        assert_eq!(depths, [0, 1, 1, 1, 1, 1, 1, 1]);
+        assert_eq!(st.recovered, 1);
+        let mut w = want.clone();
+        w.remove(2);
+        assert_eq!(got, w);
+        // depth 3, nothing lost: every repeat is a duplicate, never delivered twice
+        let (got, depths, st) = run(3, 1440, &[]);
+        assert_eq!(got, want);
+        assert_eq!(depths, [0, 1, 2, 3, 3, 3, 3, 3]);
+        assert_eq!((st.recovered, st.duplicates), (0, 1 + 2 + 3 * 5));
+        // a frame that cannot hold the older blocks keeps the newest that fit
+        let mut m = Mux::new(MuxConfig {
+            redundancy: 4,
+            max_frame: MIN_FRAME,
+            ..MuxConfig::default()
+        });
+        m.add_stream(IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5)), 6600, 1)
+            .unwrap();
+        m.set_link_busy(0, true);
+        let mut buf = vec![0u8; 1440];
+        let mut last = 0;
+        for k in 0..6u16 {
+            m.handle_packet(0, &g729(k, 160 * u32::from(k), 0, 64));
+            m.flush();
+            let t = m.poll_transmit(0, &mut buf).unwrap();
+            assert!(t.len <= MIN_FRAME);
+            let f = compact::decode(&buf[..t.len]).unwrap();
+            assert!(f.depth() <= 4);
+            last = f.depth();
+        }
+        assert!(
+            (1..4).contains(&last),
+            "room for some blocks, not all: {last}"
+        );
+    }
+
+    /// Partial repeat: frames too full for the previous frame's whole
+    /// block carry a window of its entries that rotates over the streams;
+    /// a station that lost every other frame recovers part of them, in
+    /// order, never twice. Without the option such frames carry no block
+    /// (only frames with room for a whole block do).
+    #[test]
+    fn partial_repeat_rotates_over_the_streams() {
+        use crate::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
+        let dst = IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5));
+        let run = |partial: bool| {
+            let mut m = Mux::new(MuxConfig {
+                redundancy: 1,
+                partial_repeat: partial,
+                max_frame: 256,
+                ..MuxConfig::default()
+            });
+            let mut d = Demux::new(DemuxConfig::default());
+            for sid in 0..6u16 {
+                m.add_stream(dst, 6600 + sid, sid).unwrap();
+                d.add_stream(sid, dst, 6600 + sid);
+            }
+            m.set_link_busy(0, true);
+            let (mut buf, mut scratch) = (vec![0u8; 1440], vec![0u8; MAX_REBUILT]);
+            let (mut got, mut want, mut repeated_sids) = (Vec::new(), Vec::new(), Vec::new());
+            let mut frame_no = 0;
+            for k in 0..12u16 {
+                for sid in 0..6u16 {
+                    let ts = 160 * u32::from(k);
+                    m.handle_packet(0, &g729_to(6600 + sid, k, ts, 0, 64));
+                    want.push(g729_to(6600 + sid, k, ts, 0, 63));
+                }
+                m.flush();
+                while let Some(t) = m.poll_transmit(0, &mut buf) {
+                    let f = compact::decode(&buf[..t.len]).unwrap();
+                    assert!(t.len <= 256 && f.depth() <= 1);
+                    repeated_sids.extend(f.repeated().map(|e| e.sid));
+                    if frame_no % 2 == 0 {
+                        d.handle_frame(&buf[..t.len], &mut scratch, |p| got.push(p.to_vec()))
+                            .unwrap();
+                    }
+                    frame_no += 1;
+                }
+            }
+            let mut it = want.iter();
+            for g in &got {
+                assert!(it.any(|w| w == g), "duplicated, altered or out of order");
+            }
+            (m.stats().clone(), d.stats().clone(), repeated_sids)
+        };
+        let (ms, ds, sids) = run(true);
+        assert!(ms.partial_repeats > 0 && ds.recovered > 0, "{ms:?} {ds:?}");
+        for sid in 0..6u16 {
+            assert!(sids.contains(&sid), "stream {sid} never repeated: {sids:?}");
+        }
+        let (ms_off, ds_off, _) = run(false);
+        assert_eq!(ms_off.partial_repeats, 0);
+        assert!(
+            ds_off.recovered < ds.recovered,
+            "{} whole blocks only vs {} with windows",
+            ds_off.recovered,
+            ds.recovered
+        );
     }
 
     #[test]

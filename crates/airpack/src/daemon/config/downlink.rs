@@ -101,7 +101,39 @@ pub struct ApSection {
     pub preamble: PreambleCfg,
     /// Each frame also carries the previous frame's packets when it has
     /// room (compact only): a station that lost that frame recovers them.
-    pub redundancy: bool,
+    /// `true` / `false`, or a depth 0-4 (the last D frames' packets).
+    pub redundancy: RedundancyCfg,
+    /// With redundancy: when the previous frame's whole block does not fit,
+    /// repeat a rotating window of its packets, as many as fit.
+    pub redundancy_partial: bool,
+}
+
+/// `ap.redundancy` as written: `false` / `true` (depth 0 / 1, the first
+/// version's switch), or a depth (how many previous frames each frame
+/// repeats when it has room).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum RedundancyCfg {
+    /// Off (`false`) or depth 1 (`true`).
+    Flag(bool),
+    /// Depth 0..=`compact::MAX_DEPTH`.
+    Depth(u8),
+}
+
+impl Default for RedundancyCfg {
+    fn default() -> Self {
+        RedundancyCfg::Flag(false)
+    }
+}
+
+impl RedundancyCfg {
+    /// The depth (0: off).
+    pub fn depth(self) -> u8 {
+        match self {
+            RedundancyCfg::Flag(b) => u8::from(b),
+            RedundancyCfg::Depth(d) => d,
+        }
+    }
 }
 
 /// 802.11b PLCP preamble, as written in the file.
@@ -138,7 +170,8 @@ impl Default for ApSection {
             unicast_rate: None,
             multicast_rate: None,
             preamble: PreambleCfg::Long,
-            redundancy: false,
+            redundancy: RedundancyCfg::Flag(false),
+            redundancy_partial: false,
         }
     }
 }
@@ -454,14 +487,31 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
         Destination::Group(a) | Destination::Unicast(a) if a.is_ipv6() => 48,
         _ => 28,
     };
-    if s.redundancy && s.format == FormatCfg::Seed {
+    let depth = s.redundancy.depth();
+    if usize::from(depth) > airpack_core::downlink::compact::MAX_DEPTH {
+        return Err(e(
+            "redundancy",
+            format!(
+                "{depth} must be true, false or a depth 0-{}",
+                airpack_core::downlink::compact::MAX_DEPTH
+            ),
+        ));
+    }
+    if s.redundancy_partial && depth == 0 {
+        return Err(e(
+            "redundancy_partial",
+            "needs ap.redundancy (a depth of at least 1)".into(),
+        ));
+    }
+    if depth > 0 && s.format == FormatCfg::Seed {
         return Err(e(
             "redundancy",
             "needs format = \"compact\" (the seed layout has no repeat block)".into(),
         ));
     }
     let mux = MuxConfig {
-        redundancy: s.redundancy,
+        redundancy: depth,
+        partial_repeat: s.redundancy_partial,
         airtime,
         frame_overhead,
         format: s.format.into(),

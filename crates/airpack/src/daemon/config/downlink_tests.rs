@@ -177,7 +177,39 @@ fn redundancy_is_compact_only() {
         "[ap]\nenabled = true\ninterfaces = [\"wlan0\"]\nkey = \"{K}\"\nredundancy = true\n"
     );
     let p = parse("t.toml", &base, &[], &[]).unwrap();
-    assert!(p.ap.unwrap().mux.redundancy);
+    assert_eq!(p.ap.unwrap().mux.redundancy, 1, "true is depth 1");
     let e = err(&format!("{base}format = \"seed\"\n"));
     assert!(e.contains("ap.redundancy") && e.contains("compact"), "{e}");
+    // a depth: the last D frames' packets
+    let depth = |v: &str| {
+        parse(
+            "t.toml",
+            &format!(
+                "[ap]\nenabled = true\ninterfaces = [\"wlan0\"]\nkey = \"{K}\"\nredundancy = {v}\n"
+            ),
+            &[],
+            &[],
+        )
+        .map(|p| p.ap.unwrap().mux.redundancy)
+    };
+    assert_eq!(depth("false").unwrap(), 0);
+    assert_eq!(depth("0").unwrap(), 0);
+    assert_eq!(depth("3").unwrap(), 3);
+    assert_eq!(depth("4").unwrap(), 4);
+    let e = format!("{:#}", depth("5").unwrap_err());
+    assert!(e.contains("ap.redundancy") && e.contains("0-4"), "{e}");
+    assert!(depth("\"two\"").is_err());
+    let p = parse(
+        "t.toml",
+        &format!("{base}redundancy_partial = true\n"),
+        &[],
+        &[],
+    )
+    .unwrap();
+    assert!(p.ap.unwrap().mux.partial_repeat);
+    let e = err(&format!(
+        "[ap]\nenabled = true\ninterfaces = [\"wlan0\"]\nkey = \"{K}\"\nredundancy_partial = true\n"
+    ));
+    assert!(e.contains("ap.redundancy_partial"), "{e}");
+    assert!(depth("-1").is_err());
 }
