@@ -73,6 +73,9 @@ pub enum Setup {
     FixedShaper,
     /// Gateway arm: the daemon's `[gateway]` role (the voice-adaptive pacer) on the gateway.
     Pacer,
+    /// Gateway arm: the pacer plus the TCP Improvement Module with
+    /// queue-aware window control (`gateway.tcp_improvement`).
+    PacerTim,
 }
 
 impl Setup {
@@ -95,7 +98,8 @@ impl Setup {
             "voice-priority" => Setup::VoicePriority,
             "fixed-shaper" => Setup::FixedShaper,
             "pacer" => Setup::Pacer,
-            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-interval, downlink-mux-red, downlink-mux-red2, downlink-mux-agg, downlink-mux-agg-partial; gateway presets: no-control, voice-priority, fixed-shaper, pacer)"),
+            "pacer-tim" => Setup::PacerTim,
+            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-interval, downlink-mux-red, downlink-mux-red2, downlink-mux-agg, downlink-mux-agg-partial; gateway presets: no-control, voice-priority, fixed-shaper, pacer, pacer-tim)"),
         })
     }
     /// Its name.
@@ -117,11 +121,12 @@ impl Setup {
             Setup::VoicePriority => "voice-priority",
             Setup::FixedShaper => "fixed-shaper",
             Setup::Pacer => "pacer",
+            Setup::PacerTim => "pacer-tim",
         }
     }
     /// The arms of seed 003's gateway experiment (need a `gw:N` preset).
     pub fn gateway_arm(self) -> bool {
-        matches!(self, Setup::NoControl | Setup::VoicePriority | Setup::FixedShaper | Setup::Pacer)
+        matches!(self, Setup::NoControl | Setup::VoicePriority | Setup::FixedShaper | Setup::Pacer | Setup::PacerTim)
     }
     /// The downlink-multiplexing setups (a cell's AP and stations run daemons).
     pub fn downlink(self) -> bool {
@@ -350,9 +355,10 @@ pub fn daemon_config(
     let addr = |x: &str| Topology::addr_of(idx(x)).to_string();
     let (mode, link_mode, peers): (&str, &str, Vec<(String, Option<String>)>) = match setup {
         Setup::Off | Setup::NoControl | Setup::VoicePriority | Setup::FixedShaper => return None,
-        Setup::Pacer => {
+        Setup::Pacer | Setup::PacerTim => {
             let g = topo.gw.as_ref()?;
-            return (node == crate::gw::GW).then(|| crate::gw::pacer_config(&socket.to_string_lossy(), g, &cfg.medium.phy, cfg.playout_ms));
+            let tim = setup == Setup::PacerTim;
+            return (node == crate::gw::GW).then(|| crate::gw::pacer_config(&socket.to_string_lossy(), g, &cfg.medium.phy, cfg.playout_ms, tim));
         }
         Setup::DownlinkMux | Setup::DownlinkMuxInterval | Setup::DownlinkMuxRed | Setup::DownlinkMuxAgg | Setup::DownlinkMuxRed2 | Setup::DownlinkMuxAggPartial => {
             let sock = socket.to_string_lossy();
@@ -745,7 +751,7 @@ pub fn run_point_with(cfg: &ExperimentConfig, setup: Setup, n: u32, tcp_load: Op
         }
         let st = daemon_stats(&mesh, node, &cfg.bin, sock).with_context(|| format!("stats of {}", p.what))?;
         let total = st.get("total").cloned().unwrap_or(Value::Null);
-        if setup == Setup::Pacer {
+        if matches!(setup, Setup::Pacer | Setup::PacerTim) {
             gateway = st.get("gateway").cloned();
         }
         if setup.downlink() {
@@ -825,6 +831,9 @@ fn gw_flows(mesh: &Mesh, g: &crate::gw::GwSpec) -> Result<Vec<crate::tcp_bulk::F
             dst_ns: dst.ns.name().to_string(),
             dst_addr: dst.addr,
             port: crate::gw::TCP_PORT + k as u16,
+            // the mesh client opens its download (seed 003; the TCP
+            // Improvement Module tracks flows from the client's SYN)
+            connect_to_src: Some(src.addr),
         })
         .collect())
 }
@@ -1035,7 +1044,7 @@ pub fn point_line(p: &Point) -> String {
     ) + &p
         .tcp
         .as_ref()
-        .map(|t| format!("  TCP {} flows {:.0} kbit/s goodput ({})", t.flows, t.goodput_kbps, t.per_flow.iter().map(|f| format!("{:.0}", f.goodput_kbps)).collect::<Vec<_>>().join("/")))
+        .map(|t| format!("  TCP {} flows {:.0} kbit/s goodput ({}), {:.0} kbit/s throughput, RTT mean/median/p95 {:.0}/{:.0}/{:.0} ms", t.flows, t.goodput_kbps, t.per_flow.iter().map(|f| format!("{:.0}", f.goodput_kbps)).collect::<Vec<_>>().join("/"), t.throughput_kbps, t.rtt_mean_ms, t.rtt_median_ms, t.rtt_p95_ms))
         .unwrap_or_default()
 }
 

@@ -41,6 +41,12 @@ pub struct FlowSpec {
     pub dst_addr: Ipv4Addr,
     /// Receiver's port.
     pub port: u16,
+    /// `Some(sender's address)`: the receiver opens the connection to the
+    /// sender listening there (a download the client asks for, as seed 003's
+    /// mesh clients do; the gateway's TCP Improvement Module tracks only
+    /// flows whose SYN comes from the mesh side). None: the sender connects
+    /// to the receiver at `dst_addr`.
+    pub connect_to_src: Option<Ipv4Addr>,
 }
 
 /// What one flow measured.
@@ -70,6 +76,13 @@ pub struct FlowResult {
     pub rtt_max_ms: f64,
     /// Smallest RTT the kernel saw (ms).
     pub rtt_min_ms: f64,
+    /// Median of the smoothed RTT samples (ms).
+    pub rtt_median_ms: f64,
+    /// 95th percentile of the smoothed RTT samples (ms).
+    pub rtt_p95_ms: f64,
+    /// The smoothed RTT samples (ms; not in the JSON).
+    #[serde(skip)]
+    pub rtt_samples_ms: Vec<f64>,
     /// Retransmission timeouts (`tcpi_total_rto`; 0 on kernels without it).
     pub rtos: u32,
     /// Connected at all (a flow that never connected measured nothing).
@@ -92,6 +105,10 @@ pub struct TcpSummary {
     pub throughput_kbps: f64,
     /// Mean of the flows' mean RTT (ms).
     pub rtt_mean_ms: f64,
+    /// Median of all flows' smoothed RTT samples pooled (ms; 0: none).
+    pub rtt_median_ms: f64,
+    /// 95th percentile of all flows' smoothed RTT samples pooled (ms).
+    pub rtt_p95_ms: f64,
     /// Per flow.
     pub per_flow: Vec<FlowResult>,
 }
@@ -105,6 +122,11 @@ impl TcpSummary {
             .filter(|f| f.connected)
             .map(|f| f.rtt_mean_ms)
             .collect();
+        let mut pooled: Vec<f64> = per_flow
+            .iter()
+            .flat_map(|f| f.rtt_samples_ms.iter().copied())
+            .collect();
+        pooled.sort_by(f64::total_cmp);
         TcpSummary {
             flows: n as u32,
             cc: cc.to_string(),
@@ -115,9 +137,20 @@ impl TcpSummary {
             } else {
                 rtts.iter().sum::<f64>() / rtts.len() as f64
             },
+            rtt_median_ms: quantile(&pooled, 0.5),
+            rtt_p95_ms: quantile(&pooled, 0.95),
             per_flow,
         }
     }
+}
+
+/// The `q` quantile of sorted `v` (nearest rank; 0 when empty).
+fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    v[i]
 }
 
 fn unix_ms() -> u64 {
@@ -180,6 +213,34 @@ pub fn start(specs: &[FlowSpec], cc: &str, start_at: u64, end_at: u64) -> Result
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     for f in specs {
+        if let Some(src_addr) = f.connect_to_src {
+            // the sender listens before the receiver connects
+            let (tx, rx) = std::sync::mpsc::channel::<Result<()>>();
+            let addr = SocketAddr::from((src_addr, f.port));
+            let (cc_s, stop_s, fc) = (cc.to_string(), stop.clone(), f.clone());
+            let send = spawn_in_ns(&f.src_ns, move || {
+                let l = match TcpListener::bind(addr).with_context(|| format!("listen on {addr}")) {
+                    Ok(l) => {
+                        let _ = tx.send(Ok(()));
+                        l
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(anyhow::anyhow!("{e:#}")));
+                        return flow_error(&fc, &cc_s, format!("{e:#}"));
+                    }
+                };
+                send_accepted(&fc, l, &cc_s, start_at, end_at, &stop_s)
+            })?;
+            rx.recv_timeout(Duration::from_secs(10))
+                .context("sender did not start")??;
+            let stop_r = stop.clone();
+            let recv = spawn_in_ns(&f.dst_ns, move || -> Result<u64> {
+                let s = connect(addr, start_at, end_at, &stop_r)?;
+                drain(s, start_at, end_at, &stop_r)
+            })?;
+            threads.push((f.clone(), recv, send));
+            continue;
+        }
         // the receiver listens before any sender connects
         let (tx, rx) = std::sync::mpsc::channel::<Result<()>>();
         let (addr, stop_r) = (SocketAddr::from((f.dst_addr, f.port)), stop.clone());
@@ -214,7 +275,7 @@ pub fn start(specs: &[FlowSpec], cc: &str, start_at: u64, end_at: u64) -> Result
 
 fn receive(l: TcpListener, start_at: u64, end_at: u64, stop: &AtomicBool) -> Result<u64> {
     l.set_nonblocking(true)?;
-    let mut s = loop {
+    let s = loop {
         match l.accept() {
             Ok((s, _)) => break s,
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
@@ -226,6 +287,31 @@ fn receive(l: TcpListener, start_at: u64, end_at: u64, stop: &AtomicBool) -> Res
             Err(e) => return Err(e).context("accept"),
         }
     };
+    drain(s, start_at, end_at, stop)
+}
+
+/// Connect to `to` from `start_at` on, retrying (the SYN crosses the air)
+/// until the window is half over.
+fn connect(to: SocketAddr, start_at: u64, end_at: u64, stop: &AtomicBool) -> Result<TcpStream> {
+    std::thread::sleep(Duration::from_millis(start_at.saturating_sub(unix_ms())));
+    loop {
+        match TcpStream::connect_timeout(&to, Duration::from_secs(3)) {
+            Ok(s) => return Ok(s),
+            Err(e)
+                if unix_ms() < start_at + (end_at - start_at) / 2
+                    && !stop.load(Ordering::Relaxed) =>
+            {
+                tracing::debug!("connect {to}: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e).with_context(|| format!("connect {to}")),
+        }
+    }
+}
+
+/// Read `s` until EOF, the stop flag or 2 s after `end_at`: bytes read
+/// inside the window.
+fn drain(mut s: TcpStream, start_at: u64, end_at: u64, stop: &AtomicBool) -> Result<u64> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(Duration::from_millis(200)))?;
     let mut buf = vec![0u8; 1 << 16];
@@ -253,33 +339,65 @@ fn receive(l: TcpListener, start_at: u64, end_at: u64, stop: &AtomicBool) -> Res
     Ok(in_window)
 }
 
+fn flow_error(f: &FlowSpec, cc: &str, e: String) -> FlowResult {
+    FlowResult {
+        src: f.src.clone(),
+        dst: f.dst.clone(),
+        port: f.port,
+        cc: cc.to_string(),
+        error: Some(e),
+        ..Default::default()
+    }
+}
+
+/// The sender of a flow the receiver opens: accept its connection (until the
+/// window is half over), then send as [`send`] does.
+fn send_accepted(
+    f: &FlowSpec,
+    l: TcpListener,
+    cc: &str,
+    start_at: u64,
+    end_at: u64,
+    stop: &AtomicBool,
+) -> FlowResult {
+    if let Err(e) = l.set_nonblocking(true) {
+        return flow_error(f, cc, format!("listener: {e}"));
+    }
+    let s = loop {
+        match l.accept() {
+            Ok((s, _)) => break s,
+            Err(e)
+                if e.kind() == ErrorKind::WouldBlock
+                    && unix_ms() < start_at + (end_at - start_at) / 2
+                    && !stop.load(Ordering::Relaxed) =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return flow_error(f, cc, format!("accept: {e}")),
+        }
+    };
+    if let Err(e) = s.set_nonblocking(false) {
+        return flow_error(f, cc, format!("accepted socket: {e}"));
+    }
+    pump(f, s, cc, end_at, stop)
+}
+
 fn send(f: &FlowSpec, cc: &str, start_at: u64, end_at: u64, stop: &AtomicBool) -> FlowResult {
+    let to = SocketAddr::from((f.dst_addr, f.port));
+    match connect(to, start_at, end_at, stop) {
+        Ok(s) => pump(f, s, cc, end_at, stop),
+        Err(e) => flow_error(f, cc, format!("{e:#}")),
+    }
+}
+
+/// Write 64 KiB blocks into connected `s` until `end_at`, sampling its RTT.
+fn pump(f: &FlowSpec, mut s: TcpStream, cc: &str, end_at: u64, stop: &AtomicBool) -> FlowResult {
     let mut r = FlowResult {
         src: f.src.clone(),
         dst: f.dst.clone(),
         port: f.port,
         cc: cc.to_string(),
         ..Default::default()
-    };
-    let wait = start_at.saturating_sub(unix_ms());
-    std::thread::sleep(Duration::from_millis(wait));
-    let to = SocketAddr::from((f.dst_addr, f.port));
-    // the SYN crosses the air: retry until the window is half over
-    let mut s = loop {
-        match TcpStream::connect_timeout(&to, Duration::from_secs(3)) {
-            Ok(s) => break s,
-            Err(e)
-                if unix_ms() < start_at + (end_at - start_at) / 2
-                    && !stop.load(Ordering::Relaxed) =>
-            {
-                tracing::debug!("connect {to}: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(e) => {
-                r.error = Some(format!("connect {to}: {e}"));
-                return r;
-            }
-        }
     };
     r.connected = true;
     if let Err(e) = nix::sys::socket::setsockopt(
@@ -325,6 +443,11 @@ fn send(f: &FlowSpec, cc: &str, start_at: u64, end_at: u64, stop: &AtomicBool) -
     if !rtts.is_empty() {
         r.rtt_mean_ms = rtts.iter().sum::<f64>() / rtts.len() as f64;
         r.rtt_max_ms = rtts.iter().cloned().fold(0.0, f64::max);
+        let mut v = rtts.clone();
+        v.sort_by(f64::total_cmp);
+        r.rtt_median_ms = quantile(&v, 0.5);
+        r.rtt_p95_ms = quantile(&v, 0.95);
+        r.rtt_samples_ms = rtts;
     }
     r
 }
@@ -398,5 +521,28 @@ mod tests {
             "the flow that never connected has no RTT"
         );
         assert_eq!(TcpSummary::of("cubic", vec![]).rtt_mean_ms, 0.0);
+    }
+
+    #[test]
+    fn rtt_median_and_p95_pool_every_flows_samples() {
+        assert_eq!(quantile(&[], 0.5), 0.0);
+        assert_eq!(quantile(&[7.0], 0.95), 7.0);
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), 10.0);
+        assert_eq!(quantile(&v, 0.95), 19.0);
+        assert_eq!(quantile(&v, 1.0), 20.0);
+        let f = |samples: Vec<f64>| FlowResult {
+            rtt_samples_ms: samples,
+            connected: true,
+            ..Default::default()
+        };
+        // one flow at 100 ms (18 samples), one at 3 s (2 samples): the pooled
+        // median is the short flow's, the p95 the long one's
+        let s = TcpSummary::of("reno", vec![f(vec![100.0; 18]), f(vec![3000.0; 2])]);
+        assert_eq!(s.rtt_median_ms, 100.0);
+        assert_eq!(s.rtt_p95_ms, 3000.0);
+        let json = serde_json::to_value(&s).unwrap();
+        assert!(json["per_flow"][0].get("rtt_samples_ms").is_none());
+        assert_eq!(json["rtt_p95_ms"].as_f64(), Some(3000.0));
     }
 }

@@ -113,6 +113,7 @@ impl TcpLoad {
                     dst_ns: dst.ns.name().to_string(),
                     dst_addr: dst.addr,
                     port: crate::gw::TCP_PORT + k as u16,
+                    connect_to_src: None,
                 })
             })
             .collect()
