@@ -1048,6 +1048,36 @@ pub fn point_line(p: &Point) -> String {
         .unwrap_or_default()
 }
 
+/// The config of a search's point of `n` calls: a repeated call count
+/// gets another voice-activity seed (a confirming run with the same seed
+/// would replay the same load).
+pub fn search_point_cfg(cfg: &ExperimentConfig, res: &SetupResult, n: u32) -> ExperimentConfig {
+    let repeats = res.points.iter().filter(|p| p.calls == n).count() as u64;
+    let mut c = cfg.clone();
+    c.seed = cfg.seed.wrapping_add(repeats * 7919);
+    c
+}
+
+/// Keeps a search's measured point of `n` calls in `res` (printed, handed
+/// to `on_point`) and says whether it was supported, or records its error
+/// and returns None (the search stops).
+pub fn keep_point(res: &mut SetupResult, n: u32, r: Result<Point>, on_point: impl FnOnce(&Point)) -> Option<bool> {
+    match r {
+        Ok(p) => {
+            eprintln!("{}", point_line(&p));
+            on_point(&p);
+            let ok = p.supported;
+            res.points.push(p);
+            Some(ok)
+        }
+        Err(e) => {
+            eprintln!("[{:>15}] {n:>3} calls: ERROR {e:#}", res.setup.name());
+            res.error = Some(format!("{n} calls: {e:#}"));
+            None
+        }
+    }
+}
+
 /// Search the capacity of `setup`: 1 call, then doubling until a point fails
 /// (or `max_calls`), bisection between the last success and the first
 /// failure, and a confirming re-run of the capacity (walking down if the
@@ -1067,11 +1097,7 @@ pub fn capacity_search_with(
 ) -> SetupResult {
     let mut res = SetupResult { setup, capacity: 0, capacity_at_least: false, error: None, points: Vec::new() };
     let mut measure = |n: u32, res: &mut SetupResult| -> Option<bool> {
-        // a repeated call count gets another voice-activity seed (a confirming
-        // run with the same seed would replay the same load)
-        let repeats = res.points.iter().filter(|p| p.calls == n).count() as u64;
-        let mut c = cfg.clone();
-        c.seed = cfg.seed.wrapping_add(repeats * 7919);
+        let c = search_point_cfg(cfg, res, n);
         let mut r = run_point(&c, setup, n);
         for _ in 0..2 {
             match remeasure_reason(&r) {
@@ -1082,20 +1108,7 @@ pub fn capacity_search_with(
                 None => break,
             }
         }
-        match r {
-            Ok(p) => {
-                eprintln!("{}", point_line(&p));
-                on_point(&p);
-                let ok = p.supported;
-                res.points.push(p);
-                Some(ok)
-            }
-            Err(e) => {
-                eprintln!("[{:>15}] {n:>3} calls: ERROR {e:#}", setup.name());
-                res.error = Some(format!("{n} calls: {e:#}"));
-                None
-            }
-        }
+        keep_point(res, n, r, &mut on_point)
     };
     let max = cfg.max_calls.max(1);
     let mut good = 0u32;

@@ -18,7 +18,7 @@
 //! ([`crate::validate::agrees`]).
 
 use crate::experiment::{
-    capacity_search_with, point_line, ExperimentConfig, Point, Setup, SetupResult,
+    capacity_search_with, keep_point, search_point_cfg, ExperimentConfig, Point, Setup, SetupResult,
 };
 use anyhow::Result;
 
@@ -116,22 +116,9 @@ pub fn walk_search(
         points: Vec::new(),
     };
     let w = walk(start, lo, hi, |n| {
-        let repeats = res.points.iter().filter(|p| p.calls == n).count() as u64;
-        let mut c = cfg.clone();
-        c.seed = cfg.seed.wrapping_add(repeats * 7919);
-        match run_point(&c, setup, n) {
-            Ok(p) => {
-                eprintln!("{}", point_line(&p));
-                let ok = p.supported;
-                res.points.push(p);
-                Some(ok)
-            }
-            Err(e) => {
-                eprintln!("[{:>15}] {n:>3} calls: ERROR {e:#}", setup.name());
-                res.error = Some(format!("{n} calls: {e:#}"));
-                None
-            }
-        }
+        let c = search_point_cfg(cfg, &res, n);
+        let r = run_point(&c, setup, n);
+        keep_point(&mut res, n, r, |_| {})
     });
     match w {
         Walk::Error => {}
