@@ -16,7 +16,7 @@
 //! signals), the lab, or any interface configuration (read-only queries).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 // 32-bit MIPS has no 64-bit atomics: a locked cell there (the loop calls
 // `want` at most once per poll, never per packet).
 #[cfg(not(target_has_atomic = "64"))]
@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::{cvt, cvt_size, monotonic_micros};
+use super::{cvt_size, monotonic_micros};
 
 const NLMSG_HDRLEN: usize = 16;
 const TCMSG_LEN: usize = 20;
@@ -197,31 +197,7 @@ fn query(
 }
 
 fn open_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain socket(2), checked before wrapping.
-    let fd = cvt(unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
-    })?;
-    // SAFETY: fd was just created and is owned here.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let tv = libc::timeval {
-        tv_sec: 0,
-        tv_usec: 200_000,
-    };
-    // SAFETY: tv is a valid timeval of the given size.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    })?;
-    Ok(fd)
+    super::netlink_socket(libc::NETLINK_ROUTE, 200_000)
 }
 
 fn ifindex(name: &str) -> u32 {

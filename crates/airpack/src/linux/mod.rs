@@ -125,6 +125,42 @@ pub(crate) fn cvt_size(ret: libc::ssize_t) -> io::Result<usize> {
     }
 }
 
+/// Bounds how long a blocking `recv` on `fd` waits (SO_RCVTIMEO), µs.
+pub(crate) fn set_recv_timeout(fd: std::os::fd::BorrowedFd<'_>, us: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let tv = libc::timeval {
+        tv_sec: (us / 1_000_000) as _,
+        tv_usec: (us % 1_000_000) as _,
+    };
+    // SAFETY: tv is a valid timeval of the given size.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// A blocking netlink socket of protocol `proto` whose `recv` gives up
+/// after `recv_timeout_us` (for dumps read off the packet path).
+pub(crate) fn netlink_socket(
+    proto: libc::c_int,
+    recv_timeout_us: u32,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    // SAFETY: plain socket(2), checked before wrapping.
+    let fd =
+        cvt(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, proto) })?;
+    // SAFETY: fd was just created and is owned here.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    set_recv_timeout(fd.as_fd(), recv_timeout_us)?;
+    Ok(fd)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,12 +19,12 @@
 //! table or the engine (the daemon feeds them), interface configuration.
 
 use super::busy_medium::{parse_air_peers, AirPeer};
-use super::{cvt, cvt_size};
+use super::cvt_size;
 use airpack_core::neighbor::radio::{MacCounters, RadioReport};
 use airpack_core::netlink::{neigh, nl80211, NlError};
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -180,26 +180,7 @@ impl Drop for RadioMonitor {
 }
 
 fn open_socket(proto: libc::c_int) -> io::Result<OwnedFd> {
-    // SAFETY: plain socket(2), checked before wrapping.
-    let fd =
-        cvt(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, proto) })?;
-    // SAFETY: fd was just created and is owned here.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let tv = libc::timeval {
-        tv_sec: 0,
-        tv_usec: 500_000,
-    };
-    // SAFETY: tv is a valid timeval of the given size.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    })?;
-    Ok(fd)
+    super::netlink_socket(proto, 500_000)
 }
 
 /// A failed dump: the kernel's errno, a malformed answer, or the socket.

@@ -329,20 +329,7 @@ impl RouteResolver {
         // so the reply is queued before recv is called; the timeout only
         // bounds the wait for a reply the kernel dropped (receive buffer
         // full). The packet path uses [`AsyncResolver`], which never waits.
-        let tv = libc::timeval {
-            tv_sec: 0,
-            tv_usec: SYNC_TIMEOUT_US as _,
-        };
-        // SAFETY: tv is a valid timeval of the given size.
-        cvt(unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        })?;
+        super::set_recv_timeout(fd.as_fd(), SYNC_TIMEOUT_US as u32)?;
         let capacity = capacity.max(1);
         Ok(RouteResolver {
             fd,
