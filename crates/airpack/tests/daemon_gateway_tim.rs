@@ -30,7 +30,6 @@ mod common;
 use airpack_core::gateway::tcp::{flags, parse_options};
 use common::*;
 use serde_json::Value;
-use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -150,22 +149,7 @@ fn download(
         }
         tx.send(()).unwrap();
         let (mut c, _) = l.accept().unwrap();
-        c.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
-        let mut buf = vec![0u8; 16_384];
-        let mut off = 0u64;
-        while off < bytes {
-            let n = (bytes - off).min(buf.len() as u64) as usize;
-            for (k, b) in buf[..n].iter_mut().enumerate() {
-                *b = pattern(off + k as u64);
-            }
-            c.write_all(&buf[..n])
-                .expect("server write (stalled connection?)");
-            off += n as u64;
-        }
-        c.shutdown(std::net::Shutdown::Write).unwrap();
-        // Wait for the client's FIN so both FINs cross the gateway.
-        let _ = c.read(&mut buf);
-        off
+        write_pattern(&mut c, bytes)
     });
     rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let mob = mob.to_owned();

@@ -28,7 +28,7 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -103,21 +103,7 @@ fn download(srv: &str, mob: &str, addr: IpAddr, port: u16) -> (u64, u64, u64, Du
         let l = TcpListener::bind(SocketAddr::new(addr, port)).unwrap();
         tx.send(()).unwrap();
         let (mut c, _) = l.accept().unwrap();
-        c.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
-        let mut buf = vec![0u8; 16_384];
-        let mut off = 0u64;
-        while off < BYTES {
-            let n = (BYTES - off).min(buf.len() as u64) as usize;
-            for (k, b) in buf[..n].iter_mut().enumerate() {
-                *b = pattern(off + k as u64);
-            }
-            c.write_all(&buf[..n])
-                .expect("server write (stalled connection?)");
-            off += n as u64;
-        }
-        c.shutdown(std::net::Shutdown::Write).unwrap();
-        let _ = c.read(&mut buf);
-        off
+        write_pattern(&mut c, BYTES)
     });
     rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let client = in_ns(mob, move || {

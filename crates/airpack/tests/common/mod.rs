@@ -503,6 +503,28 @@ pub fn pattern(i: u64) -> u8 {
     (i.wrapping_mul(7) ^ (i >> 11)) as u8
 }
 
+/// Writes `bytes` of [`pattern`] to `c` (a write stalled for 60 s panics),
+/// shuts its sending side and waits for the peer's FIN, so both FINs cross
+/// the path; returns the bytes written.
+pub fn write_pattern(c: &mut std::net::TcpStream, bytes: u64) -> u64 {
+    use std::io::{Read, Write};
+    c.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut buf = vec![0u8; 16_384];
+    let mut off = 0u64;
+    while off < bytes {
+        let n = (bytes - off).min(buf.len() as u64) as usize;
+        for (k, b) in buf[..n].iter_mut().enumerate() {
+            *b = pattern(off + k as u64);
+        }
+        c.write_all(&buf[..n])
+            .expect("server write (stalled connection?)");
+        off += n as u64;
+    }
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let _ = c.read(&mut buf);
+    off
+}
+
 /// Reads `c` to its end (a read error panics: a stalled connection),
 /// comparing every byte with [`pattern`]; returns (bytes read, bytes wrong).
 pub fn read_pattern(c: &mut impl std::io::Read) -> (u64, u64) {
