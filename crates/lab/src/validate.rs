@@ -60,6 +60,13 @@ pub struct ValidateArgs {
     /// ([`crate::validate_walk`]).
     #[arg(long)]
     full_search: bool,
+    /// Take the pure-simulation capacities from an earlier run's JSON
+    /// (rows of the same preset, codec and topology; a row missing there,
+    /// or with an error, is simulated again). The pure simulation is
+    /// deterministic and needs no quiet machine, so it can run ahead at
+    /// low priority while the emulated rows wait for the lab.
+    #[arg(long)]
+    sim_from: Option<PathBuf>,
 }
 
 /// Measures one point of `n` calls.
@@ -300,7 +307,36 @@ struct Run<'a> {
     rule: &'static str,
     /// How emulated rows were searched.
     search: &'static str,
+    /// Where the pure-simulation capacities came from, if not this run
+    /// (their points are in that file).
+    sim_from: Option<String>,
     rows: &'a [Row],
+}
+
+/// The pure-simulation result of `preset`/`codec`/`topo` in an earlier
+/// run's JSON (`--sim-from`), without its points; None when the file has
+/// no such row or the row's simulation failed.
+pub fn sim_from_run(
+    run: &serde_json::Value,
+    preset: &str,
+    codec: &str,
+    topo: &str,
+) -> Option<SetupResult> {
+    let row = run["rows"]
+        .as_array()?
+        .iter()
+        .find(|r| r["preset"] == preset && r["codec"] == codec && r["topology"] == topo)?;
+    let sim = &row["sim"];
+    if !sim["error"].is_null() {
+        return None;
+    }
+    Some(SetupResult {
+        setup: Setup::Off,
+        capacity: u32::try_from(sim["capacity"].as_u64()?).ok()?,
+        capacity_at_least: sim["capacity_at_least"].as_bool()?,
+        error: None,
+        points: Vec::new(),
+    })
 }
 
 fn config(
@@ -389,6 +425,15 @@ pub fn main(a: ValidateArgs) -> Result<()> {
         .unwrap_or_else(|| PathBuf::from(format!("results/ns3-validation-{secs}.json")));
     let work = std::fs::canonicalize(".")?.join(out.with_extension("work"));
     let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let sim_from = match &a.sim_from {
+        Some(p) => Some(
+            serde_json::from_slice::<serde_json::Value>(
+                &std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
+            )
+            .with_context(|| format!("parsing {}", p.display()))?,
+        ),
+        None => None,
+    };
     let mut rows: Vec<Row> = Vec::new();
     for preset in &presets {
         for codec in &codecs {
@@ -412,6 +457,19 @@ pub fn main(a: ValidateArgs) -> Result<()> {
                     if air == "tc" && ht_mcs(preset)?.is_some() {
                         eprintln!("lab validate: {preset}: no tc row (HT needs the ns-3 air)");
                         continue;
+                    }
+                    if air == "sim" {
+                        if let Some(res) = sim_from
+                            .as_ref()
+                            .and_then(|run| sim_from_run(run, preset, codec, topo))
+                        {
+                            eprintln!(
+                                "lab validate: {preset} {codec} {topo}: sim capacity {} (from --sim-from)",
+                                cell(&Some(res.clone()))
+                            );
+                            row.sim = Some(res);
+                            continue;
+                        }
                     }
                     eprintln!("lab validate: {preset} {codec} {topo}: {air}");
                     let (kind, runner): (Air, PointRunner) = match air.as_str() {
@@ -468,6 +526,7 @@ pub fn main(a: ValidateArgs) -> Result<()> {
                     } else {
                         "emulated: walk from the simulated capacity, confirming run (validate_walk)"
                     },
+                    sim_from: a.sim_from.as_ref().map(|p| p.display().to_string()),
                     rows: &rows,
                 };
                 std::fs::write(&out, serde_json::to_vec_pretty(&run)?)?;
@@ -526,6 +585,7 @@ mod tests {
             quick: false,
             bin: Some(PathBuf::from("/bin/true")),
             full_search: false,
+            sim_from: None,
         };
         let c = config(&a, "ht3", "g729", "string:2", Air::Ns3, PathBuf::from("/x")).unwrap();
         assert_eq!(
@@ -662,5 +722,29 @@ mod tests {
             (7, 27, 0, 0)
         );
         assert!(agrees(30, 27) && !agrees(30, 26));
+    }
+
+    #[test]
+    fn sim_from_takes_the_matching_row_and_never_a_failed_one() {
+        let run = serde_json::json!({"rows": [
+            {"preset": "ht1", "codec": "g729", "topology": "string:1",
+             "sim": {"capacity": 41, "capacity_at_least": false, "error": null, "points": []}},
+            {"preset": "ht1", "codec": "g711", "topology": "string:1",
+             "sim": {"capacity": 3, "capacity_at_least": false, "error": "ns-3 failed", "points": []}},
+            {"preset": "ht2", "codec": "g729", "topology": "string:1",
+             "sim": {"capacity": 64, "capacity_at_least": true, "error": null, "points": []}},
+        ]});
+        let r = sim_from_run(&run, "ht1", "g729", "string:1").unwrap();
+        assert_eq!(
+            (r.capacity, r.capacity_at_least, r.points.len()),
+            (41, false, 0)
+        );
+        assert!(sim_from_run(&run, "ht1", "g711", "string:1").is_none());
+        assert!(sim_from_run(&run, "ht1", "g729", "string:2").is_none());
+        assert!(
+            sim_from_run(&run, "ht2", "g729", "string:1")
+                .unwrap()
+                .capacity_at_least
+        );
     }
 }
