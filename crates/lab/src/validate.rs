@@ -62,7 +62,8 @@ pub struct ValidateArgs {
     full_search: bool,
     /// Take the pure-simulation capacities from an earlier run's JSON
     /// (rows of the same preset, codec and topology; a row missing there,
-    /// or with an error, is simulated again). The pure simulation is
+    /// or with an error, is simulated again if `sim` is among the airs;
+    /// emulated rows always walk from these capacities). The pure simulation is
     /// deterministic and needs no quiet machine, so it can run ahead at
     /// low priority while the emulated rows wait for the lab.
     #[arg(long)]
@@ -453,23 +454,23 @@ pub fn main(a: ValidateArgs) -> Result<()> {
                     agree: None,
                 };
                 let dir = work.join(format!("{preset}-{codec}-{}", topo.replace(':', "")));
+                if let Some(res) = sim_from
+                    .as_ref()
+                    .and_then(|run| sim_from_run(run, preset, codec, topo))
+                {
+                    eprintln!(
+                        "lab validate: {preset} {codec} {topo}: sim capacity {} (from --sim-from)",
+                        cell(&Some(res.clone()))
+                    );
+                    row.sim = Some(res);
+                }
                 for air in &airs {
                     if air == "tc" && ht_mcs(preset)?.is_some() {
                         eprintln!("lab validate: {preset}: no tc row (HT needs the ns-3 air)");
                         continue;
                     }
-                    if air == "sim" {
-                        if let Some(res) = sim_from
-                            .as_ref()
-                            .and_then(|run| sim_from_run(run, preset, codec, topo))
-                        {
-                            eprintln!(
-                                "lab validate: {preset} {codec} {topo}: sim capacity {} (from --sim-from)",
-                                cell(&Some(res.clone()))
-                            );
-                            row.sim = Some(res);
-                            continue;
-                        }
+                    if air == "sim" && row.sim.is_some() {
+                        continue;
                     }
                     eprintln!("lab validate: {preset} {codec} {topo}: {air}");
                     let (kind, runner): (Air, PointRunner) = match air.as_str() {
