@@ -662,20 +662,6 @@ fn route_flaps_do_not_delay_voice() {
     );
     assert_eq!(delta("/timeouts"), 0, "{routes}");
     assert_eq!(delta("/park/unchanged/lookup_expired"), 0, "{routes}");
-    // The mechanism: a lookup (its send, in which the kernel answers) and a
-    // route change's handling never hold the loop for long, and no packet
-    // waited for a lookup longer than a millisecond.
-    for p in [
-        "routes/max_send_us",
-        "loop/max_route_change_us",
-        "routes/park/max_wait_us",
-    ] {
-        let v = after
-            .pointer(&format!("/{p}"))
-            .and_then(Value::as_u64)
-            .unwrap();
-        assert!(v <= 1000, "{p} = {v} µs: the loop waited; {routes}");
-    }
     // The latency bound: packets leave within their hold time + 1 ms
     // although the routes change 50 times a second. On this VM's kernel
     // (PREEMPT_NONE) a loaded machine now and then cannot run even a
@@ -702,6 +688,30 @@ fn route_flaps_do_not_delay_voice() {
         .map(|(a, b)| (b - a) / 1000)
         .max()
         .unwrap_or(0);
+    // The mechanism: a lookup (its send, in which the kernel answers) and a
+    // route change's handling never hold the loop for long, and no packet
+    // waited for a lookup longer than a millisecond. These are maxima over
+    // the run, so a longer one is accepted only when the stall probes saw
+    // the machine itself stall at least that much longer (the daemon runs
+    // at the probes' SCHED_FIFO priority): a daemon that blocked would leave
+    // the probes on time and fail here.
+    for p in [
+        "routes/max_send_us",
+        "loop/max_route_change_us",
+        "routes/park/max_wait_us",
+    ] {
+        let v = after
+            .pointer(&format!("/{p}"))
+            .and_then(Value::as_u64)
+            .unwrap() as i64;
+        assert!(
+            v <= 1000 + worst_stall_us + PROBE_PERIOD_US,
+            "{p} = {v} µs: the loop waited (worst stall of the machine {worst_stall_us} µs); {routes}"
+        );
+        if v > 1000 {
+            println!("{p} = {v} µs, explained by a {worst_stall_us} µs stall of the machine");
+        }
+    }
     let mut unexplained = Vec::new();
     for &(flow, seq, sent, ts) in &late {
         let excess_ns = (ts - sent) - (HOLD_US + 1000) * 1000;
