@@ -19,6 +19,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+/// Helpers of the kernel-facing `airpack::linux` tests (`linux_*.rs`).
+pub mod kernel;
+
 /// Path of the binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_airpack");
 
