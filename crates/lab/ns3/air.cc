@@ -48,6 +48,12 @@
 //   packets PATH           sim mode: write one line per sent packet of every
 //                          unicast flow, `FLOW SEQ SENT_NS RECV_NS` (RECV -1 = lost),
 //                          at exit (voice mode)
+//   mux_ap US MAX HDR REP UDPIP D   voice mode: the access point (`ap`) multiplexes
+//                          what it relays to stations (air_cell.cc: interval US, frame
+//                          limit MAX, header HDR, repeat length REP, UDP/IP UDPIP bytes,
+//                          redundancy depth D); path hops along a `wired` cable go over it
+//   mux_entry P S0 .. Sm   entry bytes of a stream's packets (the last P repeat)
+//   mux_report PATH        the multiplexer's counters (JSON) at exit
 // Output: a JSON report on stdout at exit (lag, events, CPU, counters).
 
 #include "air.h"
@@ -239,6 +245,8 @@ AirConfig Parse(const char* path)
             ok = ok && (kind == "unicast" || kind == "bcast" || kind == "wired");
             g_flows.push_back(f);
         }
+        else if (k.rfind("mux_", 0) == 0)
+            ok = MuxDirective(k, s);
         else
             ok = false;
         if (!ok)
@@ -286,6 +294,10 @@ AirConfig Parse(const char* path)
     if (c.ap >= n)
     {
         Fail("unknown access point");
+    }
+    if (!MuxCheck(c.ap))
+    {
+        Fail("mux_ap needs mux_entry and voice mode");
     }
     return c;
 }
@@ -531,6 +543,7 @@ int main(int argc, char** argv)
     }
     FlushFiles();
     WritePackets();
+    WriteMuxReport();
     std::printf("%s\n", Report(phy, tap, sim, wall, cpu, events).c_str());
     std::fflush(stdout);
     Simulator::Destroy();

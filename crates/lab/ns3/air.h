@@ -19,6 +19,7 @@
 
 #include <csignal>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -138,6 +139,15 @@ void SetupWired(NodeContainer& nodes, uint32_t queue);
 void StartFlows();
 void WritePackets(); // the per-packet records of voice mode
 std::vector<Ptr<WifiMacQueue>> Queues(uint32_t i);
+
+void SendWifiFrom(uint32_t i, Ptr<Packet> p, Mac48Address dst, uint16_t proto); // counted
+
+// air_cell.cc (the AP's downlink multiplexer in voice mode)
+bool MuxDirective(const std::string& k, std::istringstream& s); // a `mux_*` line
+bool MuxCheck(uint32_t ap);                                      // after parsing
+bool MuxTake(uint32_t i, uint32_t flow, uint32_t seq, uint32_t next); // taken?
+void MuxFrameReceived(uint32_t i, Ptr<const Packet> p);         // a group frame at i
+void WriteMuxReport();
 
 // air_obs.cc
 void StartProbe(bool realtime, const std::string& obs_dir, uint32_t obs_ms);

@@ -89,8 +89,28 @@ void FlowReceived(FlowKind kind, uint32_t from, uint32_t to)
     }
 }
 
+// Voice mode: a hop along a cable (the cell's wired side) goes over it,
+// not the air; false if i and j share no cable.
+bool SendWired(uint32_t i, uint32_t j, Ptr<const Packet> p, uint16_t proto)
+{
+    for (auto& w : g_wired)
+    {
+        if ((w.a == i && w.b == j) || (w.b == i && w.a == j))
+        {
+            auto dev = w.a == i ? w.dev_a : w.dev_b;
+            if (!dev->Send(p->Copy(), dev->GetBroadcast(), proto))
+            {
+                w.drop[w.a == i ? 0 : 1]++;
+            }
+            return true;
+        }
+    }
+    return false;
+}
+
 // Voice mode: node i received flow packet p; relay it to the path's next
-// node, or record it at the flow's end.
+// node (a cable, the AP's multiplexer (air_cell.cc) or the air), or record
+// it at the flow's end.
 void VoiceReceived(uint32_t i, Ptr<const Packet> p, uint16_t proto)
 {
     uint8_t h[8];
@@ -121,7 +141,12 @@ void VoiceReceived(uint32_t i, Ptr<const Packet> p, uint16_t proto)
     {
         if (f.path[h2] == i)
         {
-            SendWifi(i, p->Copy(), g_air_mac[f.path[h2 + 1]], proto);
+            uint32_t next = f.path[h2 + 1];
+            if (SendWired(i, next, p, proto) || MuxTake(i, k, seq, next))
+            {
+                return;
+            }
+            SendWifi(i, p->Copy(), g_air_mac[next], proto);
             return;
         }
     }
@@ -160,6 +185,10 @@ bool FromAir(uint32_t i,
         if (!dst.IsGroup())
         {
             VoiceReceived(i, p, proto);
+        }
+        else
+        {
+            MuxFrameReceived(i, p);
         }
         return true;
     }
@@ -313,7 +342,11 @@ void FlowSend(uint32_t k)
         }
         f.sent_ns.push_back(Simulator::Now().GetNanoSeconds());
         f.recv_ns.push_back(-1);
-        SendWifi(f.from, Create<Packet>(b.data(), f.bytes), g_air_mac[f.path[1]], 0x0800);
+        Ptr<Packet> p = Create<Packet>(b.data(), f.bytes);
+        if (!SendWired(f.from, f.path[1], p, 0x0800))
+        {
+            SendWifi(f.from, p, g_air_mac[f.path[1]], 0x0800);
+        }
     }
     else if (f.kind == FlowKind::Wired)
     {
@@ -368,6 +401,11 @@ bool FromCable(uint32_t k, uint32_t side, Ptr<NetDevice>, Ptr<const Packet> p, u
 {
     WiredCfg& w = g_wired[k];
     auto tap = side == 0 ? w.tap_a : w.tap_b;
+    if (!tap && g_voice)
+    {
+        VoiceReceived(side == 0 ? w.a : w.b, p, proto);
+        return true;
+    }
     if (!tap)
     {
         FlowReceived(FlowKind::Wired, side == 0 ? w.b : w.a, side == 0 ? w.a : w.b);
@@ -391,6 +429,11 @@ Ptr<FdNetDevice> OpenTap(Ptr<Node> node, int fd)
 }
 
 } // namespace
+
+void SendWifiFrom(uint32_t i, Ptr<Packet> p, Mac48Address dst, uint16_t proto)
+{
+    SendWifi(i, p, dst, proto);
+}
 
 uint32_t NodeOfAirMac(Mac48Address a)
 {

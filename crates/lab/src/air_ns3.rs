@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 pub const SOURCE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/ns3");
 
 /// The program's translation units, compiled together.
-const UNITS: &[&str] = &["air.cc", "air_io.cc", "air_obs.cc", "air_ber.cc"];
+const UNITS: &[&str] = &["air.cc", "air_io.cc", "air_obs.cc", "air_ber.cc", "air_cell.cc"];
 
 /// ns-3 modules the program links.
 const MODULES: &[&str] = &[

@@ -16,6 +16,7 @@ pub mod air_opts;
 pub mod babel;
 pub mod baresip;
 pub mod cell;
+pub mod cell_sim;
 pub mod downlink_bound;
 pub mod experiment;
 pub mod link_size;
@@ -54,6 +55,10 @@ enum LabCmd {
     /// Validate the ns-3 air: voice capacity (no aggregation, CBR) in pure
     /// ns-3 simulation vs emulated on the ns-3 air and on the tc air.
     Validate(validate::ValidateArgs),
+    /// The infrastructure cell in pure ns-3 simulation (no root, no
+    /// daemons): capacity off and with downlink multiplexing against the
+    /// analytic bound, for cells the real-time air cannot carry.
+    CellSim(cell_sim::CellSimArgs),
     /// N calls plus M bulk TCP flows (`--tcp-flows M`) between the call
     /// endpoints, per setup and repetition: the TCP goodput left beside
     /// voice (issue 11 point 9, seed 004; docs/lab.md section 7).
@@ -356,6 +361,7 @@ pub fn main(args: LabArgs) -> Result<()> {
             prepare()?;
             validate::main(v)
         }
+        LabCmd::CellSim(c) => cell_sim::main(c),
     }
 }
 

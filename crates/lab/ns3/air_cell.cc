@@ -1,0 +1,289 @@
+// airpack-ns3-air: the access point's downlink multiplexer in pure
+// simulation (issue 14; `airpack lab cell-sim`). In voice mode, a flow
+// packet the access point would relay to a station as a unicast frame is
+// handed to this model instead: airpack's AP mux as crates/core's
+// downlink::mux does it (compact layout), reduced to sizes and times. A
+// frame opens with its first packet and closes when that packet has waited
+// the interval, or when the next entry would not fit the frame limit (that
+// entry starts the next frame); as it closes, the entries of up to DEPTH
+// previous frames are put in front of its own while they fit (redundancy);
+// it leaves at once as one group-addressed frame of UDP/IP + frame bytes
+// from the AP (ns-3's non-unicast rate, no ACK, no retry). Entry sizes are
+// given per stream packet by the lab (`mux_entry`, taken from the real
+// mux's output), so the model invents no byte count. A station that
+// receives a frame takes the entries of its own flows (own block first,
+// then the repeated blocks); others are ignored.
+//
+// Not modelled (docs/lab.md, section 5, "Pure simulation of the cell"):
+// the idle release of a lone packet, the airtime rule's unicast fallback,
+// partial repeats, the demultiplexer's loss of RTP context after lost
+// frames (`no_context`).
+//
+// Directives (air.cc's list):
+//   mux_ap INTERVAL_US MAX_FRAME HEADER REPEAT_LEN UDP_IP DEPTH
+//   mux_entry PERIOD S0 S1 .. Sm   entry k of a stream is Sk; beyond Sm the
+//                                  last PERIOD sizes repeat
+//   mux_report PATH                 the model's counters as JSON at exit
+//
+// Must not touch: the scenario (air.cc), the relaying of voice mode
+// (air_io.cc calls MuxTake and MuxFrameReceived).
+
+#include "air.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace air
+{
+
+namespace
+{
+
+struct MuxEntry
+{
+    uint32_t flow, seq, bytes;
+};
+
+struct MuxFrame
+{
+    std::vector<MuxEntry> own;
+    uint32_t own_bytes = 0;  // entries only
+    uint32_t blocks = 0;     // previous frames repeated in front (newest k)
+    uint32_t len = 0;        // frame bytes (UDP payload)
+};
+
+struct MuxCfg
+{
+    bool on = false;
+    uint32_t ap = 0;
+    uint64_t interval_us = 20000;
+    uint32_t max_frame = 1440, header = 4, repeat_len = 2, udp_ip = 28, depth = 0;
+    uint32_t period = 0;
+    std::vector<uint32_t> sizes;
+    std::string report;
+} g_mux;
+
+std::vector<MuxFrame> g_sent;       // every frame sent, by index
+MuxFrame g_open;                    // the frame being filled
+EventId g_close;                    // its interval deadline
+std::vector<uint32_t> g_entries_of; // entries so far per flow
+// per node: frames received, entries taken (own block / repeat), duplicates
+std::vector<uint64_t> g_rx_frames, g_rx_own, g_rx_repeat, g_rx_dup;
+uint64_t g_closed_size = 0, g_closed_interval = 0, g_repeated = 0;
+
+const uint32_t kMagic = 0xA1C0FFEE;
+
+uint32_t EntryBytes(uint32_t k)
+{
+    const auto& s = g_mux.sizes;
+    if (k < s.size())
+    {
+        return s[k];
+    }
+    return s[s.size() - g_mux.period + (k - s.size()) % g_mux.period];
+}
+
+void Close(bool by_size)
+{
+    if (g_open.own.empty())
+    {
+        return;
+    }
+    Simulator::Cancel(g_close);
+    (by_size ? g_closed_size : g_closed_interval)++;
+    MuxFrame f = g_open;
+    g_open = MuxFrame();
+    f.len = g_mux.header + f.own_bytes;
+    // redundancy: blocks of frames seq-1 .. seq-k, newest first, while they fit
+    uint32_t blocks_len = 0, count = f.own.size();
+    for (uint32_t j = 0; j < g_mux.depth && j < g_sent.size(); j++)
+    {
+        const MuxFrame& prev = g_sent[g_sent.size() - 1 - j];
+        uint32_t bl = blocks_len + g_mux.repeat_len + prev.own_bytes;
+        uint32_t extra = bl + (j >= 1 ? 1 : 0);
+        if (f.len + extra > g_mux.max_frame || count + prev.own.size() > 1024)
+        {
+            break;
+        }
+        f.blocks = j + 1;
+        blocks_len = bl;
+        count += prev.own.size();
+    }
+    if (f.blocks > 0)
+    {
+        f.len += blocks_len + (f.blocks >= 2 ? 1 : 0);
+        for (uint32_t j = 0; j < f.blocks; j++)
+        {
+            g_repeated += g_sent[g_sent.size() - 1 - j].own.size();
+        }
+    }
+    uint32_t index = g_sent.size();
+    uint32_t bytes = g_mux.udp_ip + f.len;
+    g_sent.push_back(std::move(f));
+    std::vector<uint8_t> b(bytes, 0);
+    for (int x = 0; x < 4; x++)
+    {
+        b[x] = uint8_t(kMagic >> (24 - 8 * x));
+        b[4 + x] = uint8_t(index >> (24 - 8 * x));
+    }
+    SendWifiFrom(g_mux.ap, Create<Packet>(b.data(), bytes), Mac48Address("01:00:5e:00:00:0a"),
+                 0x0800);
+}
+
+void Take(uint32_t i, const MuxFrame& f, bool repeat)
+{
+    for (const MuxEntry& e : f.own)
+    {
+        FlowCfg& fl = g_flows[e.flow];
+        if (fl.to != i)
+        {
+            continue;
+        }
+        if (e.seq < fl.recv_ns.size() && fl.recv_ns[e.seq] < 0)
+        {
+            fl.recv_ns[e.seq] = Simulator::Now().GetNanoSeconds();
+            fl.received++;
+            (repeat ? g_rx_repeat : g_rx_own)[i]++;
+        }
+        else
+        {
+            g_rx_dup[i]++;
+        }
+    }
+}
+
+} // namespace
+
+bool MuxDirective(const std::string& k, std::istringstream& s)
+{
+    if (k == "mux_ap")
+    {
+        g_mux.on = true;
+        return bool(s >> g_mux.interval_us >> g_mux.max_frame >> g_mux.header >> g_mux.repeat_len >>
+                    g_mux.udp_ip >> g_mux.depth) &&
+               g_mux.interval_us > 0 && g_mux.max_frame > g_mux.header && g_mux.depth <= 4;
+    }
+    if (k == "mux_entry")
+    {
+        uint32_t x;
+        if (!(s >> g_mux.period))
+        {
+            return false;
+        }
+        g_mux.sizes.clear();
+        while (s >> x)
+        {
+            g_mux.sizes.push_back(x);
+        }
+        return g_mux.period > 0 && g_mux.period <= g_mux.sizes.size();
+    }
+    if (k == "mux_report")
+    {
+        return bool(s >> g_mux.report);
+    }
+    return false;
+}
+
+bool MuxCheck(uint32_t ap)
+{
+    g_mux.ap = ap;
+    return !g_mux.on || (!g_mux.sizes.empty() && g_voice);
+}
+
+bool MuxTake(uint32_t i, uint32_t k, uint32_t seq, uint32_t next)
+{
+    if (!g_mux.on || i != g_mux.ap || next == g_mux.ap)
+    {
+        return false;
+    }
+    if (g_entries_of.size() < g_flows.size())
+    {
+        g_entries_of.resize(g_flows.size(), 0);
+    }
+    uint32_t cost = EntryBytes(g_entries_of[k]++);
+    if (g_mux.header + cost > g_mux.max_frame)
+    {
+        return false; // too large for any frame: unicast, as the mux does
+    }
+    if (!g_open.own.empty() && g_mux.header + g_open.own_bytes + cost > g_mux.max_frame)
+    {
+        Close(true);
+    }
+    if (g_open.own.empty())
+    {
+        g_close = Simulator::Schedule(MicroSeconds(g_mux.interval_us), &Close, false);
+    }
+    g_open.own.push_back({k, seq, cost});
+    g_open.own_bytes += cost;
+    return true;
+}
+
+void MuxFrameReceived(uint32_t i, Ptr<const Packet> p)
+{
+    uint8_t h[8];
+    if (!g_mux.on || p->GetSize() < 8 || p->CopyData(h, 8) != 8)
+    {
+        return;
+    }
+    uint32_t magic = uint32_t(h[0]) << 24 | uint32_t(h[1]) << 16 | uint32_t(h[2]) << 8 | h[3];
+    uint32_t index = uint32_t(h[4]) << 24 | uint32_t(h[5]) << 16 | uint32_t(h[6]) << 8 | h[7];
+    if (magic != kMagic || index >= g_sent.size())
+    {
+        return;
+    }
+    if (g_rx_frames.size() < g_nodes.size())
+    {
+        for (auto* v : {&g_rx_frames, &g_rx_own, &g_rx_repeat, &g_rx_dup})
+        {
+            v->resize(g_nodes.size(), 0);
+        }
+    }
+    g_rx_frames[i]++;
+    const MuxFrame& f = g_sent[index];
+    Take(i, f, false);
+    for (uint32_t j = 1; j <= f.blocks; j++)
+    {
+        Take(i, g_sent[index - j], true);
+    }
+}
+
+void WriteMuxReport()
+{
+    if (!g_mux.on || g_mux.report.empty())
+    {
+        return;
+    }
+    uint64_t entries = 0, bytes = 0;
+    for (const auto& f : g_sent)
+    {
+        entries += f.own.size();
+        bytes += f.len;
+    }
+    std::ostringstream o;
+    o << "{\"frames\":" << g_sent.size() << ",\"entries\":" << entries << ",\"frame_bytes\":" << bytes
+      << ",\"closed_size\":" << g_closed_size << ",\"closed_interval\":" << g_closed_interval
+      << ",\"repeated\":" << g_repeated << ",\"stations\":[";
+    bool first = true;
+    for (uint32_t i = 0; i < g_rx_frames.size(); i++)
+    {
+        if (g_rx_frames[i] == 0)
+        {
+            continue;
+        }
+        o << (first ? "" : ",") << "{\"node\":\"" << g_nodes[i].name
+          << "\",\"frames\":" << g_rx_frames[i] << ",\"own\":" << g_rx_own[i]
+          << ",\"recovered\":" << g_rx_repeat[i] << ",\"duplicates\":" << g_rx_dup[i] << "}";
+        first = false;
+    }
+    o << "]}\n";
+    FILE* out = std::fopen(g_mux.report.c_str(), "w");
+    if (!out)
+    {
+        std::fprintf(stderr, "airpack-ns3-air: cannot write %s\n", g_mux.report.c_str());
+        std::exit(2);
+    }
+    std::fputs(o.str().c_str(), out);
+    std::fclose(out);
+}
+
+} // namespace air

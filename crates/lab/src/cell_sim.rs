@@ -1,0 +1,524 @@
+//! Pure simulation of the infrastructure cell (issue 14 point 10; `airpack
+//! lab cell-sim`): the cell of [`crate::cell`] (one AP, stations, two outer
+//! nodes on cables behind the AP, call k = station <-> outer node) inside
+//! the ns-3 program alone, no taps, no daemons, so that cells the real-time
+//! air cannot carry (802.11g at 54 Mbit/s, 50-110 calls) get a number.
+//!
+//! Owns: the program's config of a cell point ([`cell_config`]: the voice
+//! flows uplink `S -> AP -> O` and downlink `O -> AP -> S`, the cables
+//! carrying their wired hop, and with multiplexing the `mux_*` directives
+//! of `crates/lab/ns3/air_cell.cc`), the per-packet entry sizes of the AP's
+//! compact frames ([`entry_sizes`], measured on airpack-core's real
+//! [`Mux`]), the mux's report ([`MuxReport`]), a point ([`cell_point`],
+//! judged by the quality path of every other point via
+//! [`crate::validate_sim`]) and the command ([`main`]: capacity search per
+//! setup and codec, against [`crate::cell::bound`]).
+//!
+//! Setups: `off` (each downlink packet a unicast frame from the AP),
+//! `downlink-mux` (one frame per interval, or when full; no idle release
+//! in this model), `downlink-mux-red` / `-red2` (redundancy depth 1 / 2).
+//! Not modelled: the idle release, the airtime rule's unicast fallback,
+//! partial repeats, RTP-context loss at the stations (docs/lab.md 5).
+//!
+//! Must not touch: the emulated cell ([`crate::cell`], the daemons), the
+//! E-model and support criterion, the search rule ([`crate::experiment`]).
+
+use crate::air_ns3;
+use crate::cell::CellSpec;
+use crate::experiment::{voip_spec, Client, ExperimentConfig, Point, Setup, SetupResult};
+use crate::topology::{MediumOpts, Topology};
+use crate::validate_sim::{captures, parse_records, sim_config, VoiceFlow};
+use crate::voip::{Direction, Spec};
+use airpack_core::downlink::compact;
+use airpack_core::downlink::mux::{Mux, MuxConfig};
+use anyhow::{bail, Context, Result};
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Simulated seconds before the first call: every station associates
+/// first (beacons every 102.4 ms; with 100 stations the association
+/// requests collide and are retried).
+pub const WARMUP_S: f64 = 3.0;
+
+/// Packets of one stream fed to the real mux to find its entry sizes.
+const PROBE_PACKETS: usize = 64;
+
+/// Redundancy depth of a setup in this model, None = no multiplexing.
+pub fn depth(setup: Setup) -> Result<Option<u8>> {
+    Ok(match setup {
+        Setup::Off => None,
+        Setup::DownlinkMux | Setup::DownlinkMuxInterval => Some(0),
+        Setup::DownlinkMuxRed => Some(1),
+        Setup::DownlinkMuxRed2 => Some(2),
+        o => bail!(
+            "cell-sim models off, downlink-mux, downlink-mux-red and downlink-mux-red2, not {}",
+            o.name()
+        ),
+    })
+}
+
+fn csum(data: &[u8], mut acc: u32) -> u32 {
+    for w in data.chunks(2) {
+        acc += u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]));
+    }
+    acc
+}
+
+fn fold(mut acc: u32) -> u16 {
+    while acc >> 16 != 0 {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    !(acc as u16)
+}
+
+/// One downlink packet as the AP intercepts it from an outer node: IPv4
+/// (DF, IP ID `id`, TTL 63 after the cable's router), UDP with a valid
+/// checksum, RTP (PT `pt`, sequence `seq`, timestamp `seq * step`, marker
+/// on the first), `payload` voice bytes: what `airpack voip` sends.
+pub fn voip_packet(seq: u16, step: u32, pt: u8, id: u16, payload: usize) -> Vec<u8> {
+    let (src, dst) = ([10, 202, 0, 2], [10, 201, 0, 2]);
+    let udp_len = 8 + 12 + payload;
+    let mut p = vec![0x45, 0xb8];
+    p.extend_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+    p.extend_from_slice(&id.to_be_bytes());
+    p.extend_from_slice(&[0x40, 0, 63, 17, 0, 0]);
+    p.extend_from_slice(&src);
+    p.extend_from_slice(&dst);
+    let c = fold(csum(&p, 0));
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    let mut u = Vec::with_capacity(udp_len);
+    u.extend_from_slice(&16000u16.to_be_bytes());
+    u.extend_from_slice(&16000u16.to_be_bytes());
+    u.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0, 0x80, pt | if seq == 0 { 0x80 } else { 0 }]);
+    u.extend_from_slice(&seq.to_be_bytes());
+    u.extend_from_slice(&(u32::from(seq) * step).to_be_bytes());
+    u.extend_from_slice(&0x1234_5678u32.to_be_bytes());
+    u.resize(udp_len, 0x55);
+    let mut pseudo = Vec::new();
+    pseudo.extend_from_slice(&src);
+    pseudo.extend_from_slice(&dst);
+    pseudo.extend_from_slice(&[0, 17]);
+    pseudo.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    let c = match fold(csum(&u, csum(&pseudo, 0))) {
+        0 => 0xffff,
+        c => c,
+    };
+    u[6..8].copy_from_slice(&c.to_be_bytes());
+    p.extend_from_slice(&u);
+    p
+}
+
+/// Entry bytes of a stream's packets in the AP's compact frames, from
+/// airpack-core's [`Mux`] itself (default config: compact layout, TTL
+/// decrement 1): one stream of `payload`-byte RTP packets, IP IDs
+/// counting up (the emulated cell's measured bytes per entry, 26.9 for
+/// G.729 and 167.5 for G.711, match counting IDs, not ID 0), each packet
+/// flushed in its own frame, entry = frame - frame header. Returns the
+/// repeating period and the sizes of the first packets (the last `period`
+/// of them repeat). Errors if the sizes do not settle into a period.
+pub fn entry_sizes(payload: usize, step: u32, pt: u8) -> Result<(usize, Vec<u32>)> {
+    let mut m = Mux::new(MuxConfig::default());
+    let dst = IpAddr::V4(Ipv4Addr::new(10, 201, 0, 2));
+    m.add_stream(dst, 16000, 1)
+        .map_err(|e| anyhow::anyhow!("add_stream: {e:?}"))?;
+    m.set_link_busy(0, true);
+    let mut buf = vec![0u8; m.config().max_frame];
+    let mut sizes = Vec::with_capacity(PROBE_PACKETS);
+    for k in 0..PROBE_PACKETS {
+        let now = k as u64 * 20_000;
+        let pkt = voip_packet(k as u16, step, pt, 100 + k as u16, payload);
+        m.handle_packet(now, &pkt);
+        m.flush();
+        let t = m
+            .poll_transmit(now, &mut buf)
+            .context("the mux sent no frame")?;
+        if t.unicast || t.packets != 1 {
+            bail!("the mux did not multiplex the probe packet {k}");
+        }
+        sizes.push((t.len - compact::HEADER_LEN) as u32);
+    }
+    // the shortest period the second half repeats with
+    let half = PROBE_PACKETS / 2;
+    let period = (1..=half / 2)
+        .find(|&p| (half..PROBE_PACKETS).all(|i| sizes[i] == sizes[i - p]))
+        .context("entry sizes without a period")?;
+    Ok((period, sizes))
+}
+
+/// The flows of `n` calls in `spec`'s cell for `cfg` (whose topology is
+/// the cell of `n` calls): per call the uplink (a -> b: station -> AP ->
+/// outer node) and the downlink (outer node -> AP -> station), each with a
+/// random start phase as `airpack voip` draws.
+pub fn cell_flows(cfg: &ExperimentConfig, spec: &Spec) -> Result<Vec<VoiceFlow>> {
+    let idx = |x: &str| {
+        cfg.topo
+            .nodes
+            .iter()
+            .position(|y| y == x)
+            .with_context(|| format!("unknown node {x}"))
+    };
+    let ap = idx(crate::cell::AP)?;
+    let interval_s = f64::from(spec.interval_ms) / 1000.0;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(spec.seed ^ 0xce11_5eed);
+    let mut flows = Vec::new();
+    for c in &spec.calls {
+        let (s, o) = (idx(&c.a.node)?, idx(&c.b.node)?);
+        for (dir, path) in [
+            (Direction::AToB, vec![s, ap, o]),
+            (Direction::BToA, vec![o, ap, s]),
+        ] {
+            flows.push(VoiceFlow {
+                call: c.id,
+                dir,
+                path,
+                start_s: WARMUP_S + rng.gen_range(0.0..interval_s),
+            });
+        }
+    }
+    Ok(flows)
+}
+
+/// The program's config of a cell point: [`sim_config`]'s (nodes, links,
+/// infrastructure mode, multicast rate, cables, flows and paths) with the
+/// cell's warm-up, plus the multiplexer's directives when `depth` is set.
+pub fn cell_config(
+    cfg: &ExperimentConfig,
+    spec: &Spec,
+    flows: &[VoiceFlow],
+    depth: Option<u8>,
+    packets: &Path,
+    report: &Path,
+) -> Result<String> {
+    let text = sim_config(cfg, spec, flows, packets)?;
+    let duration = WARMUP_S
+        + f64::from(spec.interval_ms) / 1000.0
+        + spec.duration_s
+        + spec.grace_ms as f64 / 1000.0;
+    let mut out = String::new();
+    for line in text.lines() {
+        if line.starts_with("duration_s ") {
+            out.push_str(&format!("duration_s {duration}\n"));
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    if let Some(d) = depth {
+        let profile = spec.profile()?;
+        let payload = airpack_voice::rtp::probe_payload_len(profile.payload_bytes());
+        let (period, sizes) = entry_sizes(
+            payload,
+            profile.timestamp_step(),
+            profile.params().payload_type,
+        )?;
+        let mc = MuxConfig::default();
+        out.push_str(&format!(
+            "mux_ap {} {} {} {} {} {d}\n",
+            mc.interval,
+            mc.max_frame,
+            compact::HEADER_LEN,
+            compact::REPEAT_LEN,
+            mc.frame_overhead
+        ));
+        let s: Vec<String> = sizes.iter().map(u32::to_string).collect();
+        out.push_str(&format!("mux_entry {period} {}\n", s.join(" ")));
+        out.push_str(&format!("mux_report {}\n", report.display()));
+    }
+    Ok(out)
+}
+
+/// One station's view of the multiplexed frames.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StationRx {
+    /// Node name.
+    pub node: String,
+    /// Frames it received.
+    pub frames: u64,
+    /// Its packets taken from the frames' own entries.
+    pub own: u64,
+    /// Its packets taken from repeated blocks (the frame that carried them was lost).
+    pub recovered: u64,
+    /// Its packets it already had.
+    pub duplicates: u64,
+}
+
+/// The multiplexer model's counters (`mux_report`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MuxReport {
+    /// Frames sent.
+    pub frames: u64,
+    /// Packets in them (own entries).
+    pub entries: u64,
+    /// Frame bytes (UDP payload) sent.
+    pub frame_bytes: u64,
+    /// Frames closed because the next entry did not fit.
+    pub closed_size: u64,
+    /// Frames closed at the interval.
+    pub closed_interval: u64,
+    /// Entries repeated (redundancy).
+    pub repeated: u64,
+    /// Stations that received at least one frame.
+    pub stations: Vec<StationRx>,
+}
+
+impl MuxReport {
+    /// Parse the program's report (strict: every field present).
+    pub fn parse(text: &str) -> Result<MuxReport> {
+        let r: MuxReport = serde_json::from_str(text.trim()).context("mux report")?;
+        if r.entries < r.frames || r.closed_size + r.closed_interval != r.frames {
+            bail!("mux report inconsistent: {}", text.trim());
+        }
+        Ok(r)
+    }
+    /// Mean share of frames a station missed (%), over `stations` stations.
+    pub fn lost_frames_pct(&self, stations: usize) -> f64 {
+        if self.frames == 0 || stations == 0 {
+            return 0.0;
+        }
+        let got: u64 = self.stations.iter().map(|s| s.frames).sum();
+        100.0 * (1.0 - got as f64 / (self.frames as f64 * stations as f64))
+    }
+}
+
+/// Measure `n` calls of `cfg`'s cell (its `topo.cell`) under `setup` in
+/// pure simulation: the same [`Point`] as an emulated point of the cell,
+/// judged the same way; `downlink["AP.mux"]` holds the [`MuxReport`].
+pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> {
+    let t0 = Instant::now();
+    let cell = cfg.topo.cell.clone().context("not a cell topology")?;
+    let d = depth(setup)?;
+    let mut cfg = cfg.clone();
+    cfg.topo = cell.topology(n);
+    let addr = |x: &str| {
+        let i = cfg.topo.nodes.iter().position(|y| y == x).unwrap_or(0);
+        Topology::addr_of(i).to_string()
+    };
+    let mut spec: Spec =
+        serde_json::from_value(voip_spec(&cfg, &addr, n, 0)).context("voip spec type")?;
+    spec.start_at_unix_ms = None;
+    let flows = cell_flows(&cfg, &spec)?;
+    let dir = cfg
+        .work_dir
+        .join(format!("cellsim-{}-{n}-{}", setup.name(), cfg.seed));
+    std::fs::create_dir_all(&dir)?;
+    let (packets, report) = (dir.join("packets.txt"), dir.join("mux.json"));
+    let mut text = cell_config(&cfg, &spec, &flows, d, &packets, &report)?;
+    text = text.replace("seed 1\n", &format!("seed {}\n", cfg.seed.max(1)));
+    let conf = dir.join("sim.conf");
+    std::fs::write(&conf, &text)?;
+    let bin = air_ns3::binary()?;
+    let out = crate::netns::run(&bin.to_string_lossy(), &[&conf.to_string_lossy()])
+        .context("the ns-3 cell simulation")?;
+    let records = parse_records(
+        &std::fs::read_to_string(&packets).context("the simulation's packets")?,
+        flows.len(),
+    )?;
+    let profile = spec.profile()?;
+    let caps = captures(&cfg.topo.nodes, &flows, &records, profile.timestamp_step());
+    let results = crate::baresip::node_results(&spec, &caps);
+    let merged = crate::voip::merge(&spec, &results);
+    let mut p = crate::experiment::summarize_point(setup, n, serde_json::to_value(&merged)?, t0);
+    let r: serde_json::Value =
+        serde_json::from_str(out.trim()).context("the ns-3 simulation's report")?;
+    let stations = cfg.topo.nodes.len() - 1 - crate::cell::OUTER;
+    let assoc = r["associated"].as_u64().unwrap_or(0);
+    if assoc < stations as u64 {
+        bail!("only {assoc} of {stations} stations associated");
+    }
+    for node in r["nodes"].as_array().into_iter().flatten() {
+        let name = node["name"].as_str().unwrap_or("").to_string();
+        p.frames_per_node
+            .insert(name.clone(), node["mac_tx"].as_u64().unwrap_or(0));
+        p.drops_per_node
+            .insert(name, node["drop_queue"].as_u64().unwrap_or(0));
+    }
+    p.frames_on_air = p.frames_per_node.values().sum();
+    p.mac_queue_drops = p.drops_per_node.values().sum();
+    if d.is_some() {
+        let m = MuxReport::parse(
+            &std::fs::read_to_string(&report).context("the simulation's mux report")?,
+        )?;
+        if m.frames > 0 {
+            p.aggregation_ratio = m.entries as f64 / m.frames as f64;
+        }
+        let mut v = serde_json::to_value(&m)?;
+        v["lost_frames_pct"] = serde_json::json!(m.lost_frames_pct(stations));
+        p.downlink.insert("AP.mux".into(), v);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(p)
+}
+
+/// `airpack lab cell-sim` arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CellSimArgs {
+    /// Cell presets, comma separated (`cell:PHY[:MC[:K]]`, as `lab run --preset`).
+    #[arg(long, default_value = "cell:b11:11")]
+    presets: String,
+    /// Codecs, comma separated (g729, g711).
+    #[arg(long, default_value = "g729,g711")]
+    codecs: String,
+    /// Setups, comma separated (off, downlink-mux, downlink-mux-red, downlink-mux-red2).
+    #[arg(long, default_value = "off,downlink-mux,downlink-mux-red")]
+    setups: String,
+    /// Seconds of calls per point.
+    #[arg(long, default_value_t = 8.0)]
+    duration: f64,
+    /// Upper bound of the call search.
+    #[arg(long, default_value_t = 160)]
+    max_calls: u32,
+    /// MAC queue limit (packets), as the lab's `--queue-limit`.
+    #[arg(long, default_value_t = 50)]
+    queue_limit: u32,
+    /// JSON of the run (default: results/cell-sim-<unix time>.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// One row of the run: a preset, codec and setup's capacity and its bound.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Cell preset.
+    pub preset: String,
+    /// Codec.
+    pub codec: String,
+    /// Analytic bound of the setup ([`crate::cell::bound`]: off or mux).
+    pub bound: u32,
+    /// The search (capacity and every point).
+    pub result: SetupResult,
+}
+
+/// The experiment config of a cell preset (pure simulation: no binary runs
+/// in namespaces).
+pub fn config(preset: &str, codec: &str, a: &CellSimArgs, work: &Path) -> Result<ExperimentConfig> {
+    let cell = CellSpec::parse(preset).context("not a cell preset (cell:PHY[:MC[:K]])")??;
+    let topo = cell.topology(1);
+    let phy = crate::medium::preset(&cell.phy).context("cell PHY")?;
+    Ok(ExperimentConfig {
+        bin: "/bin/true".into(),
+        topo,
+        medium: MediumOpts {
+            phy,
+            queue_limit: a.queue_limit,
+            loss_pct: 0.0,
+        },
+        codec: codec.into(),
+        interval_ms: 20,
+        vad: false,
+        duration_s: a.duration,
+        playout_ms: 60,
+        criterion: "mos".into(),
+        hold_time_us: 20000,
+        max_calls: a.max_calls,
+        seed: 1,
+        work_dir: work.to_path_buf(),
+        client: Client::Airpack,
+    })
+}
+
+/// Run the searches and write the JSON.
+pub fn main(a: CellSimArgs) -> Result<()> {
+    air_ns3::check_available().map_err(|e| anyhow::anyhow!(e))?;
+    crate::netns::catch_interrupts();
+    let split = |s: &str| -> Vec<String> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|x| !x.is_empty())
+            .map(String::from)
+            .collect()
+    };
+    let setups: Vec<Setup> = split(&a.setups)
+        .iter()
+        .map(|s| Setup::parse(s))
+        .collect::<Result<_>>()?;
+    for s in &setups {
+        depth(*s)?;
+    }
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("results/cell-sim-{secs}.json")));
+    let work = std::env::temp_dir().join(format!("airpack-cell-sim-{}", std::process::id()));
+    let mut rows = Vec::new();
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    for preset in split(&a.presets) {
+        for codec in split(&a.codecs) {
+            let cfg = config(&preset, &codec, &a, &work)?;
+            let cell = cfg.topo.cell.clone().expect("cell");
+            let (b_off, b_mux) = crate::cell::bound(&cell, &codec)?;
+            for &setup in &setups {
+                let bound = if setup == Setup::Off { b_off } else { b_mux };
+                eprintln!(
+                    "cell-sim: {preset} {codec} {} (bound {bound}), pure simulation",
+                    setup.name()
+                );
+                let result = crate::experiment::capacity_search_with(
+                    &cfg,
+                    setup,
+                    cell_point,
+                    |p| eprintln!("  {}", crate::experiment::point_line(p)),
+                );
+                eprintln!("  capacity {} (bound {bound})", result.capacity);
+                rows.push(Row {
+                    preset: preset.clone(),
+                    codec: codec.clone(),
+                    bound,
+                    result,
+                });
+                write_json(&out, &command, &rows)?;
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    println!("{}", table(&rows));
+    Ok(())
+}
+
+fn write_json(out: &Path, command: &str, rows: &[Row]) -> Result<()> {
+    if let Some(d) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(d)?;
+    }
+    let v = serde_json::json!({
+        "note": "pure ns-3 simulation of the cell (airpack lab cell-sim), not emulated",
+        "command": command,
+        "rows": rows,
+    });
+    std::fs::write(out, serde_json::to_string(&v)?)?;
+    Ok(())
+}
+
+/// Markdown table of the rows: capacity against the bound.
+pub fn table(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "| preset | codec | setup | bound | pure sim | sim / bound |\n| --- | --- | --- | --- | --- | --- |\n",
+    );
+    for r in rows {
+        let c = r.result.capacity;
+        let cap = match (&r.result.error, r.result.capacity_at_least) {
+            (Some(e), _) => format!("error: {e}"),
+            (None, true) => format!(">= {c}"),
+            (None, false) => c.to_string(),
+        };
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {cap} | {:.0} % |\n",
+            r.preset,
+            r.codec,
+            r.result.setup.name(),
+            r.bound,
+            100.0 * f64::from(c) / f64::from(r.bound.max(1))
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+#[path = "cell_sim_tests.rs"]
+mod tests;

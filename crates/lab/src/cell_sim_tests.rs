@@ -1,0 +1,145 @@
+//! Unit tests of [`super`] (config building, entry sizes, report parsing)
+//! and one small simulated cell.
+
+use super::*;
+
+fn args() -> CellSimArgs {
+    CellSimArgs {
+        presets: String::new(),
+        codecs: String::new(),
+        setups: String::new(),
+        duration: 4.0,
+        max_calls: 8,
+        queue_limit: 50,
+        out: None,
+    }
+}
+
+fn work(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("cell-sim-{tag}-{}", std::process::id()))
+}
+
+fn spec_of(c: &ExperimentConfig, n: u32) -> (ExperimentConfig, Spec) {
+    let mut c = c.clone();
+    c.topo = c.topo.cell.clone().unwrap().topology(n);
+    let s = serde_json::from_value(voip_spec(&c, &|_| "10.0.0.1".into(), n, 0)).unwrap();
+    (c, s)
+}
+
+/// The sizes are the real mux's: G.729 full entries 47 bytes (sid, ctl,
+/// len, 22-byte static block, 2-byte IP ID, 20 voice bytes), compressed
+/// 25 (sid, ctl, len, ID LSB, seq LSB, 20), a full one every 16th; G.711's
+/// length field takes 2 bytes (160 >= 128).
+#[test]
+fn entry_sizes_come_from_the_real_mux() {
+    let (p, s) = entry_sizes(20, 160, 18).unwrap();
+    assert_eq!(p, 16);
+    assert_eq!(&s[..6], &[47, 47, 47, 47, 25, 25]);
+    let tail = &s[s.len() - 16..];
+    assert_eq!(tail.iter().filter(|&&x| x == 47).count(), 1);
+    assert_eq!(tail.iter().filter(|&&x| x == 25).count(), 15);
+    let (p, s) = entry_sizes(160, 160, 0).unwrap();
+    assert_eq!(p, 16);
+    assert!(s[s.len() - 16..].iter().all(|&x| x == 166 || x == 188), "{s:?}");
+    // the bound's steady-state cost (voice + 4) is within one byte of it
+    assert_eq!(
+        crate::downlink_bound::Layout::Compact.per_packet(&crate::downlink_bound::G729) + 1,
+        25
+    );
+}
+
+#[test]
+fn config_has_cell_flows_cables_and_the_mux() {
+    let c = config("cell:b11:11:2", "g729", &args(), &work("conf")).unwrap();
+    let (c, s) = spec_of(&c, 3);
+    // AP, S1, S2 (two calls per station), O1, O2
+    assert_eq!(c.topo.nodes, ["AP", "S1", "S2", "O1", "O2"]);
+    let flows = cell_flows(&c, &s).unwrap();
+    assert_eq!(flows.len(), 6);
+    assert_eq!((flows[0].path.clone(), flows[0].dir), (vec![1, 0, 3], Direction::AToB));
+    assert_eq!((flows[1].path.clone(), flows[1].dir), (vec![3, 0, 1], Direction::BToA));
+    assert_eq!(flows[3].path, [4, 0, 1], "call 1: S1 <-> O2");
+    assert_eq!(flows[5].path, [3, 0, 2], "call 2: S2 <-> O1");
+    assert!(flows
+        .iter()
+        .all(|f| f.start_s >= WARMUP_S && f.start_s < WARMUP_S + 0.02));
+    let (pk, rp) = (Path::new("/x/p.txt"), Path::new("/x/m.json"));
+    let off = cell_config(&c, &s, &flows, None, pk, rp).unwrap();
+    for want in [
+        "mode infrastructure\n",
+        "ap 0\n",
+        "mcast_mbit 11\n",
+        "path 1 3 0 1\n",
+        "packets /x/p.txt\n",
+        "duration_s 8.02\n", // warm-up 3 s + 20 ms + 4 s + 1 s grace
+    ] {
+        assert!(off.contains(want), "{want:?} missing:\n{off}");
+    }
+    assert!(off.contains("wired 0 3 100000000 1000 "), "{off}");
+    assert!(!off.contains("mux_"), "{off}");
+    let red = cell_config(&c, &s, &flows, Some(1), pk, rp).unwrap();
+    assert!(red.contains("mux_ap 20000 1440 4 2 28 1\n"), "{red}");
+    assert!(red.contains("mux_entry 16 47 47 47 47 25 "), "{red}");
+    assert!(red.contains("mux_report /x/m.json\n"), "{red}");
+    assert!(depth(Setup::DownlinkMuxAgg).is_err());
+    assert!(config("string:1", "g729", &args(), &work("conf")).is_err());
+}
+
+#[test]
+fn mux_report_parses_strictly() {
+    let t = r#"{"frames":10,"entries":40,"frame_bytes":1100,"closed_size":2,"closed_interval":8,"repeated":30,
+        "stations":[{"node":"S1","frames":9,"own":18,"recovered":2,"duplicates":16},
+                    {"node":"S2","frames":10,"own":20,"recovered":0,"duplicates":18}]}"#;
+    let r = MuxReport::parse(t).unwrap();
+    assert_eq!(r.stations[0].recovered, 2);
+    // 19 of 2 x 10 frames received; a third station that received none
+    assert!((r.lost_frames_pct(2) - 5.0).abs() < 1e-9);
+    assert!((r.lost_frames_pct(3) - 100.0 * 11.0 / 30.0).abs() < 1e-9);
+    for bad in [
+        t.replace("\"closed_size\":2", "\"closed_size\":3"),
+        t.replace("\"entries\":40", "\"entries\":4"),
+        t.replace("\"repeated\":30,", ""),
+        "garbage".to_string(),
+    ] {
+        assert!(MuxReport::parse(&bad).is_err(), "{bad} accepted");
+    }
+}
+
+/// Runs the ns-3 program (needs g++ and libns3-dev; builds it once): 4
+/// G.729 calls in cell:b11:11, unicast and multiplexed with redundancy,
+/// every packet arrives; with the mux the AP sends about one frame per
+/// interval carrying the 4 downlink packets, the stations take theirs
+/// only, and the downlink's delay grows by the wait for the interval.
+#[test]
+fn small_cell_carries_four_calls_with_and_without_the_mux() {
+    if let Err(why) = air_ns3::check_available() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let w = work("small");
+    let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
+    let off = cell_point(&c, Setup::Off, 4).unwrap();
+    let line = crate::experiment::point_line;
+    assert!(off.supported && off.loss_max == 0.0, "{}", line(&off));
+    assert!(off.downlink.is_empty());
+    // every downlink packet was a unicast frame of the AP
+    assert!(off.frames_per_node["AP"] >= 4 * 200, "{:?}", off.frames_per_node);
+    let red = cell_point(&c, Setup::DownlinkMuxRed, 4).unwrap();
+    let _ = std::fs::remove_dir_all(&w);
+    assert!(red.supported && red.loss_max == 0.0, "{}", line(&red));
+    let m: MuxReport = serde_json::from_value(red.downlink["AP.mux"].clone()).unwrap();
+    // 200 or 201 packets per stream in 4 s, by its start phase
+    assert!((800..=804).contains(&m.entries), "{m:?}");
+    assert!((195..=215).contains(&m.frames), "{m:?}");
+    assert!(m.repeated > 700, "{m:?}");
+    assert_eq!(m.stations.len(), 4);
+    for s in &m.stations {
+        assert!((200..=201).contains(&(s.own + s.recovered)), "{s:?}");
+    }
+    // AP frames: the mux's (and beacons), not one per downlink packet
+    assert!(red.frames_per_node["AP"] < 300, "{:?}", red.frames_per_node);
+    let dl = |p: &Point| {
+        p.call_results[0]["b_to_a"]["delay_ms"].as_f64().unwrap()
+    };
+    assert!(dl(&red) > dl(&off) + 5.0, "{} vs {}", dl(&red), dl(&off));
+}
