@@ -289,6 +289,9 @@ impl MuxReport {
 /// judged the same way; `downlink["AP.mux"]` holds the [`MuxReport`].
 pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> {
     let t0 = Instant::now();
+    if crate::netns::interrupted() {
+        bail!("interrupted");
+    }
     let cell = cfg.topo.cell.clone().context("not a cell topology")?;
     let d = depth(setup)?;
     let mut cfg = cfg.clone();
@@ -368,9 +371,10 @@ pub struct CellSimArgs {
     /// Seconds of calls per point.
     #[arg(long, default_value_t = 8.0)]
     duration: f64,
-    /// Upper bound of the call search.
-    #[arg(long, default_value_t = 160)]
-    max_calls: u32,
+    /// Upper bound of the call search (default: the setup's analytic
+    /// bound x 1.25 + 2; overloaded points of a large cell cost minutes).
+    #[arg(long)]
+    max_calls: Option<u32>,
     /// MAC queue limit (packets), as the lab's `--queue-limit`.
     #[arg(long, default_value_t = 50)]
     queue_limit: u32,
@@ -413,7 +417,7 @@ pub fn config(preset: &str, codec: &str, a: &CellSimArgs, work: &Path) -> Result
         playout_ms: 60,
         criterion: "mos".into(),
         hold_time_us: 20000,
-        max_calls: a.max_calls,
+        max_calls: a.max_calls.unwrap_or(64),
         seed: 1,
         work_dir: work.to_path_buf(),
         client: Client::Airpack,
@@ -460,12 +464,12 @@ pub fn main(a: CellSimArgs) -> Result<()> {
                     "cell-sim: {preset} {codec} {} (bound {bound}), pure simulation",
                     setup.name()
                 );
-                let result = crate::experiment::capacity_search_with(
-                    &cfg,
-                    setup,
-                    cell_point,
-                    |p| eprintln!("  {}", crate::experiment::point_line(p)),
-                );
+                let mut cfg = cfg.clone();
+                cfg.max_calls = a.max_calls.unwrap_or(bound * 5 / 4 + 2);
+                let result =
+                    crate::experiment::capacity_search_with(&cfg, setup, cell_point, |p| {
+                        eprintln!("  {}", crate::experiment::point_line(p))
+                    });
                 eprintln!("  capacity {} (bound {bound})", result.capacity);
                 rows.push(Row {
                     preset: preset.clone(),

@@ -9,7 +9,7 @@ fn args() -> CellSimArgs {
         codecs: String::new(),
         setups: String::new(),
         duration: 4.0,
-        max_calls: 8,
+        max_calls: Some(8),
         queue_limit: 50,
         out: None,
     }
@@ -40,7 +40,10 @@ fn entry_sizes_come_from_the_real_mux() {
     assert_eq!(tail.iter().filter(|&&x| x == 25).count(), 15);
     let (p, s) = entry_sizes(160, 160, 0).unwrap();
     assert_eq!(p, 16);
-    assert!(s[s.len() - 16..].iter().all(|&x| x == 166 || x == 188), "{s:?}");
+    assert!(
+        s[s.len() - 16..].iter().all(|&x| x == 166 || x == 188),
+        "{s:?}"
+    );
     // the bound's steady-state cost (voice + 4) is within one byte of it
     assert_eq!(
         crate::downlink_bound::Layout::Compact.per_packet(&crate::downlink_bound::G729) + 1,
@@ -56,8 +59,14 @@ fn config_has_cell_flows_cables_and_the_mux() {
     assert_eq!(c.topo.nodes, ["AP", "S1", "S2", "O1", "O2"]);
     let flows = cell_flows(&c, &s).unwrap();
     assert_eq!(flows.len(), 6);
-    assert_eq!((flows[0].path.clone(), flows[0].dir), (vec![1, 0, 3], Direction::AToB));
-    assert_eq!((flows[1].path.clone(), flows[1].dir), (vec![3, 0, 1], Direction::BToA));
+    assert_eq!(
+        (flows[0].path.clone(), flows[0].dir),
+        (vec![1, 0, 3], Direction::AToB)
+    );
+    assert_eq!(
+        (flows[1].path.clone(), flows[1].dir),
+        (vec![3, 0, 1], Direction::BToA)
+    );
     assert_eq!(flows[3].path, [4, 0, 1], "call 1: S1 <-> O2");
     assert_eq!(flows[5].path, [3, 0, 2], "call 2: S2 <-> O1");
     assert!(flows
@@ -123,7 +132,11 @@ fn small_cell_carries_four_calls_with_and_without_the_mux() {
     assert!(off.supported && off.loss_max == 0.0, "{}", line(&off));
     assert!(off.downlink.is_empty());
     // every downlink packet was a unicast frame of the AP
-    assert!(off.frames_per_node["AP"] >= 4 * 200, "{:?}", off.frames_per_node);
+    assert!(
+        off.frames_per_node["AP"] >= 4 * 200,
+        "{:?}",
+        off.frames_per_node
+    );
     let red = cell_point(&c, Setup::DownlinkMuxRed, 4).unwrap();
     let _ = std::fs::remove_dir_all(&w);
     assert!(red.supported && red.loss_max == 0.0, "{}", line(&red));
@@ -138,8 +151,6 @@ fn small_cell_carries_four_calls_with_and_without_the_mux() {
     }
     // AP frames: the mux's (and beacons), not one per downlink packet
     assert!(red.frames_per_node["AP"] < 300, "{:?}", red.frames_per_node);
-    let dl = |p: &Point| {
-        p.call_results[0]["b_to_a"]["delay_ms"].as_f64().unwrap()
-    };
+    let dl = |p: &Point| p.call_results[0]["b_to_a"]["delay_ms"].as_f64().unwrap();
     assert!(dl(&red) > dl(&off) + 5.0, "{} vs {}", dl(&red), dl(&off));
 }
