@@ -22,12 +22,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The program's sources (`air.cc`, `air_io.cc`, `air_obs.cc`, `air_ber.cc`, `air.h`),
+/// The program's sources (`air.cc`, `air_io.cc`, `air_obs.cc`, `air_ber.cc`, `air_cell.cc`, `air.h`),
 /// in the repository.
 pub const SOURCE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/ns3");
 
 /// The program's translation units, compiled together.
-const UNITS: &[&str] = &["air.cc", "air_io.cc", "air_obs.cc", "air_ber.cc", "air_cell.cc"];
+const UNITS: &[&str] = &[
+    "air.cc",
+    "air_io.cc",
+    "air_obs.cc",
+    "air_ber.cc",
+    "air_cell.cc",
+];
 
 /// ns-3 modules the program links.
 const MODULES: &[&str] = &[
