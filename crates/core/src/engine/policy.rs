@@ -53,6 +53,11 @@
 //!   the same hold time on every node the sum over any path stays within
 //!   `delay_budget`: each hop gets its share until the budget is spent, after
 //!   which packets pass without waiting.
+//! * Talk spurts: the first packet of a flow's talk spurt waits its full
+//!   limit instead of leaving with the queue in front of it (the queue leaves
+//!   without it), so a voice receiver's per-spurt playout point is not set by
+//!   a packet that happened to wait less than its successors; see
+//!   [`super::spurt`].
 
 use super::spurt::{SpurtTable, SPURT_GAP_HOLDS};
 use super::{Engine, LinkMode};
