@@ -17,9 +17,9 @@
 //! a packet late.
 //!
 //! Owns: the per-flow table that recognises a spurt's first packet
-//! ([`SpurtTable`]) and the cut of a queue served on its deadline
-//! ([`spurt_cut`]), plus the exact recomputation of a queue's budget after a
-//! partial send ([`budget_due`]). Must not touch: clocks, I/O, the heaps
+//! (`SpurtTable`) and the cut of a queue served on its deadline
+//! (`spurt_cut`), plus the exact recomputation of a queue's budget after a
+//! partial send (`budget_due`). Must not touch: clocks, I/O, the heaps
 //! (the engine refreshes the slot after serving it).
 //!
 //! A packet starts a spurt when its flow (by [`super::policy::flow_hash`])
