@@ -113,6 +113,10 @@ fn warm_up(e: &mut Engine, p: core::net::IpAddr, v6: bool) {
     for f in 0..3u16 {
         e.handle_packet(u64::from(f) * 100, p, &voice(v6, f, 1000 + u32::from(f)), 0);
     }
+    // The TCP flow runs already: in adaptive mode a flow's first packet after
+    // a silence (a talk spurt's start, when in the bundle class) waits its
+    // full limit instead of leaving with the queue in front of it.
+    e.handle_packet(300, p, &tcp(v6, 60, ACK, 1003), 0);
     drain(e, 300);
     drain(e, T0 - 1);
     assert_eq!(e.peer_queued(p).unwrap().0, 0, "warm-up left");

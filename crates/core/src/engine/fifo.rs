@@ -188,6 +188,14 @@ impl<T: Copy + Default> Ring<T> {
         self.get(0)
     }
 
+    /// The newest record.
+    #[inline]
+    pub(crate) fn back_mut(&mut self) -> Option<&mut T> {
+        let i = self.len.checked_sub(1)?;
+        let m = self.mask();
+        Some(&mut self.buf[(self.head + i) & m])
+    }
+
     /// Appends `v` at the back.
     #[inline(always)]
     pub(crate) fn push_back(&mut self, v: T) {

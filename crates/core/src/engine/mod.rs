@@ -66,6 +66,7 @@ pub mod policy;
 mod receive;
 mod service;
 mod slot;
+pub mod spurt;
 pub mod stats;
 mod table;
 

@@ -53,7 +53,13 @@
 //!   the same hold time on every node the sum over any path stays within
 //!   `delay_budget`: each hop gets its share until the budget is spent, after
 //!   which packets pass without waiting.
+//! * Talk spurts: the first packet of a flow's talk spurt waits its full
+//!   limit instead of leaving with the queue in front of it (the queue leaves
+//!   without it), so a voice receiver's per-spurt playout point is not set by
+//!   a packet that happened to wait less than its successors; see
+//!   [`super::spurt`].
 
+use super::spurt::{SpurtTable, SPURT_GAP_HOLDS};
 use super::{Engine, LinkMode};
 use crate::Micros;
 
@@ -253,6 +259,8 @@ pub(super) struct AdaptiveState {
     /// Per slot: flows of the last one to two hold times, and of the last
     /// [`LATELY_WINDOWS`] to twice that many.
     flows: Vec<[FlowSketch; 2]>,
+    /// When each flow was last seen: recognises a talk spurt's first packet.
+    spurts: SpurtTable,
 }
 
 impl Engine {
@@ -323,6 +331,16 @@ impl Engine {
         } else {
             0
         };
+        // A talk spurt's first packet waits its full limit (see `spurt`;
+        // voice, i.e. the bundle class: not the opportunistic TCP class).
+        let starts =
+            self.adaptive_state
+                .spurts
+                .starts(self.now, hash, hold.saturating_mul(SPURT_GAP_HOLDS));
+        if let Some(e) = s.q.back_mut() {
+            e.limit = u32::try_from(limit).unwrap_or(u32::MAX - 1);
+            e.spurt = starts && limit > 0 && !e.opportunistic;
+        }
         let due = self.now.saturating_add(limit);
         let lowered = if front_changed {
             s.budget_due = due;

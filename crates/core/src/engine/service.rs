@@ -8,6 +8,7 @@
 
 use super::fifo::ByteFifo;
 use super::slot::{cost, header_len, record_holds, BypassEntry, HoldRun, Removed, Slot};
+use super::spurt;
 use super::{
     count, push_within_limits, DropReason, Engine, LinkMode, PeerConfig, PeerKey, Reason,
     TrafficClass, Transmit, TransmitKind, Verdict,
@@ -489,7 +490,15 @@ impl Engine {
             .saturating_sub(s.cfg.outer_overhead)
             .min(buf.len())
             .min(MAX_BUNDLE);
-        let maxp = s.max_packets;
+        // Adaptive, on the deadline: a talk spurt's first packet may stay
+        // for its full limit (`spurt::spurt_cut`).
+        let adaptive = matches!(self.config.link_mode, LinkMode::Adaptive(_));
+        let maxp = if adaptive && reason == Reason::Timeout {
+            s.max_packets
+                .min(spurt::spurt_cut(&s.q, now, s.cfg.hold_time))
+        } else {
+            s.max_packets
+        };
         // A bundle only when at least the first two packets go into it (same
         // cost function as the writer's); otherwise the first leaves alone.
         let bundle = s.cfg.accepts_bundles
@@ -634,6 +643,10 @@ impl Engine {
         };
         self.counts.packets -= n;
         self.counts.bytes -= inner_bytes;
+        if adaptive && !s.q.is_empty() {
+            // What stays keeps its own limits, exactly.
+            s.budget_due = spurt::budget_due(&s.q);
+        }
         let st = &mut s.stats;
         let c = &mut st.counters;
         if n >= 2 {

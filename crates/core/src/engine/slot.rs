@@ -28,6 +28,12 @@ pub(super) struct Entry {
     /// The peer's current encoding can carry the packet (checked at arrival
     /// from the parsed headers, and again if the encoding changes).
     pub(super) carry: bool,
+    /// [`LinkMode::Adaptive`]: the packet's hold limit (µs, see
+    /// `policy::hold_limit`; `spurt::NO_LIMIT` in other modes).
+    pub(super) limit: u32,
+    /// [`LinkMode::Adaptive`]: the first packet of a talk spurt, held its
+    /// full limit (see `spurt`).
+    pub(super) spurt: bool,
 }
 
 /// Sums over records removed from a queue (see `Slot::forget_front`).
@@ -293,6 +299,8 @@ impl Slot {
             tos,
             opportunistic,
             carry,
+            limit: super::spurt::NO_LIMIT,
+            spurt: false,
         });
         self.queued_bytes += len;
         self.cost_sum += c;
