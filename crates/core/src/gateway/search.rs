@@ -50,10 +50,11 @@
 //!    rate searches up fast. The first call after none brings the rate down
 //!    to at most the start rate (`initial_bps`): without calls the rate grows
 //!    freely (nothing to protect), which says nothing about the calls.
-//!    Within `settle_us` after calls joined, the MOS window holds the new
-//!    calls' first packets (the network MOS is the worst call's, and one
-//!    lost packet of a new call's first 50 reads as choke; measured: the
-//!    first reading with calls was choke at 128 kbit/s of TCP): a bad reading
+//!    Within two `settle_us` after calls joined, the MOS window holds the
+//!    new calls' first packets (the network MOS is the worst call's, and one
+//!    lost packet of a new call's first 50 reads as choke; measured: 16
+//!    calls starting at 128 kbit/s of TCP read choke, choke, poor, poor,
+//!    poor, then fine from the 6th second): a bad reading
 //!    then cuts but is not remembered as a bad rate, and when the calls came
 //!    from none (the rate is the start rate) it is not acted on at all.
 //!
@@ -65,6 +66,12 @@ use crate::Micros;
 /// During the hold-off after a cut, a choke reading this far (MOS) below the
 /// one that caused the cut means new loss: cut again at once.
 pub const WORSE_MARGIN: f64 = 0.2;
+
+/// Readings within this many `settle_us` after calls joined still hold
+/// the new calls' first packets (their own start, then a window that slides
+/// over it; measured on the lab's mesh: bad readings for 5 s after 16 calls
+/// started at 128 kbit/s of TCP, fine from the 6th).
+pub const JOIN_WINDOWS: u64 = 2;
 
 /// The search controller's settings (the bands and their adjustments are
 /// [`RateConfig`]'s).
@@ -307,7 +314,7 @@ impl Search {
         // some calls, a bad reading cuts but is not remembered.
         let joining = self
             .joined
-            .filter(|&(at, _)| now.saturating_sub(at) < s.settle_us)
+            .filter(|&(at, _)| now.saturating_sub(at) < JOIN_WINDOWS * s.settle_us)
             .map(|(_, from_none)| from_none);
         let next = match band {
             Band::Poor | Band::Choke if joining == Some(true) => {
