@@ -323,7 +323,9 @@ impl Search {
             }
             Band::Poor | Band::Choke => {
                 let m = mos.filter(|m| m.is_finite()).unwrap_or(0.0);
-                let worse = band == Band::Choke
+                let hold_off = self.in_hold_off(s, now);
+                let worse = hold_off
+                    && band == Band::Choke
                     && self
                         .cut
                         .is_some_and(|(_, at_cut)| m < at_cut - WORSE_MARGIN);
@@ -334,7 +336,7 @@ impl Search {
                     let b = bad_now.map_or(peak, |b| b.min(peak));
                     self.bad = Some((b, now));
                 }
-                if self.in_hold_off(s, now) && !worse {
+                if hold_off && !worse {
                     self.held_off += 1;
                     r
                 } else {
