@@ -135,7 +135,7 @@ fn gateway_paces_tcp_by_the_voice_quality() {
     }
     let (net, srv, gwn, mob) = gateway_net("gw");
     let cfg_text = format!(
-        "[daemon]\ntun = \"apgw0\"\nprometheus = \"127.0.0.1:19477\"\n[gateway]\nenabled = true\ninterface = \"mesh0\"\n\
+        "[daemon]\ntun = \"apgw0\"\nprometheus = \"127.0.0.1:19477\"\n[gateway]\nenabled = true\ninterface = \"mesh0\"\ncontroller = \"seed\"\n\
          period_ms = 400\ninitial_rate_kbps = {}\nmin_rate_kbps = 256\nmax_rate_kbps = 200000\n\
          mos_window_ms = 1200\ncall_idle_ms = 5000\nflow_idle_ms = 3000\nplayout_ms = 200\n\
          [[gateway.voice]]\nprotocol = \"udp\"\nports = \"16384-16399\"\n",
@@ -148,7 +148,7 @@ fn gateway_paces_tcp_by_the_voice_quality() {
         ceiling_bps: 200_000_000,
         initial_bps: INITIAL_BPS,
         restart_bps: 256_000,
-        ..RateConfig::default()
+        ..RateConfig::seed()
     };
     assert!(
         net.exec(&gwn, &["tc", "qdisc", "show", "dev", "mesh0"])

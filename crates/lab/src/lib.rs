@@ -154,8 +154,11 @@ struct GwArgs {
     #[arg(long)]
     link_kbps: Option<u64>,
     /// Gateway presets, setup pacer: the controller's initial TCP rate (kbit/s).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 128)]
     pacer_initial_kbps: u64,
+    /// Gateway presets, setup pacer: the rate controller (`gateway.controller`: search, seed).
+    #[arg(long, default_value = "search", value_parser = ["search", "seed"])]
+    pacer_controller: String,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -252,6 +255,7 @@ fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) ->
             g.shaper_kbps = c.gw.shaper_kbps;
             g.link_kbps = c.gw.link_kbps;
             g.pacer_initial_kbps = c.gw.pacer_initial_kbps;
+            g.pacer_controller.clone_from(&c.gw.pacer_controller);
             if topo.air != topology::Air::Ns3 {
                 bail!("the gateway presets need the ns-3 air (their wired link)");
             }

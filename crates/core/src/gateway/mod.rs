@@ -15,6 +15,9 @@
 
 pub mod pacer;
 pub mod rate;
+pub mod search;
+#[cfg(test)]
+mod search_tests;
 pub mod tcp;
 pub mod tcp_flow;
 pub mod tcp_recovery;

@@ -23,8 +23,24 @@
 //! active call (no MOS) the rate grows as in the good band (nothing to
 //! protect). The result is clamped to [floor, ceiling]; an increase starts
 //! from at least `restart_bps` (a multiplicative increase of 0 stays 0).
+//!
+//! Two controllers read these bands ([`Mode`]): `seed`, the seed's rule
+//! (one band step every period), and `search` (the default; [`super::search`]):
+//! one cut per MOS window, the last bad and good rates remembered, fast
+//! increases far below the bad rate and the bands' small steps near it, a
+//! low start, and the memory adjusted when calls join or leave.
 
+use super::search::{Search, SearchConfig, SearchView};
 use crate::Micros;
+
+/// Which controller reads the bands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The seed's Algorithm 1: every period, the band's step.
+    Seed,
+    /// The search controller ([`super::search`]).
+    Search,
+}
 
 /// Rate controller settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -57,6 +73,10 @@ pub struct RateConfig {
     pub initial_bps: u64,
     /// Rate an increase starts from when the rate is 0.
     pub restart_bps: u64,
+    /// Which controller.
+    pub mode: Mode,
+    /// The search controller's settings (unused by `Seed`).
+    pub search: SearchConfig,
 }
 
 impl Default for RateConfig {
@@ -74,8 +94,22 @@ impl Default for RateConfig {
             period_us: 1_000_000,
             floor_bps: 64_000,
             ceiling_bps: 100_000_000,
-            initial_bps: 1_000_000,
+            initial_bps: 128_000,
             restart_bps: 64_000,
+            mode: Mode::Search,
+            search: SearchConfig::default(),
+        }
+    }
+}
+
+impl RateConfig {
+    /// The seed's controller as first measured: its bands, one step per
+    /// second, starting at 1 Mbit/s.
+    pub fn seed() -> Self {
+        RateConfig {
+            mode: Mode::Seed,
+            initial_bps: 1_000_000,
+            ..RateConfig::default()
         }
     }
 }
@@ -90,6 +124,9 @@ pub enum RateConfigError {
     Adjustments,
     /// Period 0, or floor above ceiling.
     Bounds,
+    /// Search settings out of range (a time 0, `fast_up` outside 0-10,
+    /// `near` outside 0-1).
+    Search,
 }
 
 /// Which band a MOS falls in.
@@ -130,6 +167,9 @@ impl RateConfig {
         }
         if self.period_us == 0 || self.floor_bps > self.ceiling_bps {
             return Err(RateConfigError::Bounds);
+        }
+        if !self.search.valid() {
+            return Err(RateConfigError::Search);
         }
         Ok(())
     }
@@ -179,6 +219,9 @@ pub struct RateController {
     cfg: RateConfig,
     rate_bps: u64,
     next_tick: Option<Micros>,
+    search: Search,
+    /// Time of the last call of [`RateController::on_timeout`].
+    now: Micros,
 }
 
 impl RateController {
@@ -189,7 +232,14 @@ impl RateController {
             rate_bps: cfg.initial_bps.clamp(cfg.floor_bps, cfg.ceiling_bps),
             cfg,
             next_tick: None,
+            search: Search::default(),
+            now: 0,
         })
+    }
+
+    /// The search controller's state (meaningful in [`Mode::Search`]).
+    pub fn search_view(&self) -> SearchView {
+        self.search.view(&self.cfg.search, self.rate_bps, self.now)
     }
 
     /// Settings.
@@ -200,9 +250,13 @@ impl RateController {
     /// New settings while running (a reload): the rate stays where it is,
     /// clamped into the new floor and ceiling; the step already due stays
     /// due when it was, the ones after follow the new period. (`initial_bps`
-    /// only matters at the start.) Refused, nothing changed, if invalid.
+    /// only matters at the start.) A change of controller forgets what the
+    /// search learnt. Refused, nothing changed, if invalid.
     pub fn reconfigure(&mut self, cfg: RateConfig) -> Result<(), RateConfigError> {
         cfg.validate()?;
+        if cfg.mode != self.cfg.mode {
+            self.search.reset();
+        }
         self.rate_bps = self.rate_bps.clamp(cfg.floor_bps, cfg.ceiling_bps);
         self.cfg = cfg;
         Ok(())
@@ -225,13 +279,25 @@ impl RateController {
     }
 
     /// Call at (or after) [`RateController::poll_timeout`] with the
-    /// network's MOS: applies one step if a period has passed (the first call
-    /// only starts the clock). Returns the rate.
-    pub fn on_timeout(&mut self, now: Micros, mos: Option<f64>) -> u64 {
+    /// network's MOS and the number of calls it was taken over: applies one
+    /// step if a period has passed (the first call only starts the clock).
+    /// Returns the rate.
+    pub fn on_timeout(&mut self, now: Micros, mos: Option<f64>, calls: usize) -> u64 {
+        self.now = self.now.max(now);
         match self.next_tick {
             None => self.next_tick = Some(now.saturating_add(self.cfg.period_us)),
             Some(t) if now >= t => {
-                self.rate_bps = self.cfg.next_rate(self.rate_bps, mos);
+                self.rate_bps = match self.cfg.mode {
+                    Mode::Seed => self.cfg.next_rate(self.rate_bps, mos),
+                    Mode::Search => self.search.step(
+                        &self.cfg,
+                        &self.cfg.search,
+                        self.rate_bps,
+                        now,
+                        mos,
+                        calls,
+                    ),
+                };
                 // Stay on the period grid unless a whole period was missed.
                 let next = t.saturating_add(self.cfg.period_us);
                 self.next_tick = Some(if next > now {
@@ -317,28 +383,28 @@ mod tests {
 
     #[test]
     fn controller_steps_once_per_period() {
-        let mut rc = RateController::new(RateConfig::default()).unwrap();
+        let mut rc = RateController::new(RateConfig::seed()).unwrap();
         assert_eq!(rc.poll_timeout(), None);
         assert_eq!(
-            rc.on_timeout(5_000, Some(3.0)),
+            rc.on_timeout(5_000, Some(3.0), 1),
             1_000_000,
             "first call starts the clock"
         );
         assert_eq!(rc.poll_timeout(), Some(1_005_000));
         assert_eq!(
-            rc.on_timeout(1_004_999, Some(3.0)),
+            rc.on_timeout(1_004_999, Some(3.0), 1),
             1_000_000,
             "early: nothing"
         );
-        assert_eq!(rc.on_timeout(1_005_000, Some(3.0)), 500_000);
+        assert_eq!(rc.on_timeout(1_005_000, Some(3.0), 1), 500_000);
         assert_eq!(rc.poll_timeout(), Some(2_005_000), "on the grid");
-        assert_eq!(rc.on_timeout(2_100_000, Some(4.0)), 525_000);
+        assert_eq!(rc.on_timeout(2_100_000, Some(4.0), 1), 525_000);
         assert_eq!(
             rc.poll_timeout(),
             Some(3_005_000),
             "a late call stays on the grid"
         );
-        assert_eq!(rc.on_timeout(9_000_000, Some(3.65)), 525_000);
+        assert_eq!(rc.on_timeout(9_000_000, Some(3.65), 1), 525_000);
         assert_eq!(
             rc.poll_timeout(),
             Some(10_000_000),
@@ -395,7 +461,7 @@ mod tests {
     fn reconfigure_keeps_the_rate_within_the_new_bounds_and_refuses_bad_settings() {
         let cfg = RateConfig::default();
         let mut c = RateController::new(cfg).unwrap();
-        c.on_timeout(0, None);
+        c.on_timeout(0, None, 0);
         let before = c.rate_bps();
         // A lower ceiling clamps the running rate at once; steps use the new size.
         let low = RateConfig {

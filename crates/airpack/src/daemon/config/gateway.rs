@@ -17,7 +17,8 @@ use super::validate::MatchFields;
 use super::{valid_ifname, Config, Located, Spec};
 use crate::linux::Match;
 use airpack_core::engine::{Rule, TrafficClass};
-use airpack_core::gateway::rate::RateConfig;
+use airpack_core::gateway::rate::{Mode, RateConfig};
+use airpack_core::gateway::search::SearchConfig;
 use airpack_core::gateway::tcp_flow::FlowConfig;
 use airpack_core::gateway::tcp_recovery::RecoveryConfig;
 use airpack_core::gateway::tim::TimConfig;
@@ -64,8 +65,23 @@ pub struct GatewaySection {
     /// Rate of the interface's root class (Mbit/s): the ceiling of voice and
     /// of traffic that is neither voice nor paced TCP.
     pub link_rate_mbps: f64,
+    /// Which rate controller: `search` (default) or `seed` (the seed's
+    /// Algorithm 1, one band step per period).
+    pub controller: String,
     /// Rate controller period, ms.
     pub period_ms: u64,
+    /// `search`: how long a rate must hold before the MOS reflects it (no
+    /// second cut within it, small increases at most once per it), ms.
+    pub settle_ms: u64,
+    /// `search`: how long a rate must hold before a fast increase, ms.
+    pub probe_ms: u64,
+    /// `search`: fast increase far below the remembered bad rate (0.5 = +50 %).
+    pub fast_up: f64,
+    /// `search`: within this fraction below the bad rate, small steps.
+    pub near: f64,
+    /// `search`: the remembered bad rate holds this long, then doubles every
+    /// this long, ms.
+    pub bad_memory_ms: u64,
     /// TCP rate at start, kbit/s.
     pub initial_rate_kbps: u64,
     /// Lowest TCP rate, kbit/s.
@@ -153,13 +169,20 @@ pub fn default_tcp() -> Vec<GatewayRule> {
 impl Default for GatewaySection {
     fn default() -> Self {
         let r = RateConfig::default();
+        let sc = SearchConfig::default();
         let v = VpmConfig::default();
         GatewaySection {
             enabled: false,
             interface: None,
             link_rate_mbps: 1000.0,
+            controller: "search".into(),
             period_ms: 1000,
-            initial_rate_kbps: 1000,
+            settle_ms: sc.settle_us / 1000,
+            probe_ms: sc.probe_us / 1000,
+            fast_up: sc.fast_up,
+            near: sc.near,
+            bad_memory_ms: sc.bad_memory_us / 1000,
+            initial_rate_kbps: r.initial_bps / 1000,
             min_rate_kbps: 64,
             max_rate_kbps: 100_000,
             q_good: r.q_good,
@@ -301,6 +324,31 @@ pub(super) fn check_gateway(
             format!("{} must be in 10-3600000", g.period_ms),
         ));
     }
+    let mode = match g.controller.as_str() {
+        "search" => Mode::Search,
+        "seed" => Mode::Seed,
+        o => {
+            return Err(e(
+                "controller",
+                format!("{o:?}: use \"search\" or \"seed\""),
+            ))
+        }
+    };
+    for (key, v) in [
+        ("settle_ms", g.settle_ms),
+        ("probe_ms", g.probe_ms),
+        ("bad_memory_ms", g.bad_memory_ms),
+    ] {
+        if !(10..=3_600_000).contains(&v) {
+            return Err(e(key, format!("{v} must be in 10-3600000")));
+        }
+    }
+    if !(g.fast_up.is_finite() && (0.0..=10.0).contains(&g.fast_up)) {
+        return Err(e("fast_up", format!("{} must be in 0-10", g.fast_up)));
+    }
+    if !(g.near.is_finite() && (0.0..0.9).contains(&g.near)) {
+        return Err(e("near", format!("{} must be in 0-0.9", g.near)));
+    }
     if g.min_rate_kbps == 0 {
         return Err(e(
             "min_rate_kbps",
@@ -349,6 +397,14 @@ pub(super) fn check_gateway(
         ceiling_bps: g.max_rate_kbps * 1000,
         initial_bps: g.initial_rate_kbps * 1000,
         restart_bps: g.min_rate_kbps * 1000,
+        mode,
+        search: SearchConfig {
+            settle_us: g.settle_ms * 1000,
+            probe_us: g.probe_ms * 1000,
+            fast_up: g.fast_up,
+            near: g.near,
+            bad_memory_us: g.bad_memory_ms * 1000,
+        },
     };
     use airpack_core::gateway::rate::RateConfigError as R;
     match rate.validate() {
@@ -372,6 +428,7 @@ pub(super) fn check_gateway(
             ))
         }
         Err(R::Bounds) => return Err(e("period_ms", "invalid period or rate bounds".into())),
+        Err(R::Search) => return Err(e("settle_ms", "invalid search settings".into())),
     }
     if !(100..=600_000).contains(&g.mos_window_ms) {
         return Err(e(

@@ -26,7 +26,13 @@ fn defaults_are_the_seeds() {
     assert_eq!(r.period_us, 1_000_000);
     assert_eq!(
         (r.floor_bps, r.initial_bps, r.ceiling_bps),
-        (64_000, 1_000_000, 100_000_000)
+        (64_000, 128_000, 100_000_000)
+    );
+    // The search controller reads the seed's bands (issue 12 point 8).
+    assert_eq!(r.mode, airpack_core::gateway::rate::Mode::Search);
+    assert_eq!(
+        r.search,
+        airpack_core::gateway::search::SearchConfig::default()
     );
     assert_eq!(g.voice_rules.len(), 1);
     assert_eq!(g.voice_rules[0].protocol, Some(17));
@@ -86,6 +92,12 @@ fn errors_name_the_key() {
         ("flow_idle_ms = 100\n", "gateway.flow_idle_ms"),
         ("call_idle_ms = 100\n", "gateway.call_idle_ms"),
         ("link_rate_mbps = 0\n", "gateway.link_rate_mbps"),
+        ("controller = \"pid\"\n", "gateway.controller"),
+        ("settle_ms = 0\n", "gateway.settle_ms"),
+        ("probe_ms = 5\n", "gateway.probe_ms"),
+        ("bad_memory_ms = 0\n", "gateway.bad_memory_ms"),
+        ("fast_up = -1\n", "gateway.fast_up"),
+        ("near = 0.95\n", "gateway.near"),
         ("bogus = 1\n", "gateway.bogus"),
     ];
     for (line, key) in cases {
@@ -144,4 +156,37 @@ fn tcp_improvement_keys() {
     }
     let e = err("[gateway]\nenabled = true\ninterface = \"gwi\"\ntcp_tun = \"gw\"\n");
     assert!(e.contains("tcp_tun"), "{e}");
+}
+
+#[test]
+fn controller_keys() {
+    let p = parse(
+        "t.toml",
+        &format!(
+            "{BASE}controller = \"seed\"\nsettle_ms = 3000\nprobe_ms = 1500\nfast_up = 1.0\n\
+             near = 0.2\nbad_memory_ms = 60000\ninitial_rate_kbps = 1000\n"
+        ),
+        &[],
+        &[],
+    )
+    .unwrap();
+    let r = p.gateway.unwrap().rate;
+    assert_eq!(r.mode, airpack_core::gateway::rate::Mode::Seed);
+    assert_eq!(
+        (
+            r.search.settle_us,
+            r.search.probe_us,
+            r.search.bad_memory_us
+        ),
+        (3_000_000, 1_500_000, 60_000_000)
+    );
+    assert_eq!((r.search.fast_up, r.search.near), (1.0, 0.2));
+    // The seed's controller as first measured.
+    assert_eq!(
+        r,
+        airpack_core::gateway::rate::RateConfig {
+            search: r.search,
+            ..airpack_core::gateway::rate::RateConfig::seed()
+        }
+    );
 }

@@ -8,8 +8,9 @@
 //! them (`airpack_voice::vpm`: upstream RTP = received on the mesh
 //! interface, downstream = sent out of it; RTCP told apart by its packet
 //! type, keyed to its call by the even port), the rate controller
-//! (`airpack_core::gateway::rate`) stepped once per period with the network
-//! MOS, the bounded table of paced TCP flows (slots; a flow enters on its
+//! (`airpack_core::gateway::rate`, the `search` or the `seed` controller)
+//! stepped once per period with the network MOS and the number of calls it
+//! was taken over, the bounded table of paced TCP flows (slots; a flow enters on its
 //! SYN, leaves after FIN/RST once its class is idle, or when its class moved
 //! no byte for `flow_idle_ms`), and the kernel HTB tree that paces them
 //! ([`crate::linux::htb`], driven from a helper thread once per period).
@@ -31,7 +32,7 @@ use crate::linux::htb::{self, Desired, FlowMatch, Layout, TcWorker};
 use crate::linux::packet::{tcp_control_filter, PacketSocket};
 use crate::linux::{cbpf, monotonic_micros};
 use airpack_core::engine::Rule;
-use airpack_core::gateway::rate::{Band, RateController};
+use airpack_core::gateway::rate::{Band, Mode, RateController};
 use airpack_core::wire::ip::{self, PacketInfo};
 use airpack_core::Micros;
 use airpack_voice::vpm::{CallKey, Vpm};
@@ -209,7 +210,7 @@ impl Gateway {
         let mut rate = RateController::new(plan.rate)
             .map_err(|e| anyhow::anyhow!("gateway rate settings refused: {e:?}"))?;
         // The first call starts the clock: the first step is one period away.
-        rate.on_timeout(now, None);
+        rate.on_timeout(now, None, 0);
         let r0 = rate.rate_bps();
         htb::run_batch(&htb::setup_script(&layout, r0)).map_err(|e| {
             anyhow::anyhow!(
@@ -559,7 +560,7 @@ impl Gateway {
         self.network_mos = mos;
         self.calls_with_mos = self.vpm.active_calls(now);
         let band = self.rate.config().band(mos);
-        let rate = self.rate.on_timeout(now, mos);
+        let rate = self.rate.on_timeout(now, mos, self.calls_with_mos);
         if self.rate.poll_timeout() != Some(due) {
             self.decisions[band_index(band)] += 1;
             self.last_band = Some(band);
@@ -623,9 +624,37 @@ impl Gateway {
             .map(|(n, v)| ((*n).to_owned(), v.into()))
             .collect();
         let v = self.vpm.counters();
+        let rc = self.rate.config();
+        let sv = self.rate.search_view();
+        let ms = |us: Option<u64>| us.map(|u| u / 1000);
+        let controller = match rc.mode {
+            Mode::Seed => json!({ "mode": "seed" }),
+            Mode::Search => json!({
+                "mode": "search",
+                "phase": sv.phase.name(),
+                "good_bps": sv.good_bps,
+                "bad_bps": sv.bad_bps,
+                "bad_now_bps": sv.bad_now_bps,
+                "bad_age_ms": ms(sv.bad_age_us),
+                "since_change_ms": ms(sv.since_change_us),
+                "window_peak_bps": sv.window_peak_bps,
+                "calls": sv.calls,
+                "cuts": sv.cuts,
+                "recuts": sv.recuts,
+                "held_off": sv.held_off,
+            }),
+        };
         let mut out = json!({
             "interface": self.plan.interface,
+            "controller": controller,
             "config": {
+                "controller": match rc.mode { Mode::Seed => "seed", Mode::Search => "search" },
+                "settle_us": rc.search.settle_us,
+                "probe_us": rc.search.probe_us,
+                "fast_up": rc.search.fast_up,
+                "near": rc.search.near,
+                "bad_memory_us": rc.search.bad_memory_us,
+                "initial_bps": rc.initial_bps,
                 "period_us": self.rate.config().period_us,
                 "floor_bps": self.rate.config().floor_bps,
                 "ceiling_bps": self.rate.config().ceiling_bps,

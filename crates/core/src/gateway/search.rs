@@ -1,0 +1,417 @@
+//! The `search` rate controller: the seed's MOS bands, read as evidence
+//! about where the mesh's leftover capacity lies, and a search for it that
+//! remembers what it has learnt (issue 12 point 8; docs/gateway.md,
+//! "The search controller").
+//!
+//! Owns: the search state (the last rate that went bad and when, the
+//! highest rate known good, the hold-off after a cut, the highest rate still
+//! inside the MOS window) and one step of it. Must not touch: the bands and
+//! their adjustments (those are [`super::rate::RateConfig`]'s, shared with
+//! the seed's controller), clocks, the MOS itself.
+//!
+//! Why not the seed's rule as is: the network MOS is an average over a
+//! sliding window (4 s by default) while the seed steps every period (1 s).
+//! A step's effect therefore shows only partly in the next reading, and one
+//! burst of loss keeps the MOS low for a whole window: stepping on every
+//! reading cuts the rate four times for one overload (measured: 1 000 ->
+//! 64 kbit/s in 5 s, docs/results.md 7(b)) and, the other way, climbs four
+//! steps past a limit before the first of them is seen. The +3-5 % steps
+//! then take 30 s and more to find the rate again. The rules here:
+//!
+//! 1. **One cut per window.** A poor or choke reading cuts the rate by the
+//!    band's adjustment (the seed's -10 % / -50 %), then no further cut for
+//!    `settle_us` (the MOS window): the readings in between still contain
+//!    the loss from before the cut. Only a reading that is in the choke band
+//!    *and* `WORSE_MARGIN` below the one that caused the cut (new loss, so
+//!    the cut was not enough) cuts again at once. When the rate had been
+//!    probing above the last rate known good, the cut goes back to that rate
+//!    (or by the poor band's step if that is more) instead: the back-off is
+//!    as large as the probe that failed, not half the rate.
+//! 2. **Remember the bad rate.** A poor/choke reading is blamed on the
+//!    highest rate in force within the window (`peak`): that rate, or the
+//!    remembered one if lower, becomes `bad`. It holds for `bad_memory_us`,
+//!    then rises, doubling every further `bad_memory_us`, so a limit that went
+//!    away (a link that got faster, a call that ended unseen) is probed again.
+//! 3. **Search between good and bad.** On fair/good readings, far below the
+//!    remembered bad rate (below `bad * (1 - near)`) the rate grows fast once
+//!    it has been in force for `probe_us`: to the geometric middle between
+//!    it and the bad rate (bisection), at most by `fast_up` (+50 %) and never
+//!    past `bad * (1 - near)`. Within `near` of the bad rate the steps are
+//!    the bands' small ones (+3 / +5 %), wait for a full window each
+//!    (`settle_us`), and stop `near / 2` below the bad rate: only the memory's
+//!    decay lets the rate probe past it, once per `bad_memory_us` or so.
+//! 4. **Start low and probe up.** Without a remembered bad rate the fast
+//!    increase is allowed only from a rate that held a full window
+//!    (`settle_us`, not `probe_us`): the overshoot of the first search is at
+//!    most one `fast_up` step, not four.
+//! 5. **Calls joining and leaving.** More calls than at the last step make
+//!    the rate known good stale (less capacity is left): it is forgotten.
+//!    Fewer calls make the remembered bad rate stale: it is forgotten, and the
+//!    rate searches up fast. The first call after none brings the rate down
+//!    to at most the start rate (`initial_bps`): without calls the rate grows
+//!    freely (nothing to protect), which says nothing about the calls.
+//!    Within two `settle_us` after calls joined, the MOS window holds the
+//!    new calls' first packets (the network MOS is the worst call's, and one
+//!    lost packet of a new call's first 50 reads as choke; measured: 16
+//!    calls starting at 128 kbit/s of TCP read choke, choke, poor, poor,
+//!    poor, then fine from the 6th second): a bad reading
+//!    then cuts but is not remembered as a bad rate, and when the calls came
+//!    from none (the rate is the start rate) it is not acted on at all.
+//!
+//! The hold band holds; with no active call (no MOS) the reading is "good".
+
+use super::rate::{Band, RateConfig};
+use crate::Micros;
+
+/// During the hold-off after a cut, a choke reading this far (MOS) below the
+/// one that caused the cut means new loss: cut again at once.
+pub const WORSE_MARGIN: f64 = 0.2;
+
+/// Readings within this many `settle_us` after calls joined still hold
+/// the new calls' first packets (their own start, then a window that slides
+/// over it; measured on the lab's mesh: bad readings for 5 s after 16 calls
+/// started at 128 kbit/s of TCP, fine from the 6th).
+pub const JOIN_WINDOWS: u64 = 2;
+
+/// The search controller's settings (the bands and their adjustments are
+/// [`RateConfig`]'s).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SearchConfig {
+    /// How long a rate must be in force before the MOS reflects it: no second
+    /// cut within this after a cut, small increases at most once per this.
+    /// Default: the VPM's MOS window, 4 s.
+    pub settle_us: Micros,
+    /// How long a rate must be in force before a fast increase (far below the
+    /// remembered bad rate).
+    pub probe_us: Micros,
+    /// Fast multiplicative increase (0.5 = +50 %).
+    pub fast_up: f64,
+    /// Within this fraction below the remembered bad rate the steps are the
+    /// bands' small ones.
+    pub near: f64,
+    /// The remembered bad rate holds this long, then doubles every this long.
+    pub bad_memory_us: Micros,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        SearchConfig {
+            settle_us: 4_000_000,
+            probe_us: 2_000_000,
+            fast_up: 0.5,
+            near: 0.1,
+            bad_memory_us: 30_000_000,
+        }
+    }
+}
+
+impl SearchConfig {
+    /// Check the settings.
+    pub fn valid(&self) -> bool {
+        self.settle_us > 0
+            && self.probe_us > 0
+            && self.fast_up.is_finite()
+            && (0.0..=10.0).contains(&self.fast_up)
+            && self.near.is_finite()
+            && (0.0..1.0).contains(&self.near)
+            && self.bad_memory_us > 0
+    }
+}
+
+/// What the search is doing (for `airpack stats`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// No step yet.
+    Start,
+    /// Within `settle_us` after a cut: waiting for the window to show it.
+    HoldOff,
+    /// Far below the remembered bad rate (or none): fast increases.
+    Fast,
+    /// Near or above the remembered bad rate: small increases.
+    Near,
+}
+
+impl Phase {
+    /// Its name in `airpack stats`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Start => "start",
+            Phase::HoldOff => "hold-off",
+            Phase::Fast => "fast",
+            Phase::Near => "near",
+        }
+    }
+}
+
+/// The search state.
+#[derive(Clone, Debug, Default)]
+pub struct Search {
+    /// Highest rate known good (a full window at it, no bad reading) since
+    /// the number of calls last rose.
+    good: Option<u64>,
+    /// The last bad rate and when it was (re)confirmed.
+    bad: Option<(u64, Micros)>,
+    /// When the rate last changed.
+    changed_at: Option<Micros>,
+    /// When the rate was last cut, and the MOS that caused it.
+    cut: Option<(Micros, f64)>,
+    /// Highest rate left within the window, and until when it is in it.
+    peak: Option<(u64, Micros)>,
+    /// Active calls at the last step.
+    calls: usize,
+    /// When the number of calls last rose, and whether from none.
+    joined: Option<(Micros, bool)>,
+    /// Cuts made; of which, cuts again during a hold-off.
+    cuts: u64,
+    recuts: u64,
+    /// Readings ignored because a cut was still settling.
+    held_off: u64,
+}
+
+/// A view of the search state.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SearchView {
+    /// What it is doing now.
+    pub phase: Phase,
+    /// Highest rate known good.
+    pub good_bps: Option<u64>,
+    /// The remembered bad rate as remembered, and as it counts now (risen
+    /// after `bad_memory_us`).
+    pub bad_bps: Option<u64>,
+    /// See [`SearchView::bad_bps`].
+    pub bad_now_bps: Option<u64>,
+    /// Age of the remembered bad rate (µs).
+    pub bad_age_us: Option<Micros>,
+    /// Time since the last change of rate (µs).
+    pub since_change_us: Option<Micros>,
+    /// Highest rate still within the MOS window.
+    pub window_peak_bps: u64,
+    /// Active calls at the last step.
+    pub calls: usize,
+    /// Cuts, cuts again within a hold-off, readings held off.
+    pub cuts: u64,
+    /// See [`SearchView::cuts`].
+    pub recuts: u64,
+    /// See [`SearchView::cuts`].
+    pub held_off: u64,
+}
+
+fn scale(rate: u64, factor: f64, round_down: bool) -> u64 {
+    let x = rate as f64 * factor;
+    (if round_down { x.floor() } else { x.round() }) as u64
+}
+
+impl Search {
+    /// The remembered bad rate as it counts at `now`.
+    pub fn bad_now(&self, s: &SearchConfig, now: Micros) -> Option<u64> {
+        let (b, at) = self.bad?;
+        let age = now.saturating_sub(at);
+        if age <= s.bad_memory_us {
+            return Some(b);
+        }
+        let doublings = (age - s.bad_memory_us) as f64 / s.bad_memory_us as f64;
+        Some(scale(b, 2f64.powf(doublings.min(60.0)), false))
+    }
+
+    /// Highest rate in force within the window ending at `now`.
+    fn window_peak(&self, rate: u64, now: Micros) -> u64 {
+        match self.peak {
+            Some((p, until)) if now < until => p.max(rate),
+            _ => rate,
+        }
+    }
+
+    fn in_hold_off(&self, s: &SearchConfig, now: Micros) -> bool {
+        self.cut
+            .is_some_and(|(at, _)| now.saturating_sub(at) < s.settle_us)
+    }
+
+    /// The state for `airpack stats`.
+    pub fn view(&self, s: &SearchConfig, rate: u64, now: Micros) -> SearchView {
+        let bad_now = self.bad_now(s, now);
+        let phase = if self.changed_at.is_none() {
+            Phase::Start
+        } else if self.in_hold_off(s, now) {
+            Phase::HoldOff
+        } else if bad_now.is_some_and(|b| rate as f64 >= b as f64 * (1.0 - s.near)) {
+            Phase::Near
+        } else {
+            Phase::Fast
+        };
+        SearchView {
+            phase,
+            good_bps: self.good,
+            bad_bps: self.bad.map(|b| b.0),
+            bad_now_bps: bad_now,
+            bad_age_us: self.bad.map(|b| now.saturating_sub(b.1)),
+            since_change_us: self.changed_at.map(|t| now.saturating_sub(t)),
+            window_peak_bps: self.window_peak(rate, now),
+            calls: self.calls,
+            cuts: self.cuts,
+            recuts: self.recuts,
+            held_off: self.held_off,
+        }
+    }
+
+    /// Forget everything learnt (a change of controller); the rate stays.
+    pub fn reset(&mut self) {
+        *self = Search::default();
+    }
+
+    fn change(&mut self, old: u64, new: u64, now: Micros, s: &SearchConfig) {
+        if new == old {
+            return;
+        }
+        if new < old {
+            // The old rate stays in the window for one more window.
+            let keep = self.window_peak(old, now);
+            self.peak = Some((keep, now.saturating_add(s.settle_us)));
+        }
+        self.changed_at = Some(now);
+    }
+
+    /// One step at `now` from `rate` for a reading (`mos`, with `calls`
+    /// active calls); returns the new rate, within the bounds.
+    pub fn step(
+        &mut self,
+        c: &RateConfig,
+        s: &SearchConfig,
+        rate: u64,
+        now: Micros,
+        mos: Option<f64>,
+        calls: usize,
+    ) -> u64 {
+        let clamp = |r: u64| r.clamp(c.floor_bps, c.ceiling_bps);
+        let mut r = rate;
+        if self.changed_at.is_none() {
+            self.changed_at = Some(now);
+        }
+        // 5. Calls joining and leaving.
+        if calls > self.calls {
+            self.good = None;
+            self.joined = Some((now, self.calls == 0));
+            if self.calls == 0 {
+                let start = clamp(c.initial_bps.max(1));
+                if r > start {
+                    self.change(r, start, now, s);
+                    r = start;
+                }
+                // The window has not seen the calls at this rate yet.
+                self.changed_at = Some(now);
+            }
+        } else if calls < self.calls {
+            self.bad = None;
+        }
+        self.calls = calls;
+        let since = now.saturating_sub(self.changed_at.unwrap_or(now));
+        let settled = since >= s.settle_us;
+        let band = c.band(mos);
+        let bad_now = self.bad_now(s, now);
+        // A window that saw calls join holds their first packets: a new
+        // call's MOS over a few packets is noisy (one lost packet of the
+        // first 50 reads as choke). From no call, the rate is the start rate
+        // (safe by configuration): its first window is not judged. From
+        // some calls, a bad reading cuts but is not remembered.
+        let joining = self
+            .joined
+            .filter(|&(at, _)| now.saturating_sub(at) < JOIN_WINDOWS * s.settle_us)
+            .map(|(_, from_none)| from_none);
+        let next = match band {
+            Band::Poor | Band::Choke if joining == Some(true) => {
+                self.held_off += 1;
+                r
+            }
+            Band::Poor | Band::Choke => {
+                let m = mos.filter(|m| m.is_finite()).unwrap_or(0.0);
+                let hold_off = self.in_hold_off(s, now);
+                let worse = hold_off
+                    && band == Band::Choke
+                    && self
+                        .cut
+                        .is_some_and(|(_, at_cut)| m < at_cut - WORSE_MARGIN);
+                // Blame the highest rate in the window; new loss after a cut
+                // (worse) blames the rate now.
+                let peak = if worse { r } else { self.window_peak(r, now) };
+                if joining.is_none() {
+                    let b = bad_now.map_or(peak, |b| b.min(peak));
+                    self.bad = Some((b, now));
+                }
+                if hold_off && !worse {
+                    self.held_off += 1;
+                    r
+                } else {
+                    if worse {
+                        self.recuts += 1;
+                    }
+                    self.cuts += 1;
+                    if worse || (settled && self.good.is_some_and(|g| g >= r)) {
+                        // Bad at a rate that held a good window, or new loss
+                        // at the rate cut back to: stale.
+                        self.good = None;
+                    }
+                    let n = match self.good.filter(|&g| g < r) {
+                        // Probing above the known good rate failed: back to
+                        // it, and at least the poor band's step.
+                        Some(g) => g.min(scale(r, 1.0 + c.r_poor, true)),
+                        None => scale(r, 1.0 + c.adjustment(band), true),
+                    };
+                    self.cut = Some((now, m));
+                    n
+                }
+            }
+            Band::Hold => {
+                if settled {
+                    self.good = Some(self.good.map_or(r, |g| g.max(r)));
+                }
+                r
+            }
+            Band::Fair | Band::Good => {
+                if settled {
+                    self.good = Some(self.good.map_or(r, |g| g.max(r)));
+                }
+                if self.in_hold_off(s, now) {
+                    r
+                } else {
+                    let cap = bad_now.map(|b| scale(b, 1.0 - s.near, true));
+                    match cap {
+                        Some(cap) if r >= cap => {
+                            // Small steps, up to just below the bad rate
+                            // (only its decay lets the rate past it).
+                            let below =
+                                bad_now.map_or(u64::MAX, |b| scale(b, 1.0 - s.near / 2.0, true));
+                            if settled {
+                                scale(r.max(c.restart_bps), 1.0 + c.adjustment(band), false)
+                                    .min(below)
+                                    .max(r)
+                            } else {
+                                r
+                            }
+                        }
+                        _ => {
+                            let wait = if cap.is_some() {
+                                s.probe_us
+                            } else {
+                                s.settle_us
+                            };
+                            if since >= wait {
+                                let base = r.max(c.restart_bps);
+                                let mut up = scale(base, 1.0 + s.fast_up, false);
+                                if let (Some(cap), Some(b)) = (cap, bad_now) {
+                                    // Bisect between here and the bad rate.
+                                    let mid = (base as f64 * b as f64).sqrt() as u64;
+                                    up = up.min(mid).min(cap);
+                                }
+                                up.max(r)
+                            } else {
+                                r
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        let next = clamp(next);
+        self.change(r, next, now, s);
+        next
+    }
+}
