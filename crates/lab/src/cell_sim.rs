@@ -27,7 +27,7 @@ use crate::air_ns3;
 use crate::cell::CellSpec;
 use crate::experiment::{voip_spec, Client, ExperimentConfig, Point, Setup, SetupResult};
 use crate::topology::{MediumOpts, Topology};
-use crate::validate_sim::{captures, parse_records, sim_config, VoiceFlow};
+use crate::validate_sim::{sim_config, VoiceFlow};
 use crate::voip::{Direction, Spec};
 use airpack_core::downlink::compact;
 use airpack_core::downlink::mux::{Mux, MuxConfig};
@@ -309,38 +309,14 @@ pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point>
         .join(format!("cellsim-{}-{n}-{}", setup.name(), cfg.seed));
     std::fs::create_dir_all(&dir)?;
     let (packets, report) = (dir.join("packets.txt"), dir.join("mux.json"));
-    let mut text = cell_config(&cfg, &spec, &flows, d, &packets, &report)?;
-    text = text.replace("seed 1\n", &format!("seed {}\n", cfg.seed.max(1)));
-    let conf = dir.join("sim.conf");
-    std::fs::write(&conf, &text)?;
-    let bin = air_ns3::binary()?;
-    let out = crate::netns::run(&bin.to_string_lossy(), &[&conf.to_string_lossy()])
-        .context("the ns-3 cell simulation")?;
-    let records = parse_records(
-        &std::fs::read_to_string(&packets).context("the simulation's packets")?,
-        flows.len(),
-    )?;
-    let profile = spec.profile()?;
-    let caps = captures(&cfg.topo.nodes, &flows, &records, profile.timestamp_step());
-    let results = crate::baresip::node_results(&spec, &caps);
-    let merged = crate::voip::merge(&spec, &results);
-    let mut p = crate::experiment::summarize_point(setup, n, serde_json::to_value(&merged)?, t0);
-    let r: serde_json::Value =
-        serde_json::from_str(out.trim()).context("the ns-3 simulation's report")?;
+    let text = cell_config(&cfg, &spec, &flows, d, &packets, &report)?;
+    let (mut p, r) =
+        crate::validate_sim::run_program(&cfg, setup, n, &spec, &flows, &dir, text, &packets, t0)?;
     let stations = cfg.topo.nodes.len() - 1 - crate::cell::OUTER;
     let assoc = r["associated"].as_u64().unwrap_or(0);
     if assoc < stations as u64 {
         bail!("only {assoc} of {stations} stations associated");
     }
-    for node in r["nodes"].as_array().into_iter().flatten() {
-        let name = node["name"].as_str().unwrap_or("").to_string();
-        p.frames_per_node
-            .insert(name.clone(), node["mac_tx"].as_u64().unwrap_or(0));
-        p.drops_per_node
-            .insert(name, node["drop_queue"].as_u64().unwrap_or(0));
-    }
-    p.frames_on_air = p.frames_per_node.values().sum();
-    p.mac_queue_drops = p.drops_per_node.values().sum();
     if d.is_some() {
         let m = MuxReport::parse(
             &std::fs::read_to_string(&report).context("the simulation's mux report")?,

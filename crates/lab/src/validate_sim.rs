@@ -235,24 +235,44 @@ pub fn sim_point(cfg: &ExperimentConfig, n: u32) -> Result<Point> {
     let dir = cfg.work_dir.join(format!("sim-{n}-{}", cfg.seed));
     std::fs::create_dir_all(&dir)?;
     let packets = dir.join("packets.txt");
-    let mut text = sim_config(cfg, &spec, &flows, &packets)?;
-    text = text.replace("seed 1\n", &format!("seed {}\n", cfg.seed.max(1)));
+    let text = sim_config(cfg, &spec, &flows, &packets)?;
+    let (p, _) = run_program(cfg, Setup::Off, n, &spec, &flows, &dir, text, &packets, t0)?;
+    let _ = std::fs::remove_file(&packets);
+    Ok(p)
+}
+
+/// Runs the ns-3 program on `text` (its config; the seed line set from
+/// `cfg.seed`) in `dir`, judges the voice records it wrote to `packets`
+/// by the emulated points' quality path and takes the air's per-node
+/// counters from its report, as emulated points on the ns-3 air do.
+/// Returns the point and the report (for what else a caller reads there).
+#[allow(clippy::too_many_arguments)]
+pub fn run_program(
+    cfg: &ExperimentConfig,
+    setup: Setup,
+    n: u32,
+    spec: &Spec,
+    flows: &[VoiceFlow],
+    dir: &Path,
+    text: String,
+    packets: &Path,
+    t0: Instant,
+) -> Result<(Point, serde_json::Value)> {
+    let text = text.replace("seed 1\n", &format!("seed {}\n", cfg.seed.max(1)));
     let conf = dir.join("sim.conf");
     std::fs::write(&conf, &text)?;
     let bin = air_ns3::binary()?;
     let report = crate::netns::run(&bin.to_string_lossy(), &[&conf.to_string_lossy()])
         .context("the ns-3 simulation")?;
     let records = parse_records(
-        &std::fs::read_to_string(&packets).context("the simulation's packets")?,
+        &std::fs::read_to_string(packets).context("the simulation's packets")?,
         flows.len(),
     )?;
     let profile = spec.profile()?;
-    let caps = captures(&cfg.topo.nodes, &flows, &records, profile.timestamp_step());
-    let results = crate::baresip::node_results(&spec, &caps);
-    let merged = crate::voip::merge(&spec, &results);
-    let mut p =
-        crate::experiment::summarize_point(Setup::Off, n, serde_json::to_value(&merged)?, t0);
-    // the air's counters, as emulated points on the ns-3 air take them
+    let caps = captures(&cfg.topo.nodes, flows, &records, profile.timestamp_step());
+    let results = crate::baresip::node_results(spec, &caps);
+    let merged = crate::voip::merge(spec, &results);
+    let mut p = crate::experiment::summarize_point(setup, n, serde_json::to_value(&merged)?, t0);
     let r: serde_json::Value =
         serde_json::from_str(report.trim()).context("the ns-3 simulation's report")?;
     for node in r["nodes"].as_array().into_iter().flatten() {
@@ -264,8 +284,7 @@ pub fn sim_point(cfg: &ExperimentConfig, n: u32) -> Result<Point> {
     }
     p.frames_on_air = p.frames_per_node.values().sum();
     p.mac_queue_drops = p.drops_per_node.values().sum();
-    let _ = std::fs::remove_file(&packets);
-    Ok(p)
+    Ok((p, r))
 }
 
 #[cfg(test)]
