@@ -323,31 +323,13 @@ fn run(fd: OwnedFd, interfaces: &[String], interval_us: u64, s: &Shared) {
             Err(_) => {
                 s.errors.fetch_add(1, Ordering::Relaxed);
                 // Unread parts of a failed dump would confuse the next one.
-                drain(&fd, &mut rx);
+                super::drain(&fd, &mut rx);
             }
         }
         s.bytes.store(bytes, Ordering::Relaxed);
         s.packets.store(packets, Ordering::Relaxed);
         s.reads.fetch_add(1, Ordering::Relaxed);
         std::thread::sleep(Duration::from_micros(interval_us));
-    }
-}
-
-/// Discards whatever the socket holds.
-fn drain(fd: &OwnedFd, rx: &mut [u8]) {
-    loop {
-        // SAFETY: rx is a valid writable buffer of its length.
-        let n = unsafe {
-            libc::recv(
-                fd.as_raw_fd(),
-                rx.as_mut_ptr().cast(),
-                rx.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n <= 0 {
-            break;
-        }
     }
 }
 

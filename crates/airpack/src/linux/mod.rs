@@ -145,6 +145,26 @@ pub(crate) fn set_recv_timeout(fd: std::os::fd::BorrowedFd<'_>, us: u32) -> io::
     Ok(())
 }
 
+/// Discards whatever the (non-blocking read of the) socket holds: the
+/// netlink readers' answers that arrive after they stopped waiting.
+pub(crate) fn drain(fd: &std::os::fd::OwnedFd, rx: &mut [u8]) {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: rx is a valid writable buffer of its length.
+        let n = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                rx.as_mut_ptr().cast(),
+                rx.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n <= 0 {
+            break;
+        }
+    }
+}
+
 /// A blocking netlink socket of protocol `proto` whose `recv` gives up
 /// after `recv_timeout_us` (for dumps read off the packet path).
 pub(crate) fn netlink_socket(

@@ -235,26 +235,9 @@ fn dump(
         Err(DumpError::Nl(NlError::Length))
     })();
     if r.is_err() {
-        drain(fd, rx);
+        super::drain(fd, rx);
     }
     r
-}
-
-fn drain(fd: &OwnedFd, rx: &mut [u8]) {
-    loop {
-        // SAFETY: rx is a valid writable buffer of its length.
-        let n = unsafe {
-            libc::recv(
-                fd.as_raw_fd(),
-                rx.as_mut_ptr().cast(),
-                rx.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n <= 0 {
-            break;
-        }
-    }
 }
 
 fn ifindex(name: &str) -> u32 {
