@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 fn cfg(iface: &str, peer: Ipv4Addr) -> String {
     format!(
-        "[daemon]\ninterfaces = [\"{iface}\"]\n[aggregation]\nhold_time_us = 5000\n\
+        "[daemon]\ninterfaces = [\"{iface}\"]\n[aggregation]\nhold_time_us = 5000\nlink_mode = \"fixed\"\n\
          {VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n"
     )
 }

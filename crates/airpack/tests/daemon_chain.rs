@@ -60,7 +60,7 @@ fn chain_hop_by_hop_reaggregates() {
     let ch = chain("hbh");
     let cfg = |peers: &[&str]| {
         let mut s = format!(
-            "[daemon]\nmode = \"hop-by-hop\"\n[aggregation]\nhold_time_us = 5000\n{VOICE_CLASS}"
+            "[daemon]\nmode = \"hop-by-hop\"\n[aggregation]\nhold_time_us = 5000\nlink_mode = \"fixed\"\n{VOICE_CLASS}"
         );
         for p in peers {
             s.push_str(&format!("[[peer]]\naddress = \"{p}\"\n"));
@@ -134,6 +134,8 @@ fn chain_end_to_end_b_only_forwards() {
         return;
     }
     let ch = chain("e2e");
+    // No link_mode: end-to-end's default, the fixed hold (hop-by-hop's is
+    // adaptive), which this test's bundling relies on.
     let cfg = |peers: &[(&str, &str)]| {
         let mut s = format!(
             "[daemon]\nmode = \"end-to-end\"\n[aggregation]\nhold_time_us = 5000\n{VOICE_CLASS}"

@@ -65,7 +65,7 @@ fn segment(tag: &str, names: &[&str]) -> (Net, Vec<String>) {
 fn config(key: Option<&str>) -> String {
     let mut s = String::from(
         "[daemon]\nmode = \"hop-by-hop\"\ninterfaces = [\"eth0\"]\n\
-         [aggregation]\nhold_time_us = 5000\n\
+         [aggregation]\nhold_time_us = 5000\nlink_mode = \"fixed\"\n\
          [discovery]\nenabled = true\ninterval_ms = 500\nhold_intervals = 4\n",
     );
     if let Some(k) = key {

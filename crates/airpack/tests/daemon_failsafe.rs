@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn cfg(iface: &str, hold_us: u64, peer: Ipv4Addr) -> String {
-    format!("[daemon]\ninterfaces = [\"{iface}\"]\n[aggregation]\nhold_time_us = {hold_us}\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n")
+    format!("[daemon]\ninterfaces = [\"{iface}\"]\n[aggregation]\nhold_time_us = {hold_us}\nlink_mode = \"fixed\"\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n")
 }
 
 /// A sysctl's value inside `ns`.

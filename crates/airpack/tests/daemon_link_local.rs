@@ -18,6 +18,7 @@ fn config(iface: &str, peer: &str) -> String {
 interfaces = ["{iface}"]
 [aggregation]
 hold_time_us = 5000
+link_mode = "fixed"
 [[class]]
 class = "bundle"
 protocol = "udp"

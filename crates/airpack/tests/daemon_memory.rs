@@ -110,7 +110,7 @@ fn bench_memory_1000_peers() {
     }
 
     let mut cfg = String::from(
-        "[daemon]\ninterfaces = [\"vma\"]\n[aggregation]\nhold_time_us = 20000\n\
+        "[daemon]\ninterfaces = [\"vma\"]\n[aggregation]\nhold_time_us = 20000\nlink_mode = \"fixed\"\n\
          [[class]]\nclass = \"bundle\"\nprotocol = \"udp\"\nports = \"16000-32000\"\n",
     );
     for i in 0..PEERS {

@@ -117,7 +117,7 @@ fn dashboard_exprs() -> Vec<String> {
 fn config(iface: &str, peer: &str, port: u16) -> String {
     format!(
         "[daemon]\ninterfaces = [\"{iface}\"]\nprometheus = \"127.0.0.1:{port}\"\n\
-         [aggregation]\nhold_time_us = 5000\n\
+         [aggregation]\nhold_time_us = 5000\nlink_mode = \"fixed\"\n\
          [[class]]\nclass = \"bundle\"\nprotocol = \"udp\"\nports = \"16000-32000\"\n\
          [[peer]]\naddress = \"{peer}\"\n"
     )

@@ -20,7 +20,7 @@ fn ipv6_two_nodes() {
         net.sysctl(ns, "net.ipv6.conf.all.forwarding", "1");
     }
     let cfg = |peer: &str| {
-        format!("[aggregation]\nhold_time_us = 5000\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n")
+        format!("[aggregation]\nhold_time_us = 5000\nlink_mode = \"fixed\"\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n")
     };
     let mut da = net.daemon(&a, &cfg("fd00:98::2"), &[]);
     let mut db = net.daemon(&b, &cfg("fd00:98::1"), &[]);
@@ -64,7 +64,7 @@ fn udp_transport() {
     net.link(&a, "va", "10.99.0.1/24", &b, "vb", "10.99.0.2/24");
     let cfg = |peer: &str| {
         format!(
-            "[daemon]\ntransport = \"udp\"\nudp_port = 4150\n[aggregation]\nhold_time_us = 5000\nencoding = \"simplemux\"\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n"
+            "[daemon]\ntransport = \"udp\"\nudp_port = 4150\n[aggregation]\nhold_time_us = 5000\nlink_mode = \"fixed\"\nencoding = \"simplemux\"\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n"
         )
     };
     let mut da = net.daemon(&a, &cfg("10.99.0.2"), &[]);

@@ -11,7 +11,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 fn cfg(iface: &str, hold_us: u64, peers: &[&str]) -> String {
-    let mut s = format!("[daemon]\ninterfaces = [\"{iface}\"]\n[aggregation]\nhold_time_us = {hold_us}\n{VOICE_CLASS}");
+    let mut s = format!("[daemon]\ninterfaces = [\"{iface}\"]\n[aggregation]\nhold_time_us = {hold_us}\nlink_mode = \"fixed\"\n{VOICE_CLASS}");
     for p in peers {
         s.push_str(&format!("[[peer]]\naddress = \"{p}\"\n"));
     }

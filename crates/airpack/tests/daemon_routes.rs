@@ -164,7 +164,7 @@ fn source_specific_routes_pick_the_kernels_next_hop() {
     );
 
     let config = format!(
-        "[daemon]\ninterfaces = [\"va\"]\n[aggregation]\nhold_time_us = 2000\n{VOICE_CLASS}\
+        "[daemon]\ninterfaces = [\"va\"]\n[aggregation]\nhold_time_us = 2000\nlink_mode = \"fixed\"\n{VOICE_CLASS}\
          [[peer]]\naddress = \"10.94.0.2\"\n[[peer]]\naddress = \"10.94.0.3\"\n\
          [[peer]]\naddress = \"fd00:94::2\"\n[[peer]]\naddress = \"fd00:94::3\"\n"
     );
@@ -445,7 +445,7 @@ fn route_flaps_do_not_delay_voice() {
     let config = |iface: &str, peer: &str| {
         format!(
             "[daemon]\ninterfaces = [\"{iface}\"]\nsched_priority = 50\n\
-             [aggregation]\nhold_time_us = {HOLD_US}\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n"
+             [aggregation]\nhold_time_us = {HOLD_US}\nlink_mode = \"fixed\"\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n"
         )
     };
     let da = net.daemon(&a, &config("va", "10.92.0.2"), &[]);

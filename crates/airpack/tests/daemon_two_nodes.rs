@@ -16,6 +16,7 @@ interfaces = ["{iface}"]
 prometheus = "127.0.0.1:9477"
 [aggregation]
 hold_time_us = 5000
+link_mode = "fixed"
 [[class]]
 class = "bundle"
 protocol = "udp"
@@ -211,5 +212,7 @@ fn config_error_exits_nonzero_naming_key_and_line() {
         text.contains("hold_time_us = 1234") && text.contains("tun = \"ap9\""),
         "{text}"
     );
+    // No link_mode in the file: the effective one, hop-by-hop's default.
+    assert!(text.contains("link_mode = \"adaptive\""), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -22,7 +22,7 @@ const PORT: u16 = 20000;
 
 fn cfg(iface: &str, extra_daemon: &str, peer: &str, peer_extra: &str) -> String {
     format!(
-        "[daemon]\ninterfaces = [\"{iface}\"]\n{extra_daemon}\n[aggregation]\nhold_time_us = 20000\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n{peer_extra}\n"
+        "[daemon]\ninterfaces = [\"{iface}\"]\n{extra_daemon}\n[aggregation]\nhold_time_us = 20000\nlink_mode = \"fixed\"\n{VOICE_CLASS}[[peer]]\naddress = \"{peer}\"\n{peer_extra}\n"
     )
 }
 

@@ -203,9 +203,10 @@ fn hop_by_hop_example_bundles_airpack_voip_on_a_busy_link() {
     let a = net.ns("a");
     let b = net.ns("b");
     net.link(&a, "va", "10.0.0.1/24", &b, "vb", "10.0.0.2/24");
-    // hold-while-busy bundles only while the link is busy: A's link gets a
-    // 300 kbit/s bottleneck, and 12 calls send 12 x 50 packets/s x 74 bytes
-    // (with the Ethernet header) = 355 kbit/s into it, so it is busy.
+    // The example's link mode (adaptive) bundles only while the link is busy
+    // and several flows share the next hop: A's link gets a 300 kbit/s
+    // bottleneck, and 12 calls send 12 x 50 packets/s x 74 bytes (with the
+    // Ethernet header) = 355 kbit/s into it, so its qdisc backs up.
     net.exec(
         &a,
         &[

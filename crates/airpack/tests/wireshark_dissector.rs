@@ -356,7 +356,7 @@ fn dissector_decodes_real_daemons_bundles() {
         let cfg = |iface: &str, peer: std::net::Ipv4Addr| {
             format!(
                 "[daemon]\ninterfaces = [\"{iface}\"]\ntransport = \"{transport}\"\n\
-                 [aggregation]\nencoding = \"{enc}\"\nhold_time_us = 5000\n\
+                 [aggregation]\nencoding = \"{enc}\"\nhold_time_us = 5000\nlink_mode = \"fixed\"\n\
                  [[class]]\nclass = \"bundle\"\nprotocol = \"udp\"\nports = \"16000-32000\"\n\
                  [[peer]]\naddress = \"{peer}\"\n"
             )

@@ -249,7 +249,9 @@ pub fn ap_config(
             "\n[aggregation]\nlink_mode = \"adaptive\"\n\n[medium]\nfile = \"{f}\"\n"
         )),
         (Release::Medium, None) => s.push_str("\n[aggregation]\nlink_mode = \"hold-while-busy\"\n"),
-        (Release::Interval, _) => {}
+        // The daemon's default link mode (adaptive hop-by-hop) would also
+        // read a busy signal; this arm means "no idle release": fixed.
+        (Release::Interval, _) => s.push_str("\n[aggregation]\nlink_mode = \"fixed\"\n"),
     }
     s.push_str(&format!(
         "\n[ap]\nenabled = true\ninterfaces = [\"{}\"]\nkey = \"{KEY}\"\nmedia_ports = \"{MEDIA_PORTS}\"\nidle_release = {}\n",
@@ -438,7 +440,15 @@ mod tests {
                 && a.contains("file = \"/dev/shm/x/AP.air\"")
                 && a.contains("idle_release = true")
         );
-        assert!(ap_config("/s", None, Release::Interval, None).contains("idle_release = false"));
+        let iv = ap_config("/s", None, Release::Interval, None);
+        assert!(iv.contains("idle_release = false"), "{iv}");
+        // no busy signal either: the daemon's default link mode is adaptive
+        let v = toml::from_str::<toml::Value>(&iv).unwrap();
+        assert_eq!(
+            v["aggregation"]["link_mode"].as_str(),
+            Some("fixed"),
+            "{iv}"
+        );
         let r = ap_config("/s", None, Release::Medium, Some(red));
         let ap = toml::from_str::<toml::Value>(&r).unwrap()["ap"].clone();
         assert_eq!(ap["redundancy"].as_bool(), Some(true), "{r}");

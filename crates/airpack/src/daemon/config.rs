@@ -133,18 +133,34 @@ impl LogLevel {
     }
 }
 
-/// Fixed hold time or hold-while-busy.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+/// When bundle-class packets wait: the fixed hold, hold-while-busy or the
+/// medium-aware adaptive hold. Unset in the file, it follows `daemon.mode`
+/// ([`LinkModeCfg::default_for`]).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum LinkModeCfg {
     /// Hold until min size, max size or hold time.
-    #[default]
     Fixed,
     /// Also release as soon as the link is idle.
     HoldWhileBusy,
     /// Hold only while the medium is busy or highly utilised, within a
     /// per-flow delay budget (`[medium]`; issue 11 point 7).
     Adaptive,
+}
+
+impl LinkModeCfg {
+    /// The link mode when `aggregation.link_mode` is not set: `adaptive`
+    /// hop-by-hop (each node sees the medium its bundles cross, and on a
+    /// node without medium figures adaptive degrades to its backlog sources:
+    /// `docs/adaptive.md`, "Default and degraded operation"); `fixed`
+    /// end-to-end (the hold is paid once for the whole path, whose links'
+    /// media the endpoints cannot see, so adaptive would rarely hold there).
+    pub fn default_for(mode: Mode) -> LinkModeCfg {
+        match mode {
+            Mode::HopByHop => LinkModeCfg::Adaptive,
+            Mode::EndToEnd => LinkModeCfg::Fixed,
+        }
+    }
 }
 
 /// Bundle encodings as named in the file.
@@ -267,8 +283,11 @@ pub struct AggregationSection {
     pub protocol: u8,
     /// Maximum wait of a bundle-class packet (µs).
     pub hold_time_us: u64,
-    /// `fixed` or `hold-while-busy`.
-    pub link_mode: LinkModeCfg,
+    /// `fixed`, `hold-while-busy` or `adaptive`; unset: `adaptive`
+    /// hop-by-hop, `fixed` end-to-end ([`LinkModeCfg::default_for`]; the
+    /// validated plan carries the effective mode, `Plan::link_mode`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_mode: Option<LinkModeCfg>,
     /// Send once a bundle reaches this many bytes (outer header included).
     pub min_size: usize,
     /// Never exceed this many bytes (outer header included).
@@ -295,7 +314,7 @@ impl Default for AggregationSection {
             encoding: EncodingCfg::Native,
             protocol: airpack_core::wire::DEFAULT_PROTOCOL,
             hold_time_us: p.hold_time,
-            link_mode: LinkModeCfg::Fixed,
+            link_mode: None,
             min_size: p.min_size,
             max_size: p.max_size,
             max_packets: p.max_packets,
@@ -558,6 +577,7 @@ pub fn known_keys() -> Vec<String> {
     let mut c = Config::default();
     c.daemon.prometheus = Some("127.0.0.1:9477".into());
     c.daemon.source_check = Some(SourceCheck::Route);
+    c.aggregation.link_mode = Some(LinkModeCfg::Adaptive);
     c.daemon.cpu_latency_us = Some(0);
     c.discovery.key = Some("00".repeat(16));
     c.discovery.radio_file = Some("/dev/shm/x.air".into());

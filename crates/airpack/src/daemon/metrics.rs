@@ -146,7 +146,7 @@ pub const META: &[Meta] = &[
     m("daemon.link_transitions", C, "Up/down transitions of the configured interfaces."),
     m("daemon.steering_changes", C, "Changes of the set of steered interfaces."),
     m("daemon.steering_errors", C, "Failures to attach, detach or update the steering filter."),
-    m("daemon.busy_transitions", C, "Link-busy transitions fed to the engine (hold-while-busy)."),
+    m("daemon.busy_transitions", C, "Link-busy transitions fed to the engine (link_mode hold-while-busy or adaptive)."),
     m("daemon.reloads", C, "Successful configuration reloads."),
     m("daemon.reload_errors", C, "Rejected configuration reloads (the old configuration was kept)."),
     m("daemon.wakeups", C, "Event-loop wakeups."),
@@ -229,7 +229,7 @@ pub const META: &[Meta] = &[
     m("station.socket_errors", C, "Station role: socket errors."),
     // The daemon's state.
     renamed("uptime_s", "uptime_seconds", G, "Seconds since the daemon started."),
-    m("link_busy", G, "1 while the link is busy (link_mode hold-while-busy)."),
+    m("link_busy", G, "1 while the link is busy (link_mode hold-while-busy or adaptive)."),
     renamed("links.up", "link_up", G, "1 if the configured interface is up, 0 if down."),
     renamed("info", "info", G, "Always 1; the labels say the daemon's version, mode and link mode."),
     // The gateway role (`[gateway]`, when enabled).

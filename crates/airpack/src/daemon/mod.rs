@@ -64,7 +64,8 @@ pub struct RunArgs {
     /// aggregation.hold_time_us.
     #[arg(long, value_name = "US")]
     pub hold_time_us: Option<u64>,
-    /// aggregation.link_mode: fixed | hold-while-busy.
+    /// aggregation.link_mode: fixed | hold-while-busy | adaptive (default:
+    /// adaptive hop-by-hop, fixed end-to-end).
     #[arg(long)]
     pub link_mode: Option<String>,
     /// aggregation.min_size (bytes).
@@ -245,7 +246,11 @@ mod tests {
         let c = &plan.config;
         assert_eq!(c.daemon.mode, config::Mode::EndToEnd);
         assert_eq!(c.aggregation.hold_time_us, 1234);
-        assert_eq!(c.aggregation.link_mode, config::LinkModeCfg::HoldWhileBusy);
+        assert_eq!(
+            c.aggregation.link_mode,
+            Some(config::LinkModeCfg::HoldWhileBusy)
+        );
+        assert_eq!(plan.link_mode, config::LinkModeCfg::HoldWhileBusy);
         assert_eq!(c.daemon.interfaces, vec!["veth0", "wlan0"]);
         assert_eq!(c.daemon.control_socket, PathBuf::from("/tmp/x.sock"));
         assert_eq!(plan.peers.len(), 1);

@@ -383,8 +383,9 @@ pub fn match_note(doc: &Value) -> Option<String> {
     }
     Some(format!(
         "note: {steered} packets matched a class but none left in a bundle: {} sent alone \
-         (nothing to bundle with before the hold time, or link_mode hold-while-busy on an \
-         idle link), {} \
+         (nothing to bundle with before the hold time; with link_mode hold-while-busy or \
+         adaptive, the default hop-by-hop, an idle link; with adaptive, also one flow per \
+         next hop: set link_mode = \"fixed\" to hold every packet), {} \
          bypass class, {} passthrough (no peer on their route, or the next hop is not a \
          [[peer]]), {} dropped",
         n(total.get("unaggregated_packets")),

@@ -337,6 +337,13 @@ mod tests {
         let hbh = daemon_config(&c, Setup::HopByHop, "C", 2, s, None).unwrap();
         assert_eq!(hbh.matches("[[peer]]").count(), 3, "{hbh}");
         assert!(hbh.contains("link_mode = \"fixed\""));
+        // end-to-end spells the fixed hold too (the daemon's default link
+        // mode is adaptive hop-by-hop, fixed end-to-end: not relied on here)
+        let e2e = daemon_config(&c, Setup::EndToEnd, "A", 2, s, None).unwrap();
+        assert!(
+            e2e.contains("mode = \"end-to-end\"") && e2e.contains("link_mode = \"fixed\""),
+            "{e2e}"
+        );
         let ad = daemon_config(
             &c,
             Setup::Adaptive,

@@ -218,7 +218,8 @@ pub struct PeerPlan {
 /// The validated configuration, in the forms the daemon uses.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    /// The configuration as written (after overrides).
+    /// The configuration as written (after overrides), with the effective
+    /// `aggregation.link_mode` filled in.
     pub config: Config,
     /// The engine configuration (defaults for on-demand peers do not accept bundles).
     pub engine: EngineConfig,
@@ -230,6 +231,9 @@ pub struct Plan {
     pub steer: Vec<Match>,
     /// Effective source check.
     pub source_check: SourceCheck,
+    /// Effective link mode (`aggregation.link_mode`, else its mode's default;
+    /// also written back into `config` so `--check` shows it).
+    pub link_mode: LinkModeCfg,
     /// Prometheus address, parsed.
     pub prometheus: Option<std::net::SocketAddr>,
     /// `[ap]`, validated (None: role off).

@@ -13,7 +13,11 @@ fn err(text: &str) -> String {
 #[test]
 fn empty_file_gives_defaults() {
     let plan = p("").unwrap();
-    assert_eq!(plan.config, Config::default());
+    // The defaults, with the effective link mode written in (`--check`).
+    let mut want = Config::default();
+    want.aggregation.link_mode = Some(LinkModeCfg::Adaptive);
+    assert_eq!(plan.config, want);
+    assert_eq!(plan.link_mode, LinkModeCfg::Adaptive);
     assert_eq!(plan.engine.peer_defaults.hold_time, 5000);
     assert!(
         !plan.engine.peer_defaults.accepts_bundles,
@@ -88,6 +92,71 @@ fn medium_keys_and_adaptive_mode() {
     assert!(e.contains("medium.qdisc_interval_us"), "{e}");
     let e = err("[medium]\nsurvey = true\n");
     assert!(e.contains("survey"), "{e}");
+}
+
+/// Issue 11 point 7: `adaptive` is the default link mode hop-by-hop; a
+/// file without `link_mode` gets it (with `[medium]`'s parameters), while
+/// end-to-end keeps the fixed hold; an explicit mode always wins.
+#[test]
+fn link_mode_default_is_adaptive_hop_by_hop() {
+    let voice = "[[class]]\nclass = \"bundle\"\nprotocol = \"udp\"\nports = \"16000-32000\"\n[[peer]]\naddress = \"10.0.0.2\"\n";
+    let adaptive_defaults = LinkMode::Adaptive(airpack_core::engine::AdaptiveHold::default());
+    assert_eq!(AggregationSection::default().link_mode, None);
+
+    // No link_mode, hop-by-hop (explicit or by default): adaptive.
+    for head in [
+        "",
+        "[daemon]\nmode = \"hop-by-hop\"\n[aggregation]\nhold_time_us = 20000\n",
+    ] {
+        let plan = p(&format!("{head}{voice}")).unwrap();
+        assert_eq!(plan.link_mode, LinkModeCfg::Adaptive, "{head}");
+        assert_eq!(plan.engine.link_mode, adaptive_defaults, "{head}");
+        assert_eq!(
+            plan.config.aggregation.link_mode,
+            Some(LinkModeCfg::Adaptive)
+        );
+    }
+    // ... and takes [medium]'s parameters.
+    let plan = p(&format!(
+        "[medium]\nbusy_utilisation = 0.25\ndelay_budget_us = 50000\n{voice}"
+    ))
+    .unwrap();
+    assert_eq!(
+        plan.engine.link_mode,
+        LinkMode::Adaptive(airpack_core::engine::AdaptiveHold {
+            delay_budget: 50_000,
+            busy_utilisation: 250
+        })
+    );
+    // `--check` shows the effective mode, and its output reads back the same.
+    let text = render(&plan.config);
+    assert!(text.contains("link_mode = \"adaptive\""), "{text}");
+    assert_eq!(p(&text).unwrap().config, plan.config);
+
+    // End-to-end without link_mode: the fixed hold.
+    let e2e = "[daemon]\nmode = \"end-to-end\"\n[[peer]]\naddress = \"10.0.9.1\"\nallowed_ips = [\"10.9.0.0/24\"]\n";
+    let plan = p(e2e).unwrap();
+    assert_eq!(plan.link_mode, LinkModeCfg::Fixed);
+    assert_eq!(plan.engine.link_mode, LinkMode::Fixed);
+    assert!(render(&plan.config).contains("link_mode = \"fixed\""));
+
+    // Explicit modes win in both directions.
+    let plan = p(&format!("[aggregation]\nlink_mode = \"fixed\"\n{voice}")).unwrap();
+    assert_eq!(
+        (plan.link_mode, plan.engine.link_mode),
+        (LinkModeCfg::Fixed, LinkMode::Fixed)
+    );
+    let plan = p(&e2e.replace(
+        "[[peer]]",
+        "[aggregation]\nlink_mode = \"adaptive\"\n[[peer]]",
+    ))
+    .unwrap();
+    assert_eq!(plan.engine.link_mode, adaptive_defaults);
+    let plan = p(&format!(
+        "[aggregation]\nlink_mode = \"hold-while-busy\"\n{voice}"
+    ))
+    .unwrap();
+    assert_eq!(plan.engine.link_mode, LinkMode::HoldWhileBusy);
 }
 
 #[test]

@@ -179,7 +179,8 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
     }
 
     // Peers.
-    let link_mode = match a.link_mode {
+    let link_mode_cfg = a.link_mode.unwrap_or(LinkModeCfg::default_for(d.mode));
+    let link_mode = match link_mode_cfg {
         LinkModeCfg::Fixed => LinkMode::Fixed,
         LinkModeCfg::HoldWhileBusy => LinkMode::HoldWhileBusy,
         LinkModeCfg::Adaptive => LinkMode::Adaptive(airpack_core::engine::AdaptiveHold {
@@ -327,12 +328,15 @@ pub fn validate(name: &str, src: Option<&str>, config: Config) -> anyhow::Result
         dynamic_marking: a.dynamic_marking,
         bypass_queue_limit: a.bypass_queue_limit,
     };
+    let mut config = config;
+    config.aggregation.link_mode = Some(link_mode_cfg);
     Ok(Plan {
         engine,
         peers,
         allowed_ips: AllowedIps::new(table),
         steer,
         source_check,
+        link_mode: link_mode_cfg,
         prometheus,
         ap,
         station,

@@ -34,7 +34,7 @@ pub(super) struct Sample {
 /// Whether the link mode uses the busy signal at all.
 pub(super) fn medium_aware(plan: &Plan) -> bool {
     matches!(
-        plan.config.aggregation.link_mode,
+        plan.link_mode,
         LinkModeCfg::HoldWhileBusy | LinkModeCfg::Adaptive
     )
 }

@@ -327,7 +327,7 @@ impl Daemon {
         info!(
             tun = %tun.name(),
             mode = ?d.mode,
-            link_mode = ?plan.config.aggregation.link_mode,
+            link_mode = ?plan.link_mode,
             peers = plan.peers.len(),
             rules = spec.matches.len(),
             control = %d.control_socket.display(),

@@ -135,7 +135,7 @@ impl Daemon {
             total: self.engine.stats(),
             counters: self.counters.clone(),
             mode: mode_name(self.plan.config.daemon.mode),
-            link_mode: link_mode_name(self.plan.config.aggregation.link_mode),
+            link_mode: link_mode_name(self.plan.link_mode),
             link_busy: self.link_busy,
             uptime_s: (monotonic_micros().saturating_sub(self.started)) as f64 / 1e6,
             queued: self.engine.queued(),
