@@ -1,6 +1,7 @@
 //! Fuzz target: the radio source's netlink parsers (airpack-core netlink:
-//! nl80211 family lookup, station and survey dumps, rtnetlink neighbour
-//! dump) on untrusted datagrams. Never panics; the station and neighbour
+//! nl80211 family lookup, station and survey dumps (noise, and the channel
+//! in use's active/busy time for the medium's utilisation), rtnetlink
+//! neighbour dump) on untrusted datagrams. Never panics; the station and neighbour
 //! lists never exceed their caps; whatever parses as a station has a MAC.
 #![no_main]
 use airpack_core::netlink::{neigh, nl80211};
@@ -18,6 +19,12 @@ fuzz_target!(|data: &[u8]| {
     assert!(stations.len() <= 4);
     let mut noise = None;
     let _ = nl80211::parse_survey_reply(body, family, seq, &mut noise);
+    let mut chan = None;
+    if let Ok(true) = nl80211::parse_survey_in_use(body, family, seq, &mut chan) {
+        // What a complete dump names as the channel in use parsed as such.
+        assert_eq!(noise.is_some(), chan.is_some_and(|c| c.noise_dbm.is_some()));
+    }
+    let _ = nl80211::parse_survey_info(body);
     let _ = nl80211::parse_family_reply(body, seq);
     let _ = nl80211::parse_station(body);
     let mut ns = Vec::new();

@@ -1,7 +1,7 @@
 //! nl80211 over generic netlink: the family lookup, the station dump
 //! (`NL80211_CMD_GET_STATION` with `NLM_F_DUMP`: per-station signal and MAC
 //! counters) and the survey dump (`NL80211_CMD_GET_SURVEY`: the noise floor
-//! of the channel in use).
+//! and the active/busy time of the channel in use, [`ChannelSurvey`]).
 //!
 //! Owns: request builders and strict reply parsers (numbers from
 //! `<linux/nl80211.h>` and `<linux/genetlink.h>`). A station without a MAC
@@ -64,6 +64,15 @@ pub const STA_INFO_TX_BYTES64: u16 = 24;
 pub const SURVEY_INFO_NOISE: u16 = 2;
 /// `NL80211_SURVEY_INFO_IN_USE` (flag).
 pub const SURVEY_INFO_IN_USE: u16 = 3;
+/// `NL80211_SURVEY_INFO_FREQUENCY` (u32, MHz).
+pub const SURVEY_INFO_FREQUENCY: u16 = 1;
+/// `NL80211_SURVEY_INFO_TIME` (u64, ms the radio was on the channel). The
+/// legacy name `NL80211_SURVEY_INFO_CHANNEL_TIME` is a `#define` of the same
+/// number in `<linux/nl80211.h>`, so there is no second number to accept.
+pub const SURVEY_INFO_TIME: u16 = 4;
+/// `NL80211_SURVEY_INFO_TIME_BUSY` (u64, ms the primary channel was sensed
+/// busy: CCA, receiving, transmitting); legacy `..._CHANNEL_TIME_BUSY`, same number.
+pub const SURVEY_INFO_TIME_BUSY: u16 = 5;
 
 /// What the station dump says about one station (absent attributes are `None`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -84,6 +93,20 @@ pub struct Station {
     pub tx_failed: Option<u32>,
     /// Bytes sent to it (`TX_BYTES64` when present, else `TX_BYTES`).
     pub tx_bytes: Option<u64>,
+}
+
+/// One channel of a survey dump (absent attributes are `None`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelSurvey {
+    /// Centre frequency, MHz.
+    pub frequency_mhz: Option<u32>,
+    /// Noise floor, dBm.
+    pub noise_dbm: Option<i8>,
+    /// Cumulative time on the channel, ms (`SURVEY_INFO_TIME`).
+    pub active_ms: Option<u64>,
+    /// Cumulative busy time, ms (`SURVEY_INFO_TIME_BUSY`); `None`: the
+    /// driver does not report it.
+    pub busy_ms: Option<u64>,
 }
 
 fn genl_request(out: &mut Vec<u8>, ty: u16, flags: u16, seq: u32, cmd: u8, version: u8) {
@@ -253,14 +276,37 @@ pub fn parse_station_reply(
     Ok(false)
 }
 
-/// Parses one datagram of the answer to [`survey_dump_request`]: the noise
-/// floor of the channel in use goes to `noise` (a channel without noise or
-/// not in use is skipped). Returns whether the dump is complete.
-pub fn parse_survey_reply(
+/// One `NL80211_ATTR_SURVEY_INFO` nest: whether the channel is the one in
+/// use, and its figures. Strict: a used attribute of the wrong size (or an
+/// `IN_USE` flag with a value) is an error; unknown ones are skipped.
+pub fn parse_survey_info(v: &[u8]) -> Result<(bool, ChannelSurvey), NlError> {
+    let mut c = ChannelSurvey::default();
+    let mut in_use = false;
+    for s in attrs(v) {
+        match s? {
+            (SURVEY_INFO_FREQUENCY, v) => c.frequency_mhz = Some(attr_u32(v)?),
+            (SURVEY_INFO_NOISE, v) => c.noise_dbm = Some(signal(v)?),
+            (SURVEY_INFO_IN_USE, v) if v.is_empty() => in_use = true,
+            (SURVEY_INFO_IN_USE, _) => return Err(NlError::BadValue),
+            (SURVEY_INFO_TIME, v) => c.active_ms = Some(attr_u64(v)?),
+            (SURVEY_INFO_TIME_BUSY, v) => c.busy_ms = Some(attr_u64(v)?),
+            _ => {}
+        }
+    }
+    Ok((in_use, c))
+}
+
+/// Parses one datagram of the answer to [`survey_dump_request`] (type
+/// `family`, sequence `seq`): the channel flagged `IN_USE` goes to `in_use`
+/// (the first one, if a driver flagged several; channels not in use are
+/// skipped, but every one is parsed strictly). Returns whether the dump is
+/// complete; a complete dump that leaves `in_use` at `None` had no channel
+/// in use (an interface that is down, or not associated/joined).
+pub fn parse_survey_in_use(
     buf: &[u8],
     family: u16,
     seq: u32,
-    noise: &mut Option<i8>,
+    in_use: &mut Option<ChannelSurvey>,
 ) -> Result<bool, NlError> {
     for m in messages(buf) {
         match step(&m?, family, seq)? {
@@ -272,16 +318,9 @@ pub fn parse_survey_reply(
                     if t != ATTR_SURVEY_INFO {
                         continue;
                     }
-                    let (mut n, mut in_use) = (None, false);
-                    for s in attrs(v) {
-                        match s? {
-                            (SURVEY_INFO_NOISE, v) => n = Some(signal(v)?),
-                            (SURVEY_INFO_IN_USE, _) => in_use = true,
-                            _ => {}
-                        }
-                    }
-                    if in_use && n.is_some() {
-                        *noise = n;
+                    let (used, c) = parse_survey_info(v)?;
+                    if used && in_use.is_none() {
+                        *in_use = Some(c);
                     }
                 }
             }
@@ -289,6 +328,23 @@ pub fn parse_survey_reply(
         }
     }
     Ok(false)
+}
+
+/// Parses one datagram of the answer to [`survey_dump_request`]: the noise
+/// floor of the channel in use goes to `noise` (a channel without noise or
+/// not in use is skipped). Returns whether the dump is complete.
+pub fn parse_survey_reply(
+    buf: &[u8],
+    family: u16,
+    seq: u32,
+    noise: &mut Option<i8>,
+) -> Result<bool, NlError> {
+    let mut c = None;
+    let done = parse_survey_in_use(buf, family, seq, &mut c)?;
+    if let Some(n) = c.and_then(|c| c.noise_dbm) {
+        *noise = Some(n);
+    }
+    Ok(done)
 }
 
 #[cfg(all(test, target_endian = "little"))]
@@ -458,5 +514,117 @@ mod tests {
         let mut bad = chan(2437, -95, true);
         bad[40] = 2; // the noise attribute's length under its header
         assert!(parse_survey_reply(&bad, 0x22, 3, &mut noise).is_err());
+    }
+
+    /// A survey dump answer, written out byte by byte (little-endian host,
+    /// nl80211's id 0x22, sequence 7): channel 2412 MHz not in use (TIME 500,
+    /// TIME_BUSY 400), then 2437 MHz in use (NOISE -95, IN_USE, a PAD
+    /// attribute as `nla_put_u64_64bit` may insert, TIME 123456 ms,
+    /// TIME_BUSY 30864 ms, TIME_TX 1000 ms unused), then NLMSG_DONE.
+    const SURVEY: [u8; 176] = [
+        // 2412 MHz, not in use: 64 bytes.
+        64, 0, 0, 0, 0x22, 0, 2, 0, 7, 0, 0, 0, 0, 0, 0, 0, // nlmsghdr
+        51, 1, 0, 0, // genlmsghdr: NEW_SURVEY_RESULTS
+        8, 0, 3, 0, 4, 0, 0, 0, // IFINDEX = 4
+        36, 0, 84, 0x80, // SURVEY_INFO, nested, 32 bytes of contents
+        8, 0, 1, 0, 0x6c, 0x09, 0, 0, // FREQUENCY = 2412
+        12, 0, 4, 0, 0xf4, 1, 0, 0, 0, 0, 0, 0, // TIME = 500
+        12, 0, 5, 0, 0x90, 1, 0, 0, 0, 0, 0, 0, // TIME_BUSY = 400
+        // 2437 MHz, in use: 92 bytes (starts at 64).
+        92, 0, 0, 0, 0x22, 0, 2, 0, 7, 0, 0, 0, 0, 0, 0, 0, // nlmsghdr
+        51, 1, 0, 0, // genlmsghdr
+        8, 0, 3, 0, 4, 0, 0, 0, // IFINDEX = 4
+        64, 0, 84, 0x80, // SURVEY_INFO, nested, 60 bytes of contents
+        8, 0, 1, 0, 0x85, 0x09, 0, 0, // FREQUENCY = 2437
+        5, 0, 2, 0, 0xa1, 0, 0, 0, // NOISE = -95
+        4, 0, 3, 0, // IN_USE (offset 112)
+        4, 0, 10, 0, // PAD
+        12, 0, 4, 0, 0x40, 0xe2, 1, 0, 0, 0, 0, 0, // TIME = 123456
+        12, 0, 5, 0, 0x90, 0x78, 0, 0, 0, 0, 0, 0, // TIME_BUSY = 30864 (offset 132)
+        12, 0, 8, 0, 0xe8, 3, 0, 0, 0, 0, 0, 0, // TIME_TX (ignored)
+        // NLMSG_DONE (starts at 156).
+        20, 0, 0, 0, 3, 0, 2, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+
+    fn in_use(buf: &[u8]) -> Result<(bool, Option<ChannelSurvey>), NlError> {
+        let mut c = None;
+        parse_survey_in_use(buf, 0x22, 7, &mut c).map(|done| (done, c))
+    }
+
+    #[test]
+    fn golden_survey_times_of_the_channel_in_use() {
+        let want = ChannelSurvey {
+            frequency_mhz: Some(2437),
+            noise_dbm: Some(-95),
+            active_ms: Some(123_456),
+            busy_ms: Some(30_864),
+        };
+        assert_eq!(in_use(&SURVEY), Ok((true, Some(want))));
+        let mut noise = None;
+        assert_eq!(parse_survey_reply(&SURVEY, 0x22, 7, &mut noise), Ok(true));
+        assert_eq!(noise, Some(-95));
+        // The first datagram alone: a channel not in use, dump not complete.
+        assert_eq!(in_use(&SURVEY[..64]), Ok((false, None)));
+        // Another request's answer is skipped.
+        let mut c = None;
+        assert_eq!(parse_survey_in_use(&SURVEY, 0x22, 6, &mut c), Ok(false));
+        assert_eq!(c, None);
+    }
+
+    #[test]
+    fn survey_without_in_use_or_busy_time() {
+        // IN_USE renumbered to an unknown attribute: no channel in use.
+        let mut b = SURVEY;
+        b[114] = 0x30;
+        assert_eq!(in_use(&b), Ok((true, None)));
+        // TIME_BUSY renumbered to TIME_SCAN (9, unused): the driver reports
+        // no busy time; the active time is still there.
+        let mut b = SURVEY;
+        b[134] = 9;
+        let (done, c) = in_use(&b).unwrap();
+        assert!(done);
+        let c = c.unwrap();
+        assert_eq!((c.active_ms, c.busy_ms), (Some(123_456), None));
+    }
+
+    #[test]
+    fn survey_truncations_and_bad_sizes_are_refused() {
+        for cut in 1..SURVEY.len() {
+            let r = in_use(&SURVEY[..cut]);
+            match cut {
+                64 | 156 => assert!(matches!(r, Ok((false, _))), "cut {cut}: {r:?}"),
+                _ => assert!(r.is_err(), "cut {cut}: {r:?}"),
+            }
+        }
+        // The nest one byte longer than its message.
+        let mut b = SURVEY;
+        b[64 + 28] = 65;
+        assert!(in_use(&b).is_err());
+        // A 4-byte TIME, a 9-byte TIME_BUSY, an IN_USE flag with a value.
+        for (ty, len) in [
+            (SURVEY_INFO_TIME, 4),
+            (SURVEY_INFO_TIME_BUSY, 9),
+            (SURVEY_INFO_IN_USE, 1),
+        ] {
+            let mut info = Vec::new();
+            push_attr(&mut info, SURVEY_INFO_IN_USE, &[]);
+            push_attr(&mut info, ty, &[1u8; 9][..len]);
+            let mut m = Vec::new();
+            genl_request(&mut m, 0x22, 2, 7, CMD_NEW_SURVEY_RESULTS, 1);
+            push_attr(&mut m, ATTR_SURVEY_INFO | 0x8000, &info);
+            finish(&mut m);
+            assert_eq!(
+                in_use(&m),
+                Err(NlError::BadValue),
+                "attribute {ty} of {len} bytes"
+            );
+        }
+        // An error answer (the interface is not a wireless one).
+        let mut req = Vec::new();
+        survey_dump_request(&mut req, 0x22, 7, 9);
+        let mut err = vec![36, 0, 0, 0, 2, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0];
+        err.extend_from_slice(&(-95i32).to_le_bytes());
+        err.extend_from_slice(&req[..16]);
+        assert_eq!(in_use(&err), Err(NlError::Errno(95)));
     }
 }
