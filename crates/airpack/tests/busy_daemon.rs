@@ -4,7 +4,10 @@
 //! backlog anywhere) makes packets of several flows wait for company up to
 //! the hold time, while a lone flow's packets still leave at once. And a
 //! pair with no `link_mode` at all runs adaptive, the default, and never
-//! holds a lone call.
+//! holds a lone call; its veth in `daemon.interfaces` makes the default
+//! `[medium] survey = "auto"` start the nl80211 survey reader, which counts
+//! the veth as not wireless (no wireless device; or no nl80211 at all) and
+//! reads an idle medium.
 //!
 //! Needs root, `ip` and `tc` (see `common::can_run`); namespaces and
 //! addresses as in the other daemon tests. The outcome does not depend on
@@ -197,8 +200,30 @@ fn default_config_never_holds_a_lone_call() {
     rx_b.join().unwrap().assert_complete(1, ab.per_flow);
     rx_a.join().unwrap().assert_complete(1, ba.per_flow);
     for (name, d) in [("A", &mut da), ("B", &mut db)] {
-        let s = d.stats();
+        // The survey reader has read at least once (bounded wait).
+        let t0 = std::time::Instant::now();
+        let mut s = d.stats();
+        while s["medium"]["survey"]["readings"].as_u64().unwrap_or(0) == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{name}: no survey reading: {s}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+            s = d.stats();
+        }
         assert_eq!(s["link_mode"], "adaptive", "{name}: the default: {s}");
+        // The veth is counted as not wireless; the medium reads idle.
+        let m = &s["medium"];
+        assert_eq!(m["utilisation_source"], "survey", "{name}: {m}");
+        let e = &m["survey"]["errors"];
+        assert!(e["not_wireless"].as_u64().unwrap() >= 1, "{name}: {m}");
+        assert_eq!(
+            (e["no_busy_time"].as_u64(), e["netlink"].as_u64()),
+            (Some(0), Some(0)),
+            "{name}: {m}"
+        );
+        assert_eq!(m["survey"]["windows"], 0, "{name}: {m}");
+        assert_eq!(m["survey"]["utilisation"], 0.0, "{name}: {m}");
         let t = &s["total"];
         // The call went through the engine (steered, bundle class) ...
         assert!(

@@ -1,7 +1,10 @@
 //! The daemon's busy-signal sources against the kernel (issue 11 point 6):
 //! the root qdisc backlog read over netlink, in a fresh network namespace
 //! (`busy<pid>q`, deleted on drop) whose veth interface has a TBF qdisc of
-//! 8 kbit/s, so packets sent through it back up in the qdisc for seconds.
+//! 8 kbit/s, so packets sent through it back up in the qdisc for seconds;
+//! and the nl80211 survey reader (the medium's utilisation on real radios)
+//! on a veth in a second namespace (`busy<pid>s`): counted as not wireless,
+//! idle (no Wi-Fi on the test machine).
 //!
 //! Needs root and `ip`/`tc`; prints "SKIP: ..." and returns otherwise.
 //! Addresses 10.77.0.0/24 only inside the namespace. Every wait is bounded
@@ -13,6 +16,7 @@ use std::time::{Duration, Instant};
 use airpack::linux::busy::{parse_qdisc_reply, qdisc_request, QdiscMonitor};
 use airpack::linux::monotonic_micros;
 use airpack::linux::netns::{run_cmd, NetNs};
+use airpack::linux::survey::SurveyMonitor;
 use proptest::prelude::*;
 
 fn can_run() -> bool {
@@ -168,4 +172,48 @@ proptest! {
     fn qdisc_reply_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..200), seq in 0u32..3) {
         let _ = parse_qdisc_reply(&bytes, seq, &mut Vec::new());
     }
+}
+
+/// The nl80211 survey reader on a veth (and an interface that does not
+/// exist): no Wi-Fi here, so it must count the veth as not wireless (as a
+/// kernel without cfg80211 counts every interface) and read an idle medium,
+/// never a window, without other errors.
+#[test]
+fn survey_counts_a_veth_as_not_wireless_and_reads_idle() {
+    if !can_run() {
+        return;
+    }
+    let ns = NetNs::create(&format!("busy{}s", std::process::id())).unwrap();
+    for cmd in [
+        "ip link add veth0 type veth peer name veth1",
+        "ip link set veth1 up",
+        "ip link set veth0 up",
+    ] {
+        ns.exec(&cmd.split(' ').collect::<Vec<_>>()).unwrap();
+    }
+    ns.run(|| {
+        let m = SurveyMonitor::start(
+            vec!["veth0".into(), "nosuch0".into()],
+            Duration::from_millis(10),
+        )
+        .unwrap();
+        let t = Instant::now();
+        while m.stats().rounds < 3 {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "survey reader stalled"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let s = m.stats();
+        eprintln!("survey on veth0: {s:?}");
+        assert!(s.not_wireless >= 1, "{s:?}");
+        assert_eq!(
+            (s.windows, s.no_busy_time, s.no_channel, s.netlink_errors),
+            (0, 0, 0, 0),
+            "{s:?}"
+        );
+        assert_eq!((m.utilisation(), m.windows()), (0, 0));
+    })
+    .unwrap();
 }

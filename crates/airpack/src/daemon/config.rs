@@ -428,6 +428,14 @@ pub struct MediumSection {
     /// Least time between two reads of `file`, µs (its writer rewrites it
     /// every 20 ms of simulated time).
     pub file_interval_us: u64,
+    /// nl80211 survey channel busy/active time of each of
+    /// `daemon.interfaces` as the medium's utilisation: `auto` reads it when
+    /// `link_mode` is `adaptive` and `file` is unset (the file, when set,
+    /// takes precedence); interfaces that are not wireless count as idle.
+    pub survey: SurveyCfg,
+    /// Least time between two survey reads, µs (the counters count whole
+    /// milliseconds: a 50 ms window resolves 2 %).
+    pub survey_interval_us: u64,
     /// `link_mode = "adaptive"`: utilisation (0-1) at or above which
     /// holding counts as cheap even without a backlog.
     pub busy_utilisation: f64,
@@ -444,10 +452,23 @@ impl Default for MediumSection {
             qdisc_interval_us: 500,
             file: None,
             file_interval_us: 5_000,
+            survey: SurveyCfg::Auto,
+            survey_interval_us: 50_000,
             busy_utilisation: f64::from(a.busy_utilisation) / 1000.0,
             delay_budget_us: a.delay_budget,
         }
     }
+}
+
+/// `medium.survey`: whether nl80211 survey busy time is a utilisation source.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum SurveyCfg {
+    /// On with `link_mode = "adaptive"`, listed interfaces and no `file`.
+    #[default]
+    Auto,
+    /// Never read.
+    Off,
 }
 
 /// `[[class]]`: one classifier rule. Every present field must match.

@@ -32,6 +32,7 @@ pub mod route;
 pub mod socket;
 pub mod state;
 pub mod steer;
+pub mod survey;
 pub mod tim_steer;
 pub mod timer;
 pub mod tun;

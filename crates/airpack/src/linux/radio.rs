@@ -179,13 +179,13 @@ impl Drop for RadioMonitor {
     }
 }
 
-fn open_socket(proto: libc::c_int) -> io::Result<OwnedFd> {
+pub(super) fn open_socket(proto: libc::c_int) -> io::Result<OwnedFd> {
     super::netlink_socket(proto, 500_000)
 }
 
 /// A failed dump: the kernel's errno, a malformed answer, or the socket.
 #[derive(Debug)]
-enum DumpError {
+pub(super) enum DumpError {
     Nl(NlError),
     Io(io::Error),
 }
@@ -214,7 +214,7 @@ impl From<io::Error> for DumpError {
 
 /// Sends `req` and hands each datagram of the answer to `parse` until it
 /// says the answer is complete. A failed dump leaves nothing unread.
-fn dump(
+pub(super) fn dump(
     fd: &OwnedFd,
     req: &[u8],
     rx: &mut [u8],
@@ -240,7 +240,7 @@ fn dump(
     r
 }
 
-fn ifindex(name: &str) -> u32 {
+pub(super) fn ifindex(name: &str) -> u32 {
     let Ok(c) = std::ffi::CString::new(name) else {
         return 0;
     };
@@ -250,7 +250,7 @@ fn ifindex(name: &str) -> u32 {
 
 /// Whether nl80211 refused a station dump because the interface has no
 /// wireless device (ENODEV, EOPNOTSUPP, EINVAL).
-fn not_wireless(e: &DumpError) -> bool {
+pub(super) fn not_wireless(e: &DumpError) -> bool {
     matches!(e, DumpError::Nl(NlError::Errno(19 | 95 | 22)))
 }
 

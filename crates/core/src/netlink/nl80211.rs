@@ -286,7 +286,7 @@ pub fn parse_survey_info(v: &[u8]) -> Result<(bool, ChannelSurvey), NlError> {
         match s? {
             (SURVEY_INFO_FREQUENCY, v) => c.frequency_mhz = Some(attr_u32(v)?),
             (SURVEY_INFO_NOISE, v) => c.noise_dbm = Some(signal(v)?),
-            (SURVEY_INFO_IN_USE, v) if v.is_empty() => in_use = true,
+            (SURVEY_INFO_IN_USE, []) => in_use = true,
             (SURVEY_INFO_IN_USE, _) => return Err(NlError::BadValue),
             (SURVEY_INFO_TIME, v) => c.active_ms = Some(attr_u64(v)?),
             (SURVEY_INFO_TIME_BUSY, v) => c.busy_ms = Some(attr_u64(v)?),

@@ -92,6 +92,19 @@ fn medium_keys_and_adaptive_mode() {
     assert!(e.contains("medium.qdisc_interval_us"), "{e}");
     let e = err("[medium]\nsurvey = true\n");
     assert!(e.contains("survey"), "{e}");
+    assert_eq!(plan.config.medium.survey, SurveyCfg::Auto);
+    let off = p("[medium]\nsurvey = \"off\"\nsurvey_interval_us = 200000\n").unwrap();
+    assert_eq!(
+        (
+            off.config.medium.survey,
+            off.config.medium.survey_interval_us
+        ),
+        (SurveyCfg::Off, 200_000)
+    );
+    let e = err("[medium]\nsurvey = \"on\"\n");
+    assert!(e.contains("survey"), "{e}");
+    let e = err("[medium]\nsurvey_interval_us = 1000\n");
+    assert!(e.contains("medium.survey_interval_us"), "{e}");
 }
 
 /// Issue 11 point 7: `adaptive` is the default link mode hop-by-hop; a

@@ -374,6 +374,12 @@ pub(super) fn check_medium(at: &Located<'_>, config: &Config) -> anyhow::Result<
             format!("{} must be in 100-1000000", m.file_interval_us),
         ));
     }
+    if !(10_000..=10_000_000).contains(&m.survey_interval_us) {
+        return Err(e(
+            "survey_interval_us",
+            format!("{} must be in 10000-10000000", m.survey_interval_us),
+        ));
+    }
     if m.file.as_deref() == Some("") {
         return Err(e("file", "must not be empty".into()));
     }

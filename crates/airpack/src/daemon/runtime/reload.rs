@@ -125,8 +125,9 @@ impl Daemon {
         if self.hold_while_busy() != super::busy::medium_aware(&new)
             || self.plan.config.medium != new.config.medium
             || self.plan.config.daemon.interfaces != new.config.daemon.interfaces
+            || super::busy::survey_wanted(&self.plan) != super::busy::survey_wanted(&new)
         {
-            // Sources as the new configuration says (the qdisc reader restarts).
+            // Sources as the new configuration says (the qdisc and survey readers restart).
             self.busy_sources = super::busy::BusySources::new(&new);
             self.medium = Default::default();
             self.link_busy = false;

@@ -63,6 +63,8 @@ pub(super) struct Snapshot {
     downlink: Vec<(&'static str, Value)>,
     /// `stats` and `/metrics`: the gateway role's object, when enabled.
     gateway: Option<Value>,
+    /// `stats`: the busy sources' object (`medium`).
+    medium: Option<Value>,
     /// The downlink roles' packets in the accounting.
     downlink_account: accounting::Extra,
 }
@@ -105,6 +107,7 @@ impl Daemon {
     /// Copies what the answer to `req` needs (no rendering).
     pub(super) fn snapshot(&self, req: Request) -> Snapshot {
         let with_config = req == Request::Peers;
+        let medium = (req == Request::Stats).then(|| self.busy_sources.json());
         let peers = self
             .sorted_peers()
             .into_iter()
@@ -165,6 +168,7 @@ impl Daemon {
                 self.downlink_json()
             },
             gateway: self.gateway.as_ref().map(|g| g.json()),
+            medium,
         }
     }
 
@@ -350,6 +354,9 @@ fn render(s: Snapshot, tun: Option<LinkStats>) -> (bool, Vec<u8>) {
             }
             if let Some(g) = &s.gateway {
                 head.insert("gateway".into(), g.clone());
+            }
+            if let Some(m) = &s.medium {
+                head.insert("medium".into(), m.clone());
             }
             stats::write_with_peers(&mut out, &head, s.peers.len(), |i| stats_peer(&s.peers[i]));
         }
