@@ -117,7 +117,15 @@ fn lossy_station_is_served_by_unicast_and_returns() {
     net.ip(&w, &["route", "add", "10.174.0.0/24", "via", "10.173.0.1"]);
     net.ip(
         &hub,
-        &["link", "add", "br0", "type", "bridge", "mcast_snooping", "0"],
+        &[
+            "link",
+            "add",
+            "br0",
+            "type",
+            "bridge",
+            "mcast_snooping",
+            "0",
+        ],
     );
     net.ip(&hub, &["link", "set", "br0", "up"]);
     attach(&net, &hub, &ap, "cell", "pap", &format!("{AP_CELL}/24"));
@@ -126,7 +134,10 @@ fn lossy_station_is_served_by_unicast_and_returns() {
         let ns = net.ns(&format!("s{i}"));
         let cidr = format!("{}/24", station_ip(i));
         attach(&net, &hub, &ns, "wl", &format!("ps{i}"), &cidr);
-        net.ip(&ns, &["route", "add", "default", "via", &AP_CELL.to_string()]);
+        net.ip(
+            &ns,
+            &["route", "add", "default", "via", &AP_CELL.to_string()],
+        );
         st.push(ns);
     }
     let apd = net.daemon(&ap, &ap_config(), &[]);
@@ -134,7 +145,8 @@ fn lossy_station_is_served_by_unicast_and_returns() {
         .map(|i| net.daemon(&st[i], &station_config(i), &[]))
         .collect();
     wait_until("3 registered stations", WAIT, || {
-        apd.stat("/ap/stations") as u64 == 3 && sd.iter().all(|d| d.stats()["station"]["streams"] == 1)
+        apd.stat("/ap/stations") as u64 == 3
+            && sd.iter().all(|d| d.stats()["station"]["streams"] == 1)
     });
     let stop = Arc::new(AtomicBool::new(false));
     let got: Vec<_> = (0..3)
@@ -169,7 +181,11 @@ fn lossy_station_is_served_by_unicast_and_returns() {
     }
     // From now on station 0's packets go unicast: its socket still gets them,
     // its demultiplexer none; the others stay multiplexed.
-    let (u0, d0, g0) = (apd.stat("/ap/unicast/loss"), delivered(0), got[0].load(Ordering::Relaxed));
+    let (u0, d0, g0) = (
+        apd.stat("/ap/unicast/loss"),
+        delivered(0),
+        got[0].load(Ordering::Relaxed),
+    );
     let d12 = (delivered(1), delivered(2));
     wait_until("unicast packets reach station 0", WAIT, || {
         apd.stat("/ap/unicast/loss") >= u0 + 100.0 && got[0].load(Ordering::Relaxed) >= g0 + 100
@@ -193,11 +209,20 @@ fn lossy_station_is_served_by_unicast_and_returns() {
     });
     let d0 = delivered(0);
     let no_ctx = sd[0].stat("/station/drops/packets/no_context");
-    wait_until("station 0 demultiplexes again", WAIT, || delivered(0) >= d0 + 100);
+    wait_until("station 0 demultiplexes again", WAIT, || {
+        delivered(0) >= d0 + 100
+    });
     let s0 = sd[0].stats();
     // Its streams started over with full entries: nothing undecodable.
-    assert_eq!(sd[0].stat("/station/drops/packets/no_context"), no_ctx, "{s0}");
-    assert!(s0["station"]["loss_reports_sent"].as_u64().unwrap() >= 5, "{s0}");
+    assert_eq!(
+        sd[0].stat("/station/drops/packets/no_context"),
+        no_ctx,
+        "{s0}"
+    );
+    assert!(
+        s0["station"]["loss_reports_sent"].as_u64().unwrap() >= 5,
+        "{s0}"
+    );
     stop.store(true, Ordering::Relaxed);
     sender.join().unwrap();
     let a = apd.stats();

@@ -31,8 +31,8 @@ use crate::experiment::{voip_spec, Client, ExperimentConfig, Point, Setup, Setup
 use crate::topology::{MediumOpts, Topology};
 use crate::validate_sim::{sim_config, VoiceFlow};
 use crate::voip::{Direction, Spec};
-use airpack_core::downlink::compact;
 use airpack_core::downlink::airtime::{CellPhy, Rate};
+use airpack_core::downlink::compact;
 use airpack_core::downlink::loss::LossConfig;
 use airpack_core::downlink::mux::{Mux, MuxConfig};
 use anyhow::{bail, Context, Result};

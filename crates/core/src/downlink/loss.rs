@@ -467,7 +467,10 @@ mod tests {
         // 0.6 % smoothed after one clean report: still above `clear`.
         lc.report(2 * SEC, sta(1), &rep(50, 0), 100, &mut mux);
         lc.report(3 * SEC, sta(1), &rep(50, 0), 150, &mut mux);
-        assert!(mux.is_unicast(sta(1)), "hysteresis: 5/150 -> 2.5/175 -> 1.25/187");
+        assert!(
+            mux.is_unicast(sta(1)),
+            "hysteresis: 5/150 -> 2.5/175 -> 1.25/187"
+        );
         for k in 4..8 {
             lc.report(k * SEC, sta(1), &rep(50, 0), 50 * k, &mut mux);
         }
@@ -580,7 +583,10 @@ mod tests {
         assert_eq!(d.stats().no_context, 0);
         let s = mux.stats();
         assert_eq!(s.unicast[UnicastReason::Loss as usize], 2);
-        assert_eq!(s.handled, s.passed + s.unicast.iter().sum::<u64>() + s.queued);
+        assert_eq!(
+            s.handled,
+            s.passed + s.unicast.iter().sum::<u64>() + s.queued
+        );
     }
 
     #[test]

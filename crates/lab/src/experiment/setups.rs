@@ -215,7 +215,16 @@ pub fn daemon_config(
                     ..crate::cell::Redundancy::of(&cfg.medium.phy, topo.wifi.multicast_mbit)
                 });
                 let mut s = crate::cell::ap_config(&sock, f.as_deref(), release, red);
-                if setup != Setup::DownlinkMuxLoss {
+                if setup == Setup::DownlinkMuxLoss {
+                    // The rates price unicast for the loss rule's airtime guard.
+                    let r = crate::cell::Redundancy::of(&cfg.medium.phy, topo.wifi.multicast_mbit);
+                    s.push_str(&format!(
+                        "unicast_rate = {:?}\nmulticast_rate = {:?}\npreamble = \"{}\"\n",
+                        r.unicast_mbit,
+                        r.multicast_mbit,
+                        if r.short_preamble { "short" } else { "long" }
+                    ));
+                } else {
                     s.push_str("loss_aware = false\n");
                 }
                 if agg {
@@ -484,6 +493,19 @@ mod tests {
             Some("/dev/shm/x/AP.air"),
             "{ap}"
         );
+        // the loss rule: on (the daemon's default) with the preset's rates in
+        // downlink-mux-loss only; the other downlink setups stay airtime-only
+        assert_eq!(Setup::parse("mux-loss").unwrap(), Setup::DownlinkMuxLoss);
+        assert!(Setup::DownlinkMuxLoss.downlink());
+        let ap = daemon_config(&c, Setup::DownlinkMuxLoss, "AP", 3, s, Some(f)).unwrap();
+        let v = toml::from_str::<toml::Value>(&ap).unwrap();
+        assert_eq!(v["ap"].get("loss_aware"), None, "{ap}");
+        assert_eq!(v["ap"]["unicast_rate"].as_float(), Some(11.0), "{ap}");
+        for setup in [Setup::DownlinkMux, Setup::DownlinkMuxRed] {
+            let ap = daemon_config(&c, setup, "AP", 3, s, Some(f)).unwrap();
+            let v = toml::from_str::<toml::Value>(&ap).unwrap();
+            assert_eq!(v["ap"]["loss_aware"].as_bool(), Some(false), "{ap}");
+        }
         // stations are those of downlink-mux (they recover without a key of their own)
         assert_eq!(
             daemon_config(&c, Setup::DownlinkMuxRed, "S1", 3, s, None),

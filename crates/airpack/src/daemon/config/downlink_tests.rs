@@ -226,7 +226,10 @@ fn loss_rule_defaults_and_limits() {
     let t = format!("{base}loss_aware = false\nloss_limit_pct = 3\nloss_clear_pct = 1.5\nloss_probe_secs = 10\n");
     let ap = parse("t.toml", &t, &[], &[]).unwrap().ap.unwrap();
     assert!(!ap.loss.enabled);
-    assert_eq!((ap.loss.limit, ap.loss.clear, ap.loss.probe), (0.03, 0.015, 10_000_000));
+    assert_eq!(
+        (ap.loss.limit, ap.loss.clear, ap.loss.probe),
+        (0.03, 0.015, 10_000_000)
+    );
     for (k, v) in [
         ("loss_limit_pct", "0"),
         ("loss_limit_pct", "101"),

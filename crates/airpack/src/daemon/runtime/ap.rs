@@ -397,6 +397,9 @@ impl Ap {
                 "to_unicast": ls.to_unicast,
                 "to_multicast": ls.to_multicast,
                 "probes": ls.probes,
+                "held_by_airtime": ls.held_airtime,
+                "shed_by_airtime": ls.shed,
+                "estimated_load": self.loss.load(),
             },
             "registrations": {
                 "received": self.requests,
