@@ -530,7 +530,10 @@ fn registration_pcaps_decode_as_the_core_reads_them() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 3, "register_range, register_ok, register_bad_tag");
+    assert_eq!(
+        checked, 4,
+        "register_range, register_ok, register_bad_tag, register_report"
+    );
     // The values register_range.hex documents in its comment (the seed's example).
     let rows = tshark(&pcap_of("downlink", "register_range"), &[], REG_FIELDS);
     assert_eq!(rows[0]["airpack_dlreg.addr"], ["192.168.1.5"]);
