@@ -360,7 +360,13 @@ pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point>
         let profile = spec.profile()?;
         let payload = airpack_voice::rtp::probe_payload_len(profile.payload_bytes());
         let ip = voip_packet(0, 0, 0, 0, payload).len() as u32;
-        text.push_str(&loss_directive(&LossConfig::default(), &phy, ip));
+        let c = LossConfig {
+            airtime_budget: *LOSS_BUDGET
+                .get()
+                .unwrap_or(&LossConfig::default().airtime_budget),
+            ..LossConfig::default()
+        };
+        text.push_str(&loss_directive(&c, &phy, ip));
     }
     let (mut p, r) =
         crate::validate_sim::run_program(&cfg, setup, n, &spec, &flows, &dir, text, &packets, t0)?;
@@ -393,7 +399,7 @@ pub struct CellSimArgs {
     /// Codecs, comma separated (g729, g711).
     #[arg(long, default_value = "g729,g711")]
     codecs: String,
-    /// Setups, comma separated (off, downlink-mux, downlink-mux-red, downlink-mux-red2).
+    /// Setups, comma separated (off, downlink-mux, downlink-mux-loss, downlink-mux-red, downlink-mux-red2).
     #[arg(long, default_value = "off,downlink-mux,downlink-mux-red")]
     setups: String,
     /// Seconds of calls per point.
@@ -409,7 +415,14 @@ pub struct CellSimArgs {
     /// JSON of the run (default: results/cell-sim-<unix time>.json).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// `downlink-mux-loss`: the airtime guard's budget (share of the
+    /// channel; default `LossConfig::default().airtime_budget`).
+    #[arg(long)]
+    loss_budget: Option<f64>,
 }
+
+/// The run's `--loss-budget` (set once by [`main`]).
+static LOSS_BUDGET: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
 
 /// One row of the run: a preset, codec and setup's capacity and its bound.
 #[derive(Debug, Clone, Serialize)]
@@ -455,6 +468,12 @@ pub fn config(preset: &str, codec: &str, a: &CellSimArgs, work: &Path) -> Result
 /// Run the searches and write the JSON.
 pub fn main(a: CellSimArgs) -> Result<()> {
     air_ns3::check_available().map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(b) = a.loss_budget {
+        if !(b > 0.0 && b <= 4.0) {
+            bail!("--loss-budget {b}: must be above 0 and at most 4");
+        }
+        let _ = LOSS_BUDGET.set(b);
+    }
     crate::netns::catch_interrupts();
     let split = |s: &str| -> Vec<String> {
         s.split(',')
