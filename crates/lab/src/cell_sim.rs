@@ -235,17 +235,18 @@ pub fn cell_config(
     Ok(out)
 }
 
-/// The `mux_loss` directive of the loss rule with `c`'s limits (the
-/// daemon's defaults; one report per second, as the station sends them)
-/// and its airtime guard priced by `phy` (downlink packets of `ip_bytes`).
-pub fn loss_directive(c: &LossConfig, phy: &CellPhy, ip_bytes: u32) -> String {
+/// The `mux_loss` directive of the loss rule with `c`'s limits, one report
+/// per station every `period_ms`, and its airtime guard priced by `phy`
+/// (downlink packets of `ip_bytes`).
+pub fn loss_directive(c: &LossConfig, phy: &CellPhy, ip_bytes: u32, period_ms: u32) -> String {
     let (m0, m1) = (phy.multicast_us(0), phy.multicast_us(1500));
     format!(
-        "mux_loss {} {} {} {} 1000000 {} {} {} {}\n",
+        "mux_loss {} {} {} {} {} {} {} {} {}\n",
         c.limit,
         c.clear,
         c.keep,
         c.min_frames,
+        u64::from(period_ms) * 1000,
         c.airtime_budget,
         phy.unicast_us(ip_bytes),
         m0,
@@ -366,7 +367,8 @@ pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point>
                 .unwrap_or(&LossConfig::default().airtime_budget),
             ..LossConfig::default()
         };
-        text.push_str(&loss_directive(&c, &phy, ip));
+        let period_ms = *LOSS_REPORT_MS.get().unwrap_or(&1000);
+        text.push_str(&loss_directive(&c, &phy, ip, period_ms));
     }
     let (mut p, r) =
         crate::validate_sim::run_program(&cfg, setup, n, &spec, &flows, &dir, text, &packets, t0)?;
@@ -419,7 +421,14 @@ pub struct CellSimArgs {
     /// channel; default `LossConfig::default().airtime_budget`).
     #[arg(long)]
     loss_budget: Option<f64>,
+    /// `downlink-mux-loss`: the stations' report period, ms (the daemon's
+    /// `station.report_ms`).
+    #[arg(long, default_value_t = 1000)]
+    loss_report_ms: u32,
 }
+
+/// The run's `--loss-report-ms` (set once by [`main`]).
+static LOSS_REPORT_MS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
 
 /// The run's `--loss-budget` (set once by [`main`]).
 static LOSS_BUDGET: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
@@ -474,6 +483,10 @@ pub fn main(a: CellSimArgs) -> Result<()> {
         }
         let _ = LOSS_BUDGET.set(b);
     }
+    if !(50..=60_000).contains(&a.loss_report_ms) {
+        bail!("--loss-report-ms {}: must be in 50-60000", a.loss_report_ms);
+    }
+    let _ = LOSS_REPORT_MS.set(a.loss_report_ms);
     crate::netns::catch_interrupts();
     let split = |s: &str| -> Vec<String> {
         s.split(',')

@@ -118,6 +118,10 @@ pub struct ApSection {
     /// First trial back in the frame after this long on unicast, s
     /// (doubling after each failed trial, up to 8x).
     pub loss_probe_secs: u16,
+    /// The loss rule's airtime guard: a station moves to unicast only while
+    /// the cell's estimated voice airtime stays within this share of the
+    /// channel (needs `unicast_rate` and `multicast_rate`).
+    pub loss_airtime_budget: f64,
 }
 
 /// `ap.redundancy` as written: `false` / `true` (depth 0 / 1, the first
@@ -188,6 +192,7 @@ impl Default for ApSection {
             loss_limit_pct: 1.0,
             loss_clear_pct: 0.5,
             loss_probe_secs: 30,
+            loss_airtime_budget: LossConfig::default().airtime_budget,
         }
     }
 }
@@ -578,6 +583,12 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
             format!("{} must be in 1-3600", s.loss_probe_secs),
         ));
     }
+    if !(s.loss_airtime_budget > 0.0 && s.loss_airtime_budget <= 4.0) {
+        return Err(e(
+            "loss_airtime_budget",
+            format!("{} must be above 0 and at most 4", s.loss_airtime_budget),
+        ));
+    }
     let probe = u64::from(s.loss_probe_secs) * 1_000_000;
     let loss = LossConfig {
         enabled: s.loss_aware,
@@ -586,6 +597,7 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
         probe,
         max_probe: probe * 8,
         max_stations: s.max_stations,
+        airtime_budget: s.loss_airtime_budget,
         ..LossConfig::default()
     };
     Ok(Some(ApPlan {

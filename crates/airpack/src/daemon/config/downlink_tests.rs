@@ -223,6 +223,7 @@ fn loss_rule_defaults_and_limits() {
     assert_eq!(ap.loss.clear, 0.005);
     assert_eq!(ap.loss.probe, 30_000_000);
     assert_eq!(ap.loss.max_probe, 240_000_000);
+    assert_eq!(ap.loss.airtime_budget, LossConfig::default().airtime_budget);
     let t = format!("{base}loss_aware = false\nloss_limit_pct = 3\nloss_clear_pct = 1.5\nloss_probe_secs = 10\n");
     let ap = parse("t.toml", &t, &[], &[]).unwrap().ap.unwrap();
     assert!(!ap.loss.enabled);
@@ -236,6 +237,8 @@ fn loss_rule_defaults_and_limits() {
         ("loss_clear_pct", "1.0"),
         ("loss_clear_pct", "-1"),
         ("loss_probe_secs", "0"),
+        ("loss_airtime_budget", "0"),
+        ("loss_airtime_budget", "5"),
     ] {
         let e = err(&format!("{base}{k} = {v}\n"));
         assert!(e.contains(&format!("ap.{k}")), "{k} = {v}: {e}");
