@@ -14,6 +14,24 @@
 // receives a frame takes the entries of its own flows (own block first,
 // then the repeated blocks); others are ignored.
 //
+// Loss rule (`mux_loss`, crates/core's downlink::loss): each station counts
+// the frame indices it receives and the gaps between them (with repeats: a
+// missing frame whose block arrived later counts as recovered); every
+// PERIOD the AP takes each station's window as its report (instantly: the
+// report's own airtime, one small frame per second per station, is not
+// modelled), smooths it (sums of expected and lost frames times KEEP, plus
+// the window), and serves a station above LIMIT (with MIN_FRAMES of
+// evidence) by unicast until it falls below CLEAR: MuxTake then declines
+// its packets, which the AP relays as ordinary unicast frames. A station
+// that received nothing while at least MIN_FRAMES were sent is charged all
+// of them. Airtime guard (as the core's): each station's downlink packets
+// in the window are priced at UNICAST_US each, the frames at MC_FIXED_US +
+// MC_US_PER_BYTE per IP byte; load = uplink (= all stations' downlink
+// priced as unicast) + unicast stations' downlink + frames, per second; a
+// station moves only if load + its downlink <= BUDGET, and a unicast
+// station returns when load > BUDGET. The probe timer is not modelled (a point lasts seconds; a
+// station on unicast keeps measuring the others' frames).
+//
 // Not modelled (docs/lab.md, section 5, "Pure simulation of the cell"):
 // the idle release of a lone packet, the airtime rule's unicast fallback,
 // partial repeats, the demultiplexer's loss of RTP context after lost
@@ -24,12 +42,15 @@
 //   mux_entry PERIOD S0 S1 .. Sm   entry k of a stream is Sk; beyond Sm the
 //                                  last PERIOD sizes repeat
 //   mux_report PATH                 the model's counters as JSON at exit
+//   mux_loss LIMIT CLEAR KEEP MIN_FRAMES PERIOD_US BUDGET UNICAST_US MC_FIXED_US MC_US_PER_BYTE
+//                                   the loss rule (fractions; airtime guard)
 //
 // Must not touch: the scenario (air.cc), the relaying of voice mode
 // (air_io.cc calls MuxTake and MuxFrameReceived).
 
 #include "air.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -61,7 +82,28 @@ struct MuxCfg
     uint32_t period = 0;
     std::vector<uint32_t> sizes;
     std::string report;
+    bool loss = false;
+    double limit = 0.01, clear = 0.005, keep = 0.5;
+    uint32_t min_frames = 20;
+    uint64_t period_us = 1000000;
+    double budget = 1.0, unicast_us = 0, mc_fixed_us = 0, mc_us_per_byte = 0;
 } g_mux;
+
+// Loss rule, per node (a station: a node MuxTake was asked to reach).
+struct LossSta
+{
+    bool station = false, unicast = false;
+    int64_t last = -1;              // last frame index received
+    uint64_t rx = 0, miss = 0, rec = 0; // this window
+    uint64_t pkts = 0;                  // downlink packets offered, this window
+    double air_rate = 0;                // their unicast price, µs per s
+    double expected = 0, lost = 0;  // smoothed
+    int64_t mark = -1;              // frames sent at the previous report
+};
+std::vector<LossSta> g_loss;
+uint64_t g_to_unicast = 0, g_to_multicast = 0, g_loss_unicast = 0, g_blackouts = 0;
+uint64_t g_held = 0, g_shed = 0;
+size_t g_frames_mark = 0; // frames sent at the previous report time
 
 std::vector<MuxFrame> g_sent;       // every frame sent, by index
 MuxFrame g_open;                    // the frame being filled
@@ -152,6 +194,80 @@ void Take(uint32_t i, const MuxFrame& f, bool repeat)
     }
 }
 
+void LossReports()
+{
+    const double sent = double(g_sent.size());
+    const double period_s = g_mux.period_us / 1e6;
+    double frames_us = 0;
+    for (size_t f = g_frames_mark; f < g_sent.size(); f++)
+    {
+        frames_us += g_mux.mc_fixed_us + g_mux.mc_us_per_byte * (g_mux.udp_ip + g_sent[f].len);
+    }
+    g_frames_mark = g_sent.size();
+    for (LossSta& st : g_loss)
+    {
+        st.air_rate = st.pkts * g_mux.unicast_us / period_s;
+        st.pkts = 0;
+    }
+    auto load = [&]() {
+        double l = frames_us / period_s;
+        for (const LossSta& st : g_loss)
+        {
+            l += st.air_rate + (st.unicast ? st.air_rate : 0);
+        }
+        return l / 1e6;
+    };
+    for (LossSta& st : g_loss)
+    {
+        if (!st.station)
+        {
+            continue;
+        }
+        double exp = double(st.rx + st.miss), lost = double(st.miss - std::min(st.rec, st.miss));
+        const int64_t mark = st.mark;
+        st.mark = int64_t(sent);
+        st.rx = st.miss = st.rec = 0;
+        if (exp == 0)
+        {
+            if (mark < 0 || sent - double(mark) < g_mux.min_frames)
+            {
+                continue;
+            }
+            g_blackouts++;
+            exp = lost = sent - double(mark);
+        }
+        st.expected = st.expected * g_mux.keep + exp;
+        st.lost = st.lost * g_mux.keep + lost;
+        const double l = load();
+        if (st.unicast && l > g_mux.budget)
+        {
+            st.unicast = false;
+            g_shed++;
+            continue;
+        }
+        if (st.expected < g_mux.min_frames)
+        {
+            continue;
+        }
+        const double loss = st.lost / st.expected;
+        if (!st.unicast && loss > g_mux.limit && l + st.air_rate / 1e6 > g_mux.budget)
+        {
+            g_held++;
+        }
+        else if (!st.unicast && loss > g_mux.limit)
+        {
+            st.unicast = true;
+            g_to_unicast++;
+        }
+        else if (st.unicast && loss < g_mux.clear)
+        {
+            st.unicast = false;
+            g_to_multicast++;
+        }
+    }
+    Simulator::Schedule(MicroSeconds(g_mux.period_us), &LossReports);
+}
+
 } // namespace
 
 bool MuxDirective(const std::string& k, std::istringstream& s)
@@ -181,12 +297,25 @@ bool MuxDirective(const std::string& k, std::istringstream& s)
     {
         return bool(s >> g_mux.report);
     }
+    if (k == "mux_loss")
+    {
+        g_mux.loss = true;
+        return bool(s >> g_mux.limit >> g_mux.clear >> g_mux.keep >> g_mux.min_frames >>
+                    g_mux.period_us >> g_mux.budget >> g_mux.unicast_us >> g_mux.mc_fixed_us >>
+                    g_mux.mc_us_per_byte) &&
+               g_mux.clear <= g_mux.limit && g_mux.keep >= 0 && g_mux.keep < 1 &&
+               g_mux.period_us > 0;
+    }
     return false;
 }
 
 bool MuxCheck(uint32_t ap)
 {
     g_mux.ap = ap;
+    if (g_mux.on && g_mux.loss)
+    {
+        Simulator::Schedule(MicroSeconds(g_mux.period_us), &LossReports);
+    }
     return !g_mux.on || (!g_mux.sizes.empty() && g_voice);
 }
 
@@ -199,6 +328,20 @@ bool MuxTake(uint32_t i, uint32_t k, uint32_t seq, uint32_t next)
     if (g_entries_of.size() < g_flows.size())
     {
         g_entries_of.resize(g_flows.size(), 0);
+    }
+    if (g_mux.loss)
+    {
+        if (g_loss.size() < g_nodes.size())
+        {
+            g_loss.resize(g_nodes.size());
+        }
+        g_loss[next].station = true;
+        g_loss[next].pkts++;
+        if (g_loss[next].unicast)
+        {
+            g_loss_unicast++;
+            return false; // served by unicast (loss rule)
+        }
     }
     uint32_t cost = EntryBytes(g_entries_of[k]++);
     if (g_mux.header + cost > g_mux.max_frame)
@@ -240,6 +383,27 @@ void MuxFrameReceived(uint32_t i, Ptr<const Packet> p)
     }
     g_rx_frames[i]++;
     const MuxFrame& f = g_sent[index];
+    if (g_mux.loss)
+    {
+        if (g_loss.size() < g_nodes.size())
+        {
+            g_loss.resize(g_nodes.size());
+        }
+        LossSta& st = g_loss[i];
+        if (int64_t(index) > st.last)
+        {
+            if (st.last >= 0)
+            {
+                st.miss += index - st.last - 1;
+                for (uint32_t j = 1; j <= f.blocks; j++)
+                {
+                    st.rec += int64_t(index - j) > st.last ? 1 : 0;
+                }
+            }
+            st.last = index;
+            st.rx++;
+        }
+    }
     Take(i, f, false);
     for (uint32_t j = 1; j <= f.blocks; j++)
     {
@@ -262,7 +426,10 @@ void WriteMuxReport()
     std::ostringstream o;
     o << "{\"frames\":" << g_sent.size() << ",\"entries\":" << entries << ",\"frame_bytes\":" << bytes
       << ",\"closed_size\":" << g_closed_size << ",\"closed_interval\":" << g_closed_interval
-      << ",\"repeated\":" << g_repeated << ",\"stations\":[";
+      << ",\"repeated\":" << g_repeated << ",\"loss_to_unicast\":" << g_to_unicast
+      << ",\"loss_to_multicast\":" << g_to_multicast << ",\"loss_unicast_packets\":" << g_loss_unicast
+      << ",\"loss_blackouts\":" << g_blackouts << ",\"loss_held_airtime\":" << g_held
+      << ",\"loss_shed\":" << g_shed << ",\"stations\":[";
     bool first = true;
     for (uint32_t i = 0; i < g_rx_frames.size(); i++)
     {

@@ -16,7 +16,9 @@
 //!
 //! Setups: `off` (each downlink packet a unicast frame from the AP),
 //! `downlink-mux` (one frame per interval, or when full; no idle release
-//! in this model), `downlink-mux-red` / `-red2` (redundancy depth 1 / 2).
+//! in this model), `downlink-mux-loss` (the same with the loss rule of
+//! `airpack_core::downlink::loss`: `mux_loss`), `downlink-mux-red` / `-red2`
+//! (redundancy depth 1 / 2).
 //! Not modelled: the idle release, the airtime rule's unicast fallback,
 //! partial repeats, RTP-context loss at the stations (docs/lab.md 5).
 //!
@@ -29,7 +31,9 @@ use crate::experiment::{voip_spec, Client, ExperimentConfig, Point, Setup, Setup
 use crate::topology::{MediumOpts, Topology};
 use crate::validate_sim::{sim_config, VoiceFlow};
 use crate::voip::{Direction, Spec};
+use airpack_core::downlink::airtime::{CellPhy, Rate};
 use airpack_core::downlink::compact;
+use airpack_core::downlink::loss::LossConfig;
 use airpack_core::downlink::mux::{Mux, MuxConfig};
 use anyhow::{bail, Context, Result};
 use rand::{Rng, SeedableRng};
@@ -50,11 +54,11 @@ const PROBE_PACKETS: usize = 64;
 pub fn depth(setup: Setup) -> Result<Option<u8>> {
     Ok(match setup {
         Setup::Off => None,
-        Setup::DownlinkMux | Setup::DownlinkMuxInterval => Some(0),
+        Setup::DownlinkMux | Setup::DownlinkMuxInterval | Setup::DownlinkMuxLoss => Some(0),
         Setup::DownlinkMuxRed => Some(1),
         Setup::DownlinkMuxRed2 => Some(2),
         o => bail!(
-            "cell-sim models off, downlink-mux, downlink-mux-red and downlink-mux-red2, not {}",
+            "cell-sim models off, downlink-mux, downlink-mux-loss, downlink-mux-red and downlink-mux-red2, not {}",
             o.name()
         ),
     })
@@ -231,6 +235,25 @@ pub fn cell_config(
     Ok(out)
 }
 
+/// The `mux_loss` directive of the loss rule with `c`'s limits, one report
+/// per station every `period_ms`, and its airtime guard priced by `phy`
+/// (downlink packets of `ip_bytes`).
+pub fn loss_directive(c: &LossConfig, phy: &CellPhy, ip_bytes: u32, period_ms: u32) -> String {
+    let (m0, m1) = (phy.multicast_us(0), phy.multicast_us(1500));
+    format!(
+        "mux_loss {} {} {} {} {} {} {} {} {}\n",
+        c.limit,
+        c.clear,
+        c.keep,
+        c.min_frames,
+        u64::from(period_ms) * 1000,
+        c.airtime_budget,
+        phy.unicast_us(ip_bytes),
+        m0,
+        (m1 - m0) / 1500.0
+    )
+}
+
 /// One station's view of the multiplexed frames.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StationRx {
@@ -261,6 +284,24 @@ pub struct MuxReport {
     pub closed_interval: u64,
     /// Entries repeated (redundancy).
     pub repeated: u64,
+    /// Loss rule: moves of a station to unicast.
+    #[serde(default)]
+    pub loss_to_unicast: u64,
+    /// Loss rule: returns to the frame.
+    #[serde(default)]
+    pub loss_to_multicast: u64,
+    /// Loss rule: packets served by unicast instead of the frame.
+    #[serde(default)]
+    pub loss_unicast_packets: u64,
+    /// Loss rule: reports of a station that received no frame while frames were sent.
+    #[serde(default)]
+    pub loss_blackouts: u64,
+    /// Loss rule: moves to unicast refused by the airtime guard.
+    #[serde(default)]
+    pub loss_held_airtime: u64,
+    /// Loss rule: returns to the frame because the load was above the budget.
+    #[serde(default)]
+    pub loss_shed: u64,
     /// Stations that received at least one frame.
     pub stations: Vec<StationRx>,
 }
@@ -309,7 +350,26 @@ pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point>
         .join(format!("cellsim-{}-{n}-{}", setup.name(), cfg.seed));
     std::fs::create_dir_all(&dir)?;
     let (packets, report) = (dir.join("packets.txt"), dir.join("mux.json"));
-    let text = cell_config(&cfg, &spec, &flows, d, &packets, &report)?;
+    let mut text = cell_config(&cfg, &spec, &flows, d, &packets, &report)?;
+    if setup == Setup::DownlinkMuxLoss {
+        let r = crate::cell::Redundancy::of(&cfg.medium.phy, cfg.topo.wifi.multicast_mbit);
+        let rate = |m| Rate::of(m, r.short_preamble).context("the preset's rate");
+        let phy = CellPhy {
+            unicast: rate(r.unicast_mbit)?,
+            multicast: rate(r.multicast_mbit)?,
+        };
+        let profile = spec.profile()?;
+        let payload = airpack_voice::rtp::probe_payload_len(profile.payload_bytes());
+        let ip = voip_packet(0, 0, 0, 0, payload).len() as u32;
+        let c = LossConfig {
+            airtime_budget: *LOSS_BUDGET
+                .get()
+                .unwrap_or(&LossConfig::default().airtime_budget),
+            ..LossConfig::default()
+        };
+        let period_ms = *LOSS_REPORT_MS.get().unwrap_or(&1000);
+        text.push_str(&loss_directive(&c, &phy, ip, period_ms));
+    }
     let (mut p, r) =
         crate::validate_sim::run_program(&cfg, setup, n, &spec, &flows, &dir, text, &packets, t0)?;
     let stations = cfg.topo.nodes.len() - 1 - crate::cell::OUTER;
@@ -341,7 +401,7 @@ pub struct CellSimArgs {
     /// Codecs, comma separated (g729, g711).
     #[arg(long, default_value = "g729,g711")]
     codecs: String,
-    /// Setups, comma separated (off, downlink-mux, downlink-mux-red, downlink-mux-red2).
+    /// Setups, comma separated (off, downlink-mux, downlink-mux-loss, downlink-mux-red, downlink-mux-red2).
     #[arg(long, default_value = "off,downlink-mux,downlink-mux-red")]
     setups: String,
     /// Seconds of calls per point.
@@ -357,7 +417,21 @@ pub struct CellSimArgs {
     /// JSON of the run (default: results/cell-sim-<unix time>.json).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// `downlink-mux-loss`: the airtime guard's budget (share of the
+    /// channel; default `LossConfig::default().airtime_budget`).
+    #[arg(long)]
+    loss_budget: Option<f64>,
+    /// `downlink-mux-loss`: the stations' report period, ms (the daemon's
+    /// `station.report_ms`).
+    #[arg(long, default_value_t = 1000)]
+    loss_report_ms: u32,
 }
+
+/// The run's `--loss-report-ms` (set once by [`main`]).
+static LOSS_REPORT_MS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+/// The run's `--loss-budget` (set once by [`main`]).
+static LOSS_BUDGET: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
 
 /// One row of the run: a preset, codec and setup's capacity and its bound.
 #[derive(Debug, Clone, Serialize)]
@@ -403,6 +477,16 @@ pub fn config(preset: &str, codec: &str, a: &CellSimArgs, work: &Path) -> Result
 /// Run the searches and write the JSON.
 pub fn main(a: CellSimArgs) -> Result<()> {
     air_ns3::check_available().map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(b) = a.loss_budget {
+        if !(b > 0.0 && b <= 4.0) {
+            bail!("--loss-budget {b}: must be above 0 and at most 4");
+        }
+        let _ = LOSS_BUDGET.set(b);
+    }
+    if !(50..=60_000).contains(&a.loss_report_ms) {
+        bail!("--loss-report-ms {}: must be in 50-60000", a.loss_report_ms);
+    }
+    let _ = LOSS_REPORT_MS.set(a.loss_report_ms);
     crate::netns::catch_interrupts();
     let split = |s: &str| -> Vec<String> {
         s.split(',')

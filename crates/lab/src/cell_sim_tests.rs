@@ -12,7 +12,28 @@ fn args() -> CellSimArgs {
         max_calls: Some(8),
         queue_limit: 50,
         out: None,
+        loss_budget: None,
+        loss_report_ms: 1000,
     }
+}
+
+#[test]
+fn loss_directive_prices_the_presets_rates() {
+    let phy = CellPhy {
+        unicast: Rate::of(11.0, false).unwrap(),
+        multicast: Rate::of(11.0, false).unwrap(),
+    };
+    let d = loss_directive(&LossConfig::default(), &phy, 60, 250);
+    let v: Vec<f64> = d
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    // limit, clear, keep, min frames, period, budget, unicast price, multicast fixed, per byte
+    assert_eq!(&v[..6], &[0.01, 0.005, 0.5, 20.0, 250_000.0, 1.0], "{d}");
+    // 802.11b long preamble, 60-byte G.729 packet: 50 + 310 + 262 + 10 + 203 µs.
+    assert_eq!(v[6], 835.0, "{d}");
+    assert!((v[8] - 8.0 / 11.0).abs() < 0.01, "{d}");
 }
 
 fn work(tag: &str) -> PathBuf {

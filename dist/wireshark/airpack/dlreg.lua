@@ -17,7 +17,7 @@ _G.airpack_dlreg_loaded = true
 local p = Proto("airpack_dlreg", "airpack downlink registration")
 p.prefs.udp_port = Pref.uint("UDP port", 8889, "registration port of the access point")
 
-local TYPES = { [1] = "register", [2] = "renew", [3] = "unregister", [0x81] = "register ok",
+local TYPES = { [1] = "register", [2] = "renew", [3] = "unregister", [4] = "loss report", [0x81] = "register ok",
     [0x82] = "renew ok", [0x83] = "unregister ok", [0xff] = "error" }
 local KINDS = { [1] = "single", [2] = "range", [3] = "auto" }
 local CODES = { [1] = "bad request", [2] = "table full", [3] = "ports taken",
@@ -43,6 +43,9 @@ local f = {
     run_count = ProtoField.uint16("airpack_dlreg.run.count", "Ports"),
     run_sid = ProtoField.uint16("airpack_dlreg.run.first_sid", "First stream id"),
     code = ProtoField.uint8("airpack_dlreg.code", "Error code", base.DEC, CODES),
+    received = ProtoField.uint32("airpack_dlreg.received", "Frames received"),
+    missed = ProtoField.uint32("airpack_dlreg.missed", "Frames missed"),
+    unrecovered = ProtoField.uint32("airpack_dlreg.unrecovered", "Frames missed, not recovered"),
     tag = ProtoField.bytes("airpack_dlreg.tag", "Tag (SipHash-2-4, not verified here)"),
     error = ProtoField.string("airpack_dlreg.error", "Message refused"),
 }
@@ -125,6 +128,13 @@ local function body(tvb, root)
         root:add(f.lease, take(c, 2))
     elseif t == 3 then
         addr(c, root)
+    elseif t == 4 then
+        addr(c, root)
+        root:add(f.received, take(c, 4))
+        local m, u = take(c, 4), take(c, 4)
+        root:add(f.missed, m)
+        root:add(f.unrecovered, u)
+        if u:uint() > m:uint() then fail("reserved") end
     elseif t == 0x81 or t == 0x82 then
         answer(c, root)
     elseif t == 0x83 then

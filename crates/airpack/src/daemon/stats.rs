@@ -639,6 +639,18 @@ pub fn downlink_human(doc: &Value) -> String {
             n(a, "/lease_expiries"),
             nonzero(a.pointer("/registrations/rejected")),
         ));
+        if a.get("loss_rule").is_some() {
+            out.push_str(&format!(
+                "  loss_rule:    on unicast={} reports={} (rejected {}) to unicast={} back={} trials={} held by airtime={}\n",
+                n(a, "/loss_rule/stations_unicast"),
+                n(a, "/loss_rule/reports"),
+                n(a, "/loss_rule/reports_rejected"),
+                n(a, "/loss_rule/to_unicast"),
+                n(a, "/loss_rule/to_multicast"),
+                n(a, "/loss_rule/probes"),
+                n(a, "/loss_rule/held_by_airtime"),
+            ));
+        }
     }
     if let Some(s) = doc.get("station") {
         out.push_str(&format!(

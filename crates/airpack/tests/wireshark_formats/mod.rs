@@ -453,6 +453,9 @@ const REG_FIELDS: &[&str] = &[
     "airpack_dlreg.run.count",
     "airpack_dlreg.run.first_sid",
     "airpack_dlreg.tag",
+    "airpack_dlreg.received",
+    "airpack_dlreg.missed",
+    "airpack_dlreg.unrecovered",
 ];
 
 #[test]
@@ -515,11 +518,22 @@ fn registration_pcaps_decode_as_the_core_reads_them() {
                 let sid = strs(runs.iter().map(|x| x.first_sid));
                 assert_eq!(r["airpack_dlreg.run.first_sid"], sid, "{ctx}");
             }
+            register::Body::Report { addr, report } => {
+                assert_eq!(r["airpack_dlreg.type"], ["0x04"], "{ctx}");
+                assert_eq!(r["airpack_dlreg.addr"], [addr.to_string()], "{ctx}");
+                let n = |k: &str, v: u32| assert_eq!(r[k], [v.to_string()], "{ctx}: {k}");
+                n("airpack_dlreg.received", report.received);
+                n("airpack_dlreg.missed", report.missed);
+                n("airpack_dlreg.unrecovered", report.unrecovered);
+            }
             _ => panic!("{ctx}: a message type the vectors do not have"),
         }
         checked += 1;
     }
-    assert_eq!(checked, 3, "register_range, register_ok, register_bad_tag");
+    assert_eq!(
+        checked, 4,
+        "register_range, register_ok, register_bad_tag, register_report"
+    );
     // The values register_range.hex documents in its comment (the seed's example).
     let rows = tshark(&pcap_of("downlink", "register_range"), &[], REG_FIELDS);
     assert_eq!(rows[0]["airpack_dlreg.addr"], ["192.168.1.5"]);

@@ -86,6 +86,9 @@ pub struct DemuxStats {
     pub recovered: u64,
     /// Repeated entries for this station skipped: their frame had arrived.
     pub duplicates: u64,
+    /// Missing frames whose entries arrived in a later frame's repeat block
+    /// (at most `lost_frames`; a partial block counts as recovering its frame).
+    pub recovered_frames: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -281,6 +284,9 @@ impl Demux {
         self.stats.frames += 1;
         // Oldest block first, so a stream's entries are expanded in order.
         for (age, block) in f.blocks() {
+            if age < use_below {
+                self.stats.recovered_frames += 1;
+            }
             for e in block {
                 if !self.streams.contains_key(&e.sid) {
                     continue;

@@ -445,6 +445,44 @@ impl LeaseTable {
             .min()
     }
 
+    /// Checks a tag-verified loss report that arrived from `from`
+    /// ([`Body::Report`], never answered): its address must be its source
+    /// and hold an active lease, and its sequence number must be above the
+    /// station's last (the replay window requests use). Returns the station
+    /// and its counts; `None` (counted as `ignored` or `replays`) otherwise.
+    pub fn accept_report(
+        &mut self,
+        now: Micros,
+        from: IpAddr,
+        m: &Message,
+        mux: &mut Mux,
+    ) -> Option<(IpAddr, super::register::LossReport)> {
+        self.expire(now, mux);
+        let Body::Report { addr, report } = m.body else {
+            self.stats.ignored += 1;
+            return None;
+        };
+        let Some(r) = self
+            .records
+            .iter_mut()
+            .find(|r| r.addr == addr && r.active && addr == from)
+        else {
+            self.stats.ignored += 1;
+            return None;
+        };
+        let w = &mut r.window;
+        if w.highest().is_some_and(|h| m.seq <= h) || w.check_and_update(m.seq).is_err() {
+            self.stats.replays += 1;
+            return None;
+        }
+        Some((addr, report))
+    }
+
+    /// Whether `addr` holds an active lease.
+    pub fn is_leased(&self, addr: IpAddr) -> bool {
+        self.records.iter().any(|r| r.active && r.addr == addr)
+    }
+
     /// A UDP packet to `dst`:`port` was passed by the mux (not multiplexed):
     /// if `dst` holds an active "auto" lease and `port` is in `auto_ports`,
     /// a stream id is assigned, to be multiplexed from the station's next

@@ -6,7 +6,8 @@
 //! Owns: the two frame layouts ([`seed`]: the seed's 14-byte custom header;
 //! [`compact`]: airpack's own, with stream ids and RTP header compression),
 //! the AP-side state machine ([`mux`]), the station side ([`demux`]) and the
-//! registration messages ([`register`]) and the AP's lease table ([`lease`]).
+//! registration messages ([`register`]), the AP's lease table ([`lease`])
+//! and the loss-aware rule that serves lossy stations by unicast ([`loss`]).
 //!
 //! Must not touch: sockets, clocks, multicast group membership, the kernel's
 //! forwarding (the daemon decides what is intercepted and where frames go),
@@ -18,6 +19,7 @@ pub mod compact;
 mod compressor;
 pub mod demux;
 pub mod lease;
+pub mod loss;
 pub mod mux;
 pub mod register;
 pub mod seed;

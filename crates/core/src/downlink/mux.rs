@@ -57,6 +57,10 @@
 //!   first ones). Depth 1 writes the
 //!   one-block layout of the first version (flag 0x01 only); a frame with
 //!   two or more blocks also sets the depth flag (docs/wire-format.md).
+//! * Loss rule ([`super::loss`]): the streams of a station set with
+//!   [`Mux::set_unicast`] are handed back as [`UnicastReason::Loss`] (the
+//!   driver forwards the original packet as usual); when the station
+//!   returns, each of its streams starts over with a full entry.
 //! * The mux stands in for the AP's forwarding step: TTL / hop limit is
 //!   decremented by `ttl_decrement` (1 by default; 0 when the driver hands
 //!   packets the kernel has already forwarded); a packet that would expire
@@ -159,17 +163,21 @@ pub enum UnicastReason {
     TooLarge,
     /// The seed layout: an IPv6 packet or an empty UDP payload.
     Unsupported,
+    /// The station reports multicast loss above the limit
+    /// ([`Mux::set_unicast`], driven by [`super::loss`]).
+    Loss,
 }
 
 impl UnicastReason {
     /// All variants, in index order.
-    pub const ALL: [UnicastReason; 6] = [
+    pub const ALL: [UnicastReason; 7] = [
         UnicastReason::UnusualHeader,
         UnicastReason::Fragment,
         UnicastReason::BadUdp,
         UnicastReason::TtlExpired,
         UnicastReason::TooLarge,
         UnicastReason::Unsupported,
+        UnicastReason::Loss,
     ];
     /// Short snake-case name (statistics).
     pub fn reason(self) -> &'static str {
@@ -180,6 +188,7 @@ impl UnicastReason {
             UnicastReason::TtlExpired => "ttl_expired",
             UnicastReason::TooLarge => "too_large",
             UnicastReason::Unsupported => "unsupported",
+            UnicastReason::Loss => "loss",
         }
     }
 }
@@ -269,7 +278,7 @@ pub struct MuxStats {
     /// Passed back: not for a registered stream.
     pub passed: u64,
     /// Passed back for unicast, by [`UnicastReason::ALL`] index.
-    pub unicast: [u64; 6],
+    pub unicast: [u64; 7],
     /// Packets put in a frame.
     pub queued: u64,
     /// Packets that left in a frame.
@@ -320,6 +329,12 @@ impl MuxStats {
 struct Stream {
     sid: StreamId,
     ctx: Ctx,
+    /// Its station is on unicast by loss ([`Mux::set_unicast`]).
+    by_loss: bool,
+    addr: IpAddr,
+    /// Airtime rule only: airtime of its packets as unicast exchanges so
+    /// far (multiplexed or not), µs ([`Mux::station_unicast_us`]).
+    air_us: f64,
 }
 
 /// A frame buffer and what is in it.
@@ -381,6 +396,8 @@ pub struct Mux {
     busy: bool,
     now: Micros,
     stats: MuxStats,
+    /// Stations served by unicast because of their loss (at most `max_streams`).
+    unicast_addrs: Vec<IpAddr>,
 }
 
 impl Mux {
@@ -435,6 +452,7 @@ impl Mux {
             busy: false,
             now: 0,
             stats: MuxStats::default(),
+            unicast_addrs: Vec::new(),
             cfg,
         }
     }
@@ -479,6 +497,9 @@ impl Mux {
         let s = Stream {
             sid,
             ctx: Ctx::new(),
+            by_loss: self.unicast_addrs.contains(&addr),
+            addr,
+            air_us: 0.0,
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -499,6 +520,51 @@ impl Mux {
         let i = self.by_key.remove(&(addr, port))?;
         self.free.push(i);
         self.streams[i].take().map(|s| s.sid)
+    }
+
+    /// Serves every stream of station `addr` by unicast (`on`: their
+    /// packets are handed back as [`UnicastReason::Loss`]) or multiplexes
+    /// them again (`!on`: each stream's next entry is full, as the station
+    /// saw none of the packets in between). Streams registered later follow
+    /// the setting. Returns whether it changed. Called on a state change
+    /// only (not per packet); bounded by `max_streams` stations.
+    pub fn set_unicast(&mut self, addr: IpAddr, on: bool) -> bool {
+        let known = self.unicast_addrs.iter().position(|a| *a == addr);
+        match (on, known) {
+            (true, None) if self.unicast_addrs.len() < self.cfg.max_streams => {
+                self.unicast_addrs.push(addr)
+            }
+            (false, Some(i)) => {
+                self.unicast_addrs.swap_remove(i);
+            }
+            _ => return false,
+        }
+        for s in self.streams.iter_mut().flatten() {
+            if s.addr == addr {
+                s.by_loss = on;
+                if !on {
+                    s.ctx.restart();
+                }
+            }
+        }
+        true
+    }
+
+    /// Airtime rule only (else 0): the airtime the packets of station
+    /// `addr`'s registered streams took or would have taken as unicast
+    /// exchanges so far, µs (O(streams); for [`super::loss`], once per report).
+    pub fn station_unicast_us(&self, addr: IpAddr) -> f64 {
+        self.streams
+            .iter()
+            .flatten()
+            .filter(|s| s.addr == addr)
+            .map(|s| s.air_us)
+            .sum()
+    }
+
+    /// Whether station `addr` is served by unicast ([`Mux::set_unicast`]).
+    pub fn is_unicast(&self, addr: IpAddr) -> bool {
+        self.unicast_addrs.contains(&addr)
     }
 
     /// Registered streams.
@@ -551,18 +617,29 @@ impl Mux {
         let Some(stream) = self.streams[slot] else {
             return Verdict::Pass;
         };
+        // One unicast exchange's airtime (airtime rule only; 0 otherwise).
+        let air = self
+            .cfg
+            .airtime
+            .map_or(0.0, |c| c.unicast_us(bytes.len() as u32));
+        if let Some(s) = self.streams[slot].as_mut() {
+            s.air_us += air;
+        }
+        if stream.by_loss {
+            return Verdict::Unicast(UnicastReason::Loss);
+        }
         let v = match self.cfg.format {
             Format::Seed => self.queue_seed(&udp, info.dst, dport, stream.sid, bytes),
             Format::Compact => self.queue_compact(&udp, slot, bytes),
         };
-        if let (Verdict::Queued(_), Some(cell)) = (v, self.cfg.airtime) {
+        if let (Verdict::Queued(_), Some(_)) = (v, self.cfg.airtime) {
             let f = self.open_mut();
             let at = f.orig_len;
             f.orig[at..at + 2].copy_from_slice(&(slot as u16).to_le_bytes());
             f.orig[at + 2..at + 4].copy_from_slice(&(bytes.len() as u16).to_le_bytes());
             f.orig[at + ORIG_HDR..at + ORIG_HDR + bytes.len()].copy_from_slice(bytes);
             f.orig_len += ORIG_HDR + bytes.len();
-            f.unicast_us += cell.unicast_us(bytes.len() as u32);
+            f.unicast_us += air;
         }
         v
     }

@@ -94,7 +94,7 @@ fn what_the_format_cannot_carry_goes_back_for_unicast() {
     other[22] = 0x1a; // another destination port: not registered
     assert_eq!(m.handle_packet(0, &other), Verdict::Pass);
     assert_eq!(m.handle_packet(0, &[0x45, 0]), Verdict::Pass);
-    assert_eq!(m.stats().unicast, [0, 1, 1, 1, 0, 0]);
+    assert_eq!(m.stats().unicast, [0, 1, 1, 1, 0, 0, 0]);
     assert_eq!(m.stats().passed, 2);
     assert_eq!(m.pending(), 0);
 }

@@ -1,7 +1,9 @@
 //! Registration messages between a station and the access point (UDP, both
 //! ways): register (ports: one, a range, or "auto"), renew, unregister, the
 //! answers (lease time, table epoch and the stream ids assigned, as runs of
-//! consecutive ports), and errors with clear codes. Every message carries a
+//! consecutive ports), errors with clear codes, and the station's periodic
+//! loss report (frames received / missed / missed and not recovered in the
+//! last window; never answered, fed to [`super::loss`]). Every message carries a
 //! key id, a 64-bit sequence number and a SipHash-2-4 tag
 //! ([`crate::auth`]) over everything before it.
 //!
@@ -140,6 +142,19 @@ impl ErrorCode {
     }
 }
 
+/// What a station saw of the multiplexed frames in one report window
+/// (counts of frame sequence numbers, [`super::demux::DemuxStats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LossReport {
+    /// Frames received.
+    pub received: u32,
+    /// Frames missing from the sequence (gaps between frames received).
+    pub missed: u32,
+    /// Of those, frames whose entries no later frame repeated
+    /// (redundancy); equal to `missed` without redundancy.
+    pub unrecovered: u32,
+}
+
 /// A message's body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Body {
@@ -163,6 +178,14 @@ pub enum Body {
     Unregister {
         /// The station's address.
         addr: IpAddr,
+    },
+    /// Station -> AP, type 4: multicast loss seen in the last window
+    /// (`unrecovered <= missed`). Not answered.
+    Report {
+        /// The station's address.
+        addr: IpAddr,
+        /// The counts.
+        report: LossReport,
     },
     /// AP -> station, type 0x81.
     RegisterOk(Answer),
@@ -188,6 +211,7 @@ impl Body {
             Body::Register { .. } => 1,
             Body::Renew { .. } => 2,
             Body::Unregister { .. } => 3,
+            Body::Report { .. } => 4,
             Body::RegisterOk(_) => 0x81,
             Body::RenewOk(_) => 0x82,
             Body::UnregisterOk { .. } => 0x83,
@@ -242,6 +266,10 @@ impl<'a> Cur<'a> {
     }
     fn u16(&mut self) -> Result<u16, FrameError> {
         Ok(be16(self.take(2)?, 0))
+    }
+    fn u32(&mut self) -> Result<u32, FrameError> {
+        let b = self.take(4)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
     fn u64(&mut self) -> Result<u64, FrameError> {
         let b = self.take(8)?;
@@ -307,6 +335,7 @@ impl<'a> Cur<'a> {
 ///
 /// Errors (as [`FrameError`]): no byte `Empty`; version != 1 `BadVersion`;
 /// unknown type, address family other than 4/6, port kind other than 1-3,
+/// a report with more frames unrecovered than missed,
 /// `Range` backwards, unknown error code, a run past port 65535 or stream id
 /// 32767: `Reserved`; a run of 0 ports: `ZeroLength`; more than
 /// [`MAX_RUNS`] runs: `TooManyPackets`; cut short: `Truncated`; bytes
@@ -348,6 +377,18 @@ pub fn decode(b: &[u8]) -> Result<(Message, &[u8]), FrameError> {
             lease_secs: c.u16()?,
         },
         3 => Body::Unregister { addr: c.addr()? },
+        4 => {
+            let addr = c.addr()?;
+            let report = LossReport {
+                received: c.u32()?,
+                missed: c.u32()?,
+                unrecovered: c.u32()?,
+            };
+            if report.unrecovered > report.missed {
+                return Err(FrameError::Reserved);
+            }
+            Body::Report { addr, report }
+        }
         0x81 => Body::RegisterOk(c.answer()?),
         0x82 => Body::RenewOk(c.answer()?),
         0x83 => Body::UnregisterOk { reply_to: c.u64()? },
@@ -423,6 +464,15 @@ pub fn encode(m: &Message, key: &Key, out: &mut [u8]) -> Result<usize, WriteErro
             put(&lease_secs.to_be_bytes());
         }
         Body::Unregister { addr: a } => addr(&mut put, a),
+        Body::Report { addr: a, report } => {
+            if report.unrecovered > report.missed {
+                return Err(WriteError::OutOfRange);
+            }
+            addr(&mut put, a);
+            put(&report.received.to_be_bytes());
+            put(&report.missed.to_be_bytes());
+            put(&report.unrecovered.to_be_bytes());
+        }
         Body::RegisterOk(ans) | Body::RenewOk(ans) => {
             if usize::from(ans.n_runs) > MAX_RUNS {
                 return Err(WriteError::OutOfRange);
@@ -509,6 +559,24 @@ mod tests {
             seq: 3,
             body: Body::Unregister { addr: a6 },
         });
+        let report = LossReport {
+            received: 48,
+            missed: 2,
+            unrecovered: 1,
+        };
+        assert_eq!(
+            roundtrip(Message {
+                key_id: 1,
+                seq: 8,
+                body: Body::Report { addr: a4, report },
+            }),
+            12 + 5 + 12 + 8
+        );
+        roundtrip(Message {
+            key_id: 1,
+            seq: 9,
+            body: Body::Report { addr: a6, report },
+        });
         let mut runs = [Run::default(); MAX_RUNS];
         runs[0] = Run {
             first_port: 6600,
@@ -587,5 +655,29 @@ mod tests {
             encode(&back, &key(), &mut [0u8; 64]),
             Err(WriteError::OutOfRange)
         );
+        // A report claiming more unrecovered than missed frames.
+        let bad = LossReport {
+            received: 1,
+            missed: 1,
+            unrecovered: 2,
+        };
+        let m = Message {
+            key_id: 0,
+            seq: 1,
+            body: Body::Report {
+                addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                report: bad,
+            },
+        };
+        assert_eq!(
+            encode(&m, &key(), &mut [0u8; 64]),
+            Err(WriteError::OutOfRange)
+        );
+        let mut r = vec![1u8, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 4, 127, 0, 0, 1];
+        r.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2]);
+        r.extend_from_slice(&[0; 8]);
+        assert_eq!(decode(&r).map(|x| x.0), Err(FrameError::Reserved));
+        r[28] = 1; // unrecovered 1 of 1 missed: accepted
+        assert!(decode(&r).is_ok());
     }
 }

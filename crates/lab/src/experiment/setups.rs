@@ -41,6 +41,11 @@ pub enum Setup {
     /// `[station]` on every station of a call; a lone packet leaves at once
     /// while the AP's medium is idle (its `NODE.air` file on the ns-3 air).
     DownlinkMux,
+    /// As [`Setup::DownlinkMux`] with the loss rule (`ap.loss_aware`, the
+    /// daemon's default; the other downlink setups turn it off so that they
+    /// stay airtime-only): a station reporting multicast loss above
+    /// `ap.loss_limit_pct` is served by unicast.
+    DownlinkMuxLoss,
     /// As [`Setup::DownlinkMux`] without the idle release: one frame per
     /// 20 ms interval (or when full).
     DownlinkMuxInterval,
@@ -84,6 +89,7 @@ impl Setup {
             "adaptive" => Setup::Adaptive,
             "link-adaptive" | "la" => Setup::LinkAdaptive,
             "downlink-mux" | "mux" => Setup::DownlinkMux,
+            "downlink-mux-loss" | "mux-loss" => Setup::DownlinkMuxLoss,
             "downlink-mux-interval" | "mux-interval" => Setup::DownlinkMuxInterval,
             "downlink-mux-red" | "mux-red" => Setup::DownlinkMuxRed,
             "downlink-mux-agg" | "mux-agg" => Setup::DownlinkMuxAgg,
@@ -94,7 +100,7 @@ impl Setup {
             "fixed-shaper" => Setup::FixedShaper,
             "pacer" => Setup::Pacer,
             "pacer-tim" => Setup::PacerTim,
-            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-interval, downlink-mux-red, downlink-mux-red2, downlink-mux-agg, downlink-mux-agg-partial; gateway presets: no-control, voice-priority, fixed-shaper, pacer, pacer-tim)"),
+            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-loss, downlink-mux-interval, downlink-mux-red, downlink-mux-red2, downlink-mux-agg, downlink-mux-agg-partial; gateway presets: no-control, voice-priority, fixed-shaper, pacer, pacer-tim)"),
         })
     }
     /// Its name.
@@ -107,6 +113,7 @@ impl Setup {
             Setup::Adaptive => "adaptive",
             Setup::LinkAdaptive => "link-adaptive",
             Setup::DownlinkMux => "downlink-mux",
+            Setup::DownlinkMuxLoss => "downlink-mux-loss",
             Setup::DownlinkMuxInterval => "downlink-mux-interval",
             Setup::DownlinkMuxRed => "downlink-mux-red",
             Setup::DownlinkMuxAgg => "downlink-mux-agg",
@@ -135,6 +142,7 @@ impl Setup {
         matches!(
             self,
             Setup::DownlinkMux
+                | Setup::DownlinkMuxLoss
                 | Setup::DownlinkMuxInterval
                 | Setup::DownlinkMuxRed
                 | Setup::DownlinkMuxAgg
@@ -174,6 +182,7 @@ pub fn daemon_config(
             });
         }
         Setup::DownlinkMux
+        | Setup::DownlinkMuxLoss
         | Setup::DownlinkMuxInterval
         | Setup::DownlinkMuxRed
         | Setup::DownlinkMuxAgg
@@ -206,6 +215,18 @@ pub fn daemon_config(
                     ..crate::cell::Redundancy::of(&cfg.medium.phy, topo.wifi.multicast_mbit)
                 });
                 let mut s = crate::cell::ap_config(&sock, f.as_deref(), release, red);
+                if setup == Setup::DownlinkMuxLoss {
+                    // The rates price unicast for the loss rule's airtime guard.
+                    let r = crate::cell::Redundancy::of(&cfg.medium.phy, topo.wifi.multicast_mbit);
+                    s.push_str(&format!(
+                        "unicast_rate = {:?}\nmulticast_rate = {:?}\npreamble = \"{}\"\n",
+                        r.unicast_mbit,
+                        r.multicast_mbit,
+                        if r.short_preamble { "short" } else { "long" }
+                    ));
+                } else {
+                    s.push_str("loss_aware = false\n");
+                }
                 if agg {
                     let st: Vec<String> = topo
                         .neighbours(ap)
@@ -479,6 +500,19 @@ mod tests {
             Some("/dev/shm/x/AP.air"),
             "{ap}"
         );
+        // the loss rule: on (the daemon's default) with the preset's rates in
+        // downlink-mux-loss only; the other downlink setups stay airtime-only
+        assert_eq!(Setup::parse("mux-loss").unwrap(), Setup::DownlinkMuxLoss);
+        assert!(Setup::DownlinkMuxLoss.downlink());
+        let ap = daemon_config(&c, Setup::DownlinkMuxLoss, "AP", 3, s, Some(f)).unwrap();
+        let v = toml::from_str::<toml::Value>(&ap).unwrap();
+        assert_eq!(v["ap"].get("loss_aware"), None, "{ap}");
+        assert_eq!(v["ap"]["unicast_rate"].as_float(), Some(11.0), "{ap}");
+        for setup in [Setup::DownlinkMux, Setup::DownlinkMuxRed] {
+            let ap = daemon_config(&c, setup, "AP", 3, s, Some(f)).unwrap();
+            let v = toml::from_str::<toml::Value>(&ap).unwrap();
+            assert_eq!(v["ap"]["loss_aware"].as_bool(), Some(false), "{ap}");
+        }
         // stations are those of downlink-mux (they recover without a key of their own)
         assert_eq!(
             daemon_config(&c, Setup::DownlinkMuxRed, "S1", 3, s, None),

@@ -12,6 +12,7 @@ use crate::linux::Match;
 use airpack_core::auth::Key;
 use airpack_core::downlink::airtime::{CellPhy, Rate};
 use airpack_core::downlink::lease::LeaseConfig;
+use airpack_core::downlink::loss::LossConfig;
 use airpack_core::downlink::mux::{Format, MuxConfig, MIN_FRAME};
 use airpack_core::downlink::register::Ports;
 use airpack_core::downlink::{MAX_FRAME, MAX_STREAM_ID};
@@ -106,6 +107,21 @@ pub struct ApSection {
     /// With redundancy: when the previous frame's whole block does not fit,
     /// repeat a rotating window of its packets, as many as fit.
     pub redundancy_partial: bool,
+    /// Serve a station by unicast while the multicast loss it reports is
+    /// above `loss_limit_pct` (airpack_core::downlink::loss).
+    pub loss_aware: bool,
+    /// Smoothed share of frames a station may miss (after redundancy's
+    /// recovery) before its packets go unicast, %.
+    pub loss_limit_pct: f64,
+    /// It returns to the frame below this, % (hysteresis; < the limit).
+    pub loss_clear_pct: f64,
+    /// First trial back in the frame after this long on unicast, s
+    /// (doubling after each failed trial, up to 8x).
+    pub loss_probe_secs: u16,
+    /// The loss rule's airtime guard: a station moves to unicast only while
+    /// the cell's estimated voice airtime stays within this share of the
+    /// channel (needs `unicast_rate` and `multicast_rate`).
+    pub loss_airtime_budget: f64,
 }
 
 /// `ap.redundancy` as written: `false` / `true` (depth 0 / 1, the first
@@ -172,6 +188,11 @@ impl Default for ApSection {
             preamble: PreambleCfg::Long,
             redundancy: RedundancyCfg::Flag(false),
             redundancy_partial: false,
+            loss_aware: true,
+            loss_limit_pct: 1.0,
+            loss_clear_pct: 0.5,
+            loss_probe_secs: 30,
+            loss_airtime_budget: LossConfig::default().airtime_budget,
         }
     }
 }
@@ -209,6 +230,9 @@ pub struct StationSection {
     pub lease_secs: u16,
     /// Renew the lease every this many seconds (less than `lease_secs`).
     pub renew_secs: u16,
+    /// Report the frames received and missed to the AP every this many
+    /// seconds (its loss rule, `ap.loss_aware`); 0: never.
+    pub report_secs: u16,
 }
 
 impl Default for StationSection {
@@ -226,6 +250,7 @@ impl Default for StationSection {
             ports: None,
             lease_secs: 60,
             renew_secs: 20,
+            report_secs: 1,
         }
     }
 }
@@ -260,6 +285,8 @@ pub struct ApPlan {
     pub mux: MuxConfig,
     /// The lease table's configuration.
     pub lease: LeaseConfig,
+    /// The loss rule's configuration.
+    pub loss: LossConfig,
 }
 
 /// The validated `[station]`.
@@ -287,6 +314,8 @@ pub struct StationPlan {
     pub lease_secs: u16,
     /// Renew interval, s.
     pub renew_secs: u16,
+    /// Loss report interval, s (0: none).
+    pub report_secs: u16,
 }
 
 impl ApPlan {
@@ -532,6 +561,45 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
         auto_ports: media_ports,
         ..LeaseConfig::default()
     };
+    let limit = s.loss_limit_pct;
+    if !(limit > 0.0 && limit <= 100.0) {
+        return Err(e(
+            "loss_limit_pct",
+            format!("{limit} must be above 0 and at most 100"),
+        ));
+    }
+    if !(s.loss_clear_pct >= 0.0 && s.loss_clear_pct < limit) {
+        return Err(e(
+            "loss_clear_pct",
+            format!(
+                "{} must be at least 0 and below loss_limit_pct ({limit})",
+                s.loss_clear_pct
+            ),
+        ));
+    }
+    if !(1..=3600).contains(&s.loss_probe_secs) {
+        return Err(e(
+            "loss_probe_secs",
+            format!("{} must be in 1-3600", s.loss_probe_secs),
+        ));
+    }
+    if !(s.loss_airtime_budget > 0.0 && s.loss_airtime_budget <= 4.0) {
+        return Err(e(
+            "loss_airtime_budget",
+            format!("{} must be above 0 and at most 4", s.loss_airtime_budget),
+        ));
+    }
+    let probe = u64::from(s.loss_probe_secs) * 1_000_000;
+    let loss = LossConfig {
+        enabled: s.loss_aware,
+        limit: limit / 100.0,
+        clear: s.loss_clear_pct / 100.0,
+        probe,
+        max_probe: probe * 8,
+        max_stations: s.max_stations,
+        airtime_budget: s.loss_airtime_budget,
+        ..LossConfig::default()
+    };
     Ok(Some(ApPlan {
         interfaces: s.interfaces.clone(),
         destination,
@@ -542,6 +610,7 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
         media_ports,
         mux,
         lease,
+        loss,
     }))
 }
 
@@ -634,6 +703,7 @@ pub(super) fn check_station(
         ports,
         lease_secs: s.lease_secs,
         renew_secs: s.renew_secs,
+        report_secs: s.report_secs,
     }))
 }
 

@@ -213,3 +213,44 @@ fn redundancy_is_compact_only() {
     assert!(e.contains("ap.redundancy_partial"), "{e}");
     assert!(depth("-1").is_err());
 }
+
+#[test]
+fn loss_rule_defaults_and_limits() {
+    let base = format!("[ap]\nenabled = true\ninterfaces = [\"wlan0\"]\nkey = \"{K}\"\n");
+    let ap = parse("t.toml", &base, &[], &[]).unwrap().ap.unwrap();
+    assert!(ap.loss.enabled);
+    assert_eq!(ap.loss.limit, 0.01);
+    assert_eq!(ap.loss.clear, 0.005);
+    assert_eq!(ap.loss.probe, 30_000_000);
+    assert_eq!(ap.loss.max_probe, 240_000_000);
+    assert_eq!(ap.loss.airtime_budget, LossConfig::default().airtime_budget);
+    let t = format!("{base}loss_aware = false\nloss_limit_pct = 3\nloss_clear_pct = 1.5\nloss_probe_secs = 10\n");
+    let ap = parse("t.toml", &t, &[], &[]).unwrap().ap.unwrap();
+    assert!(!ap.loss.enabled);
+    assert_eq!(
+        (ap.loss.limit, ap.loss.clear, ap.loss.probe),
+        (0.03, 0.015, 10_000_000)
+    );
+    for (k, v) in [
+        ("loss_limit_pct", "0"),
+        ("loss_limit_pct", "101"),
+        ("loss_clear_pct", "1.0"),
+        ("loss_clear_pct", "-1"),
+        ("loss_probe_secs", "0"),
+        ("loss_airtime_budget", "0"),
+        ("loss_airtime_budget", "5"),
+    ] {
+        let e = err(&format!("{base}{k} = {v}\n"));
+        assert!(e.contains(&format!("ap.{k}")), "{k} = {v}: {e}");
+    }
+    let st = format!(
+        "[station]\nenabled = true\ninterface = \"wlan0\"\nap = \"10.0.0.1\"\nkey = \"{K}\"\nports = 4000\n"
+    );
+    let s = parse("t.toml", &st, &[], &[]).unwrap().station.unwrap();
+    assert_eq!(s.report_secs, 1);
+    let s = parse("t.toml", &format!("{st}report_secs = 0\n"), &[], &[])
+        .unwrap()
+        .station
+        .unwrap();
+    assert_eq!(s.report_secs, 0);
+}

@@ -5,7 +5,10 @@
 //! TUN packets bound for registered streams (`Mux::handle_packet` before the
 //! aggregation path; what the mux passes back takes the normal path), and
 //! the frames out on one UDP socket per interface facing the stations (or
-//! one unicast socket).
+//! one unicast socket). Stations' loss reports (authenticated like
+//! requests, never answered) feed the core's `LossControl`, which serves a
+//! station above `ap.loss_limit_pct` by unicast: the mux then hands its
+//! packets back (`UnicastReason::Loss`) and they take the normal path.
 //!
 //! Interception: the whole configured `ap.media_ports` range (UDP
 //! destination ports) is steered into the TUN by a steering rule placed
@@ -30,8 +33,9 @@ use crate::linux::poll::Interest;
 use crate::linux::socket::RawIpSender;
 use crate::linux::{self, mcast};
 use airpack_core::downlink::lease::LeaseTable;
+use airpack_core::downlink::loss::LossControl;
 use airpack_core::downlink::mux::{FrameReason, Mux, UnicastReason, Verdict};
-use airpack_core::downlink::register::{self, ErrorCode, Message, RegError, MAX_MESSAGE};
+use airpack_core::downlink::register::{self, Body, ErrorCode, Message, RegError, MAX_MESSAGE};
 use airpack_core::Micros;
 use serde_json::{json, Value};
 use std::io;
@@ -59,6 +63,8 @@ pub(super) struct Ap {
     plan: ApPlan,
     mux: Mux,
     leases: LeaseTable,
+    /// The loss rule (stations' reports -> unicast by loss).
+    loss: LossControl,
     reg: Vec<UdpSocket>,
     /// Frame sockets with their destination.
     out: Vec<(UdpSocket, SocketAddr)>,
@@ -126,6 +132,7 @@ impl Ap {
         Ok(Ap {
             mux: Mux::new(ap.mux.clone()),
             leases: LeaseTable::new(ap.lease.clone()),
+            loss: LossControl::new(ap.loss.clone()),
             plan: ap.clone(),
             reg,
             out,
@@ -164,12 +171,21 @@ impl Ap {
         token == TOK_AP_REG4 || token == TOK_AP_REG6
     }
 
-    /// Earliest deadline: the open frame's, or a lease's end.
+    /// Earliest deadline: the open frame's, a lease's end, or a loss probe.
     pub(super) fn deadline(&self) -> Option<Micros> {
-        match (self.mux.poll_timeout(), self.leases.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.mux.poll_timeout(),
+            self.leases.poll_timeout(),
+            self.loss.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Drops the loss records of stations whose lease ended.
+    fn sync_loss(loss: &mut LossControl, leases: &LeaseTable, mux: &mut Mux) {
+        loss.retain(|a| leases.is_leased(a), mux);
     }
 
     /// Reads registration requests and answers them.
@@ -206,7 +222,20 @@ impl Ap {
                 }
             };
             let ip = canonical(from.ip());
-            let Some(body) = self.leases.handle(now, ip, &m, &mut self.mux) else {
+            if let Body::Report { .. } = m.body {
+                match self.leases.accept_report(now, ip, &m, &mut self.mux) {
+                    Some((addr, r)) => {
+                        let sent = self.mux.stats().frames_sent();
+                        self.loss.report(now, addr, &r, sent, &mut self.mux);
+                    }
+                    None => self.loss.rejected(),
+                }
+                Self::sync_loss(&mut self.loss, &self.leases, &mut self.mux);
+                continue;
+            }
+            let body = self.leases.handle(now, ip, &m, &mut self.mux);
+            Self::sync_loss(&mut self.loss, &self.leases, &mut self.mux);
+            let Some(body) = body else {
                 continue;
             };
             self.seq += 1;
@@ -277,6 +306,10 @@ impl Ap {
             if n > 0 {
                 info!(leases = n, "ap: leases expired");
             }
+            Self::sync_loss(&mut self.loss, &self.leases, &mut self.mux);
+        }
+        if self.loss.poll_timeout().is_some_and(|t| t <= now) {
+            self.loss.handle_timeout(now, &mut self.mux);
         }
         self.mux.handle_timeout(now);
         self.transmit(now);
@@ -301,6 +334,7 @@ impl Ap {
     pub(super) fn json(&self) -> Value {
         let m = self.mux.stats();
         let l = self.leases.stats();
+        let ls = self.loss.stats();
         let mut unicast: serde_json::Map<String, Value> = UnicastReason::ALL
             .iter()
             .zip(m.unicast)
@@ -353,6 +387,20 @@ impl Ap {
                 "as_unicast_us": m.airtime_unicast_us,
             },
             "lease_expiries": l.expired,
+            "loss_rule": {
+                "enabled": self.loss.config().enabled,
+                "limit_pct": self.loss.config().limit * 100.0,
+                "stations_unicast": self.loss.on_unicast(),
+                "reports": ls.reports,
+                "reports_rejected": ls.rejected,
+                "blackouts": ls.blackouts,
+                "to_unicast": ls.to_unicast,
+                "to_multicast": ls.to_multicast,
+                "probes": ls.probes,
+                "held_by_airtime": ls.held_airtime,
+                "shed_by_airtime": ls.shed,
+                "estimated_load": self.loss.load(),
+            },
             "registrations": {
                 "received": self.requests,
                 "answered": self.answers,
@@ -400,9 +448,12 @@ impl Ap {
                         })
                     })
                     .collect();
+                let loss = self.loss.stations().find(|s| s.addr == l.addr);
                 json!({
                     "station": l.addr.to_string(),
                     "auto": l.auto,
+                    "unicast_by_loss": loss.is_some_and(|s| s.unicast),
+                    "multicast_loss_pct": loss.and_then(|s| s.loss).map(|x| x * 100.0),
                     "lease_left_s": l.expires.saturating_sub(now) as f64 / 1e6,
                     "streams": l.runs.iter().zip(l.live).filter(|(_, v)| **v).map(|(r, _)| u64::from(r.count)).sum::<u64>(),
                     "runs": runs,

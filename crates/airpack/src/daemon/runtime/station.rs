@@ -1,7 +1,8 @@
 //! The station role of downlink multiplexing (`[station]`, issue 14) in the
 //! daemon's one event loop: registration with the AP (register, renew every
 //! `renew_secs`, retry every second while unanswered, unregister at a clean
-//! stop), the frame receiver (member of the group on the interface facing
+//! stop), the loss report every `report_secs` while registered (frames
+//! received / missed / not recovered, for the AP's loss rule), the frame receiver (member of the group on the interface facing
 //! the AP; frames from any other source are dropped and counted), the core
 //! demultiplexer, and the rebuilt packets written into the TUN, from where
 //! the kernel delivers them to local sockets like any received packet.
@@ -15,6 +16,7 @@ use crate::daemon::config::Plan;
 use crate::linux::mcast;
 use crate::linux::poll::Interest;
 use airpack_core::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
+use airpack_core::downlink::loss::ReportWindow;
 use airpack_core::downlink::register::{self, Answer, Body, Message, RegError, MAX_MESSAGE};
 use airpack_core::downlink::StreamId;
 use airpack_core::Micros;
@@ -50,6 +52,10 @@ pub(super) struct Station {
     registered: bool,
     /// When to send the next register / renew.
     next_request: Micros,
+    /// The loss report's window and when the next is due (while registered).
+    window: ReportWindow,
+    next_report: Micros,
+    reports_sent: u64,
     scratch: Vec<u8>,
     frame_buf: Vec<u8>,
     // Counters.
@@ -104,6 +110,9 @@ impl Station {
             ap_seq: 0,
             registered: false,
             next_request: now,
+            window: ReportWindow::default(),
+            next_report: now,
+            reports_sent: 0,
             scratch: vec![0; MAX_REBUILT],
             frame_buf: vec![0; 65_536],
             requests_sent: 0,
@@ -132,9 +141,16 @@ impl Station {
         token == TOK_ST_REG || token == TOK_ST_FRAMES
     }
 
-    /// When the next request is due.
+    /// When the next request (or loss report) is due.
     pub(super) fn deadline(&self) -> Option<Micros> {
-        Some(self.next_request)
+        Some(match self.reporting() {
+            true => self.next_request.min(self.next_report),
+            false => self.next_request,
+        })
+    }
+
+    fn reporting(&self) -> bool {
+        self.registered && self.plan.report_secs > 0
     }
 
     fn send(&mut self, body: Body) {
@@ -145,8 +161,10 @@ impl Station {
             body,
         };
         let mut out = [0u8; MAX_MESSAGE];
+        let report = matches!(body, Body::Report { .. });
         match register::encode(&m, &self.plan.key, &mut out) {
             Ok(n) => match self.reg.send(&out[..n]) {
+                Ok(_) if report => self.reports_sent += 1,
                 Ok(_) => self.requests_sent += 1,
                 Err(e) => {
                     self.socket_errors += 1;
@@ -159,6 +177,14 @@ impl Station {
 
     /// Sends a register (no lease) or renew when due; retries until answered.
     fn poll(&mut self, now: Micros) {
+        if self.reporting() && now >= self.next_report {
+            let report = self.window.take(self.demux.stats());
+            self.send(Body::Report {
+                addr: self.addr,
+                report,
+            });
+            self.next_report = now + u64::from(self.plan.report_secs) * SEC;
+        }
         if now < self.next_request {
             return;
         }
@@ -203,6 +229,11 @@ impl Station {
                 .min(a.lease_secs.saturating_sub(1).max(1)),
         );
         self.next_request = now + renew * SEC;
+        if !self.registered {
+            // A new lease: the first window starts now.
+            self.window = ReportWindow::new(self.demux.stats());
+            self.next_report = now + u64::from(self.plan.report_secs) * SEC;
+        }
         self.registered = true;
     }
 
@@ -278,7 +309,9 @@ impl Station {
             "packets_for_others": s.skipped,
             "packets_recovered": s.recovered,
             "duplicates": s.duplicates,
+            "recovered_frames": s.recovered_frames,
             "requests_sent": self.requests_sent,
+            "loss_reports_sent": self.reports_sent,
             "answers": self.answers,
             "errors_answered": self.errors_answered,
             "drops": {

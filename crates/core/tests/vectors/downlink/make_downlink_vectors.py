@@ -228,6 +228,13 @@ def register_vectors():
           "# Answer: register ok, reply to 10^15, epoch 7, lease 60 s, one run: ports 6600.. (101) = ids 0..\n"
           "format: register\nkey: 000102030405060708090a0b0c0d0e0f",
           [("01 81, key id 0003, seq 2a, reply-to, epoch 07, lease 003c, 1 run: 19c8 0065 0000, tag", "message", msg)])
+    rep = bytes([1, 4]) + struct.pack("!HQ", 3, 10**15 + 1) + bytes([4]) + STA + struct.pack("!III", 48, 2, 1)
+    rmsg = rep + siphash24(key, dom + rep)
+    write("register_report.hex",
+          "# Loss report: 192.168.1.5 received 48 frames, missed 2, 1 of them not recovered; key id 3, seq 10^15+1.\n"
+          "format: register\nkey: 000102030405060708090a0b0c0d0e0f",
+          [("01 version, 04 report, 0003 key id, 00038d7ea4c68001 seq, 04 c0a80105 addr,\n"
+            "00000030 received, 00000002 missed, 00000001 unrecovered, then the tag", "message", rmsg)])
     bad = bytearray(msg)
     bad[-1] ^= 1
     write("register_bad_tag.hex",

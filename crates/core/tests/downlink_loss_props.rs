@@ -1,0 +1,214 @@
+//! Property tests of the loss rule (issue 14 point 10, `downlink::loss`)
+//! driving a real `Mux` with simulated time: a station whose reports show
+//! loss above the limit gets no multiplexed packet from its first report
+//! (the hysteresis period: enough evidence, here one report) until its
+//! probe, and again from the report after the probe; a clean station is
+//! never moved; every packet handed to the mux is passed, handed back
+//! (counted by reason), or multiplexed and then sent, dropped or pending.
+//! With the airtime rule, the guard never lets the estimated load pass the
+//! budget by a move.
+//!
+//! Owns nothing but these checks.
+
+use airpack_core::downlink::airtime::{CellPhy, Rate};
+use airpack_core::downlink::loss::{LossConfig, LossControl};
+use airpack_core::downlink::mux::{Mux, MuxConfig, UnicastReason, Verdict};
+use airpack_core::downlink::register::LossReport;
+use proptest::prelude::*;
+use std::net::{IpAddr, Ipv4Addr};
+
+const MS: u64 = 1_000;
+const SEC: u64 = 1_000_000;
+
+fn sta(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 10 + i as u8))
+}
+
+/// RFC 1071 sum.
+fn csum(b: &[u8]) -> u16 {
+    let mut s: u32 = b
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while s >> 16 != 0 {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// A G.729-sized IPv4/UDP/RTP packet to station `i`, port 4000.
+fn packet(i: usize, seq: u16) -> Vec<u8> {
+    let IpAddr::V4(d) = sta(i) else {
+        unreachable!()
+    };
+    let s = [192u8, 168, 9, 9];
+    let udp_len = 8 + 12 + 20;
+    let total = 20 + udp_len;
+    let mut p = vec![0u8; total];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    p[6] = 0x40;
+    p[8] = 64;
+    p[9] = 17;
+    p[12..16].copy_from_slice(&s);
+    p[16..20].copy_from_slice(&d.octets());
+    let c = csum(&p[..20]);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    p[20..22].copy_from_slice(&5004u16.to_be_bytes());
+    p[22..24].copy_from_slice(&4000u16.to_be_bytes());
+    p[24..26].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    p[28] = 0x80;
+    p[29] = 18;
+    p[30..32].copy_from_slice(&seq.to_be_bytes());
+    p[32..36].copy_from_slice(&(u32::from(seq) * 160).to_be_bytes());
+    p[36..40].copy_from_slice(&(i as u32 + 1).to_be_bytes());
+    let mut pseudo = Vec::new();
+    pseudo.extend_from_slice(&s);
+    pseudo.extend_from_slice(&d.octets());
+    pseudo.extend_from_slice(&[0, 17]);
+    pseudo.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    pseudo.extend_from_slice(&p[20..]);
+    let c = match csum(&pseudo) {
+        0 => 0xffff,
+        c => c,
+    };
+    p[26..28].copy_from_slice(&c.to_be_bytes());
+    p
+}
+
+fn accounting_holds(mux: &Mux) {
+    let s = mux.stats();
+    assert_eq!(
+        s.handled,
+        s.passed + s.unicast.iter().sum::<u64>() + s.queued
+    );
+    assert_eq!(
+        s.queued,
+        s.sent_packets + s.fallback + s.dropped + mux.pending() as u64
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn lossy_station_is_unicast_from_its_report_until_its_probe(
+        missed_a in prop::collection::vec(2u32..=50, 70),
+        missed_others in prop::collection::vec(0u32..3, 70 * 2),
+        reports in 3usize..70,
+        late in prop::collection::vec(0u64..900 * MS, 70),
+        drain_every in 1usize..5,
+    ) {
+        // Stations 0 (lossy: 4-100 % every report), 1 and 2 (0-4 %), 3 (clean).
+        let mut mux = Mux::new(MuxConfig { idle_release: false, ..MuxConfig::default() });
+        for i in 0..4 {
+            mux.add_stream(sta(i), 4000, i as u16).unwrap();
+        }
+        let mut lc = LossControl::new(LossConfig::default());
+        let mut buf = vec![0u8; 2048];
+        // The spec's model of station 0: unicast from a report, a trial
+        // after 30 s, then 60 s, ... (each failed trial doubles the wait).
+        let (mut a_unicast, mut a_probe_at, mut a_wait) = (false, 0u64, 30 * SEC);
+        let (mut a_probes, mut seq, mut frames) = (0u64, 0u16, 0u64);
+        for k in 0..reports {
+            // One second of 20 ms packets for every station.
+            for j in 0..50u64 {
+                let now = k as u64 * SEC + j * 20 * MS;
+                lc.handle_timeout(now, &mut mux);
+                if a_unicast && now >= a_probe_at {
+                    a_unicast = false;
+                    a_probes += 1;
+                    a_wait = (2 * a_wait).min(240 * SEC);
+                }
+                seq = seq.wrapping_add(1);
+                for i in 0..4 {
+                    let v = mux.handle_packet(now, &packet(i, seq));
+                    let want_unicast = i == 0 && a_unicast;
+                    if want_unicast {
+                        prop_assert_eq!(v, Verdict::Unicast(UnicastReason::Loss), "k {} j {}", k, j);
+                    } else if i == 0 || i == 3 {
+                        prop_assert_eq!(v, Verdict::Queued(i as u16), "station {} k {} j {}", i, k, j);
+                    }
+                }
+                mux.handle_timeout(now);
+                if j as usize % drain_every == 0 {
+                    while let Some(t) = mux.poll_transmit(now, &mut buf) {
+                        frames += u64::from(!t.unicast);
+                    }
+                }
+                accounting_holds(&mux);
+            }
+            // Reports arrive some time into the next second's first interval.
+            let now = (k as u64 + 1) * SEC - 20 * MS + late[k] / 50;
+            let rep = |m: u32| LossReport { received: 50 - m, missed: m, unrecovered: m };
+            lc.report(now, sta(0), &rep(missed_a[k]), frames, &mut mux);
+            if !a_unicast {
+                a_unicast = true;
+                a_probe_at = now + a_wait;
+            }
+            for i in 1..3 {
+                lc.report(now, sta(i), &rep(missed_others[2 * k + i - 1]), frames, &mut mux);
+            }
+            lc.report(now, sta(3), &rep(0), frames, &mut mux);
+            prop_assert!(mux.is_unicast(sta(0)));
+            prop_assert!(!mux.is_unicast(sta(3)));
+        }
+        let s = lc.stats();
+        prop_assert!(s.probes >= a_probes);
+        prop_assert!(s.to_unicast > a_probes, "every trial failed and moved it back");
+        prop_assert_eq!(s.reports, 4 * reports as u64);
+    }
+
+    #[test]
+    fn airtime_guard_keeps_the_estimated_load_within_budget(
+        stations in 2usize..12,
+        budget_pct in 5u32..120,
+        lossy_mask in any::<u16>(),
+    ) {
+        let phy = CellPhy {
+            unicast: Rate::of(11.0, false).unwrap(),
+            multicast: Rate::of(11.0, false).unwrap(),
+        };
+        let mut mux = Mux::new(MuxConfig {
+            idle_release: false,
+            airtime: Some(phy),
+            ..MuxConfig::default()
+        });
+        for i in 0..stations {
+            mux.add_stream(sta(i), 4000, i as u16).unwrap();
+        }
+        let budget = f64::from(budget_pct) / 100.0;
+        let mut lc = LossControl::new(LossConfig { airtime_budget: budget, ..LossConfig::default() });
+        let mut buf = vec![0u8; 2048];
+        let mut frames = 0;
+        for k in 0..6u64 {
+            for j in 0..50u64 {
+                let now = k * SEC + j * 20 * MS;
+                for i in 0..stations {
+                    mux.handle_packet(now, &packet(i, (k * 50 + j) as u16));
+                }
+                mux.handle_timeout(now);
+                while let Some(t) = mux.poll_transmit(now, &mut buf) {
+                    frames += u64::from(!t.unicast);
+                }
+            }
+            let now = (k + 1) * SEC;
+            for i in 0..stations {
+                let m = if lossy_mask >> i & 1 == 1 { 10 } else { 0 };
+                let before = lc.on_unicast();
+                let r = LossReport { received: 50 - m, missed: m, unrecovered: m };
+                lc.report(now, sta(i), &r, frames, &mut mux);
+                if lc.on_unicast() > before {
+                    prop_assert!(lc.load() <= budget + 1e-9, "moved past the budget: {}", lc.load());
+                }
+            }
+            accounting_holds(&mux);
+        }
+        // Stations reporting no loss are never moved.
+        for i in 0..stations {
+            if lossy_mask >> i & 1 == 0 {
+                prop_assert!(!mux.is_unicast(sta(i)));
+            }
+        }
+    }
+}
