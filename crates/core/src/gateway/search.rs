@@ -51,7 +51,7 @@
 //!    to at most the start rate (`initial_bps`): without calls the rate grows
 //!    freely (nothing to protect), which says nothing about the calls.
 //!    Within two `settle_us` after calls joined, the MOS window holds the
-//!    new calls' first packets (the network MOS is the worst call's, and one
+//!    new calls' first packets (with the worst call as the network MOS one
 //!    lost packet of a new call's first 50 reads as choke; measured: 16
 //!    calls starting at 128 kbit/s of TCP read choke, choke, poor, poor,
 //!    poor, then fine from the 6th second): a bad reading
