@@ -159,6 +159,12 @@ struct GwArgs {
     /// Gateway presets, setup pacer: the rate controller (`gateway.controller`: search, seed).
     #[arg(long, default_value = "search", value_parser = ["search", "seed"])]
     pacer_controller: String,
+    /// Gateway presets, setup pacer: a `[gateway]` setting KEY=VALUE (TOML
+    /// value) added to the daemon's config, e.g. `mos_percentile=0.25`;
+    /// repeatable. `min_rate_kbps=296 max_rate_kbps=296` with
+    /// `--pacer-initial-kbps 296` pins the rate (the gateway then only reads).
+    #[arg(long = "pacer-set", value_name = "KEY=VALUE")]
+    pacer_set: Vec<String>,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -256,6 +262,7 @@ fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) ->
             g.link_kbps = c.gw.link_kbps;
             g.pacer_initial_kbps = c.gw.pacer_initial_kbps;
             g.pacer_controller.clone_from(&c.gw.pacer_controller);
+            g.pacer_set = gw::pacer_settings(&c.gw.pacer_set)?;
             if topo.air != topology::Air::Ns3 {
                 bail!("the gateway presets need the ns-3 air (their wired link)");
             }

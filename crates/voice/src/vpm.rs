@@ -396,6 +396,75 @@ impl Vpm {
     }
 }
 
+/// How the active calls' quality is spread at an instant (for the
+/// gateway's history: is the network reading the worst call's noise or a
+/// shift of all calls?).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spread {
+    /// Active calls.
+    pub calls: usize,
+    /// Their MOS: the worst, the 10th and 25th percentiles, the median
+    /// (index `floor(p * (n - 1))` of the sorted MOS, as the network MOS).
+    pub worst: f64,
+    /// See [`Spread::worst`].
+    pub p10: f64,
+    /// See [`Spread::worst`].
+    pub p25: f64,
+    /// See [`Spread::worst`].
+    pub median: f64,
+    /// Mean and highest upstream loss over the window (%).
+    pub up_loss_mean: f64,
+    /// See [`Spread::up_loss_mean`].
+    pub up_loss_max: f64,
+    /// Calls with a downstream report in the window, and the mean and
+    /// highest downstream loss they report (%).
+    pub down_reports: usize,
+    /// See [`Spread::down_reports`].
+    pub down_loss_mean: f64,
+    /// See [`Spread::down_reports`].
+    pub down_loss_max: f64,
+}
+
+impl Vpm {
+    /// The spread of the active calls' quality now (`None` without an
+    /// active call). Uses the scratch buffer: no allocation.
+    pub fn spread(&mut self, now_us: u64) -> Option<Spread> {
+        self.scratch.clear();
+        let (mut up_sum, mut up_max, mut dn_sum, mut dn_max, mut dn_n) =
+            (0.0, 0.0f64, 0.0, 0.0f64, 0);
+        for c in self.calls.values() {
+            if let Some(q) = c.quality(&self.cfg, now_us) {
+                self.scratch.push(q.mos);
+                up_sum += q.up_loss_pct;
+                up_max = up_max.max(q.up_loss_pct);
+                if let Some(d) = q.down_loss_pct {
+                    dn_sum += d;
+                    dn_max = dn_max.max(d);
+                    dn_n += 1;
+                }
+            }
+        }
+        let n = self.scratch.len();
+        if n == 0 {
+            return None;
+        }
+        self.scratch.sort_by(f64::total_cmp);
+        let at = |p: f64| self.scratch[(p * (n - 1) as f64).floor() as usize];
+        Some(Spread {
+            calls: n,
+            worst: at(0.0),
+            p10: at(0.1),
+            p25: at(0.25),
+            median: at(0.5),
+            up_loss_mean: up_sum / n as f64,
+            up_loss_max: up_max,
+            down_reports: dn_n,
+            down_loss_mean: if dn_n > 0 { dn_sum / dn_n as f64 } else { 0.0 },
+            down_loss_max: dn_max,
+        })
+    }
+}
+
 impl Call {
     fn new(profile: Profile, up_ssrc: u32) -> Self {
         Call {

@@ -231,6 +231,40 @@ fn network_mos_is_the_worst_or_a_percentile_and_calls_expire() {
 }
 
 #[test]
+fn spread_gives_the_calls_percentiles_and_losses() {
+    let mut v = Vpm::new(VpmConfig::default());
+    let now = 200 * 20_000;
+    assert_eq!(v.spread(now), None, "no call");
+    // Eleven calls: 0, 1, ..., 10 lost packets of 200 (0-5 %), mid-call.
+    for n in 0..=10u8 {
+        feed(
+            &mut v,
+            key(n),
+            0,
+            200,
+            |i| (100..100 + u32::from(n)).contains(&i),
+            |_| 0,
+        );
+    }
+    let s = v.spread(now).unwrap();
+    assert_eq!(s.calls, 11);
+    let m = |lost: u8| v.call_quality(&key(lost), now).unwrap().mos;
+    // sorted ascending: index floor(p * 10) is the call with 10 - i losses
+    assert_eq!(s.worst, m(10));
+    assert_eq!(s.p10, m(9));
+    assert_eq!(s.p25, m(8));
+    assert_eq!(s.median, m(5));
+    assert_eq!(v.network_mos(now), Some(s.worst));
+    // 199 expected (the first packet starts the count)
+    assert!((s.up_loss_mean - 500.0 / 199.0).abs() < 1e-9, "{s:?}");
+    assert!((s.up_loss_max - 1000.0 / 199.0).abs() < 1e-9, "{s:?}");
+    assert_eq!(
+        (s.down_reports, s.down_loss_mean, s.down_loss_max),
+        (0, 0.0, 0.0)
+    );
+}
+
+#[test]
 fn the_call_table_is_bounded() {
     let cfg = VpmConfig {
         max_calls: 2,

@@ -17,6 +17,8 @@ pub mod pacer;
 pub mod rate;
 pub mod search;
 #[cfg(test)]
+mod search_calls_tests;
+#[cfg(test)]
 mod search_tests;
 pub mod tcp;
 pub mod tcp_flow;

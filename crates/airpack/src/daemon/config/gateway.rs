@@ -108,7 +108,10 @@ pub struct GatewaySection {
     /// Sliding window of the per-call loss and of "active call", ms.
     pub mos_window_ms: u64,
     /// Which call's MOS is the network's: 0 = the worst, 0.5 = the median.
-    pub mos_percentile: f64,
+    /// Default: the controller's ([`default_percentile`]): the worst call
+    /// for `seed`, the calibrated percentile for `search`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mos_percentile: Option<f64>,
     /// Playout buffer assumed at the listener, ms (later packets are lost).
     pub playout_ms: f64,
     /// One-way delay outside the mesh added to the E-model delay, ms.
@@ -158,6 +161,17 @@ pub fn default_voice() -> Vec<GatewayRule> {
     }]
 }
 
+/// The network MOS's percentile of calls when `mos_percentile` is not
+/// set: the worst call (the seed's VPM) for the `seed` controller, the
+/// search controller's calibrated
+/// [`airpack_core::gateway::search::MOS_PERCENTILE`] for `search`.
+pub fn default_percentile(mode: Mode) -> f64 {
+    match mode {
+        Mode::Seed => 0.0,
+        Mode::Search => airpack_core::gateway::search::MOS_PERCENTILE,
+    }
+}
+
 /// Default TCP rule: every TCP flow.
 pub fn default_tcp() -> Vec<GatewayRule> {
     vec![GatewayRule {
@@ -194,7 +208,7 @@ impl Default for GatewaySection {
             r_poor: r.r_poor,
             r_choke: r.r_choke,
             mos_window_ms: v.window_us / 1000,
-            mos_percentile: v.percentile,
+            mos_percentile: None,
             playout_ms: v.playout_ms,
             wired_delay_ms: v.wired_delay_ms,
             max_calls: 1024,
@@ -436,10 +450,11 @@ pub(super) fn check_gateway(
             format!("{} must be in 100-600000", g.mos_window_ms),
         ));
     }
-    if !(g.mos_percentile.is_finite() && (0.0..=1.0).contains(&g.mos_percentile)) {
+    let percentile = g.mos_percentile.unwrap_or(default_percentile(mode));
+    if !(percentile.is_finite() && (0.0..=1.0).contains(&percentile)) {
         return Err(e(
             "mos_percentile",
-            format!("{} must be in 0-1 (0 = the worst call)", g.mos_percentile),
+            format!("{percentile} must be in 0-1 (0 = the worst call)"),
         ));
     }
     for (key, v) in [
@@ -549,7 +564,7 @@ pub(super) fn check_gateway(
         max_calls: g.max_calls,
         idle_timeout_us: g.call_idle_ms * 1000,
         window_us: g.mos_window_ms * 1000,
-        percentile: g.mos_percentile,
+        percentile,
         playout_ms: g.playout_ms,
         wired_delay_ms: g.wired_delay_ms,
         ..VpmConfig::default()

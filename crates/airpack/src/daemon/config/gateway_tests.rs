@@ -34,6 +34,24 @@ fn defaults_are_the_seeds() {
         r.search,
         airpack_core::gateway::search::SearchConfig::default()
     );
+    // The search controller's network MOS is a percentile of the calls,
+    // the seed's the worst call (issue 12 point 8, docs/gateway.md).
+    assert_eq!(
+        g.vpm.percentile,
+        airpack_core::gateway::search::MOS_PERCENTILE
+    );
+    assert!(g.vpm.percentile > 0.0);
+    let seed = parse(
+        "t.toml",
+        &format!("{BASE}controller = \"seed\"\n"),
+        &[],
+        &[],
+    )
+    .unwrap()
+    .gateway
+    .unwrap();
+    assert_eq!(seed.vpm.percentile, 0.0);
+    assert_eq!(seed.rate.mode, airpack_core::gateway::rate::Mode::Seed);
     assert_eq!(g.voice_rules.len(), 1);
     assert_eq!(g.voice_rules[0].protocol, Some(17));
     assert_eq!(g.voice_rules[0].ports, Some(16_384..=32_767));

@@ -35,7 +35,7 @@ use airpack_core::engine::Rule;
 use airpack_core::gateway::rate::{Band, Mode, RateController};
 use airpack_core::wire::ip::{self, PacketInfo};
 use airpack_core::Micros;
-use airpack_voice::vpm::{CallKey, Vpm};
+use airpack_voice::vpm::{CallKey, Spread, Vpm};
 use anyhow::Context;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
@@ -52,8 +52,9 @@ pub(super) const TOK_GW_TCP: u64 = 91;
 const RX_BATCH: usize = 64;
 /// Copy buffer (voice packets are small; longer ones are truncated and ignored).
 const BUF: usize = 2048;
-/// Controller steps kept for `airpack stats` (`gateway.history`).
-const HISTORY: usize = 32;
+/// Controller steps kept for `airpack stats` (`gateway.history`): two
+/// minutes at the default period, a whole lab point.
+const HISTORY: usize = 128;
 
 /// Observed packets the daemon could not use, by reason.
 #[derive(Clone, Copy, Debug, Default)]
@@ -107,8 +108,8 @@ pub(super) struct Gateway {
     calls_with_mos: usize,
     last_band: Option<Band>,
     decisions: [u64; 5],
-    /// The last steps: (band, MOS, rate after).
-    history: VecDeque<(Band, Option<f64>, u64)>,
+    /// The last steps: (band, MOS, rate after, the calls' spread).
+    history: VecDeque<(Band, Option<f64>, u64, Option<Spread>)>,
     rtp_up: u64,
     rtp_down: u64,
     rtcp_up: u64,
@@ -567,7 +568,8 @@ impl Gateway {
             if self.history.len() == HISTORY {
                 self.history.pop_front();
             }
-            self.history.push_back((band, mos, rate));
+            let spread = self.vpm.spread(now);
+            self.history.push_back((band, mos, rate, spread));
         }
         self.share_bps = (rate / active.max(1) as u64).max(1);
         self.socket_drops += self.voice_sock.drops() + self.tcp_sock.drops();
@@ -673,10 +675,22 @@ impl Gateway {
             "htb_tcp_rate_bps": class(htb::TCP).rate_bps,
             "last_band": self.last_band.map(|b| BAND_NAMES[band_index(b)]),
             "decisions": decisions,
-            "history": self.history.iter().map(|(b, m, r)| json!({
+            "history": self.history.iter().map(|(b, m, r, sp)| json!({
                 "band": BAND_NAMES[band_index(*b)],
                 "mos": m,
                 "rate_bps": r,
+                "spread": sp.map(|s| json!({
+                    "calls": s.calls,
+                    "worst": s.worst,
+                    "p10": s.p10,
+                    "p25": s.p25,
+                    "median": s.median,
+                    "up_loss_mean": s.up_loss_mean,
+                    "up_loss_max": s.up_loss_max,
+                    "down_reports": s.down_reports,
+                    "down_loss_mean": s.down_loss_mean,
+                    "down_loss_max": s.down_loss_max,
+                })),
             })).collect::<Vec<_>>(),
             "flows_paced": self.index.len(),
             "flows_active": self.active_flows,
