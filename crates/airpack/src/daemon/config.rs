@@ -599,6 +599,7 @@ pub fn known_keys() -> Vec<String> {
     c.daemon.prometheus = Some("127.0.0.1:9477".into());
     c.daemon.source_check = Some(SourceCheck::Route);
     c.aggregation.link_mode = Some(LinkModeCfg::Adaptive);
+    c.gateway.mos_percentile = Some(0.25);
     c.daemon.cpu_latency_us = Some(0);
     c.discovery.key = Some("00".repeat(16));
     c.discovery.radio_file = Some("/dev/shm/x.air".into());
