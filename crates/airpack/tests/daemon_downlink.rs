@@ -254,18 +254,6 @@ fn station_config(i: usize) -> String {
     )
 }
 
-/// A veth from `ns` (`ifname`, `cidr`) to the bridge br0 in `hub` (port `port_name`).
-fn attach(net: &Net, hub: &str, ns: &str, ifname: &str, port_name: &str, cidr: &str) {
-    sh(&[
-        "ip", "link", "add", ifname, "netns", ns, "type", "veth", "peer", "name", port_name,
-        "netns", hub,
-    ]);
-    net.ip(hub, &["link", "set", port_name, "master", "br0"]);
-    net.ip(hub, &["link", "set", port_name, "up"]);
-    net.ip(ns, &["addr", "add", cidr, "dev", ifname]);
-    net.ip(ns, &["link", "set", ifname, "up"]);
-}
-
 #[test]
 fn ap_and_three_stations() {
     if !can_run("daemon_downlink") {
@@ -277,25 +265,12 @@ fn ap_and_three_stations() {
     let hub = net.ns("hub");
     net.link(&w, "w0", &format!("{WIRED}/24"), &ap, "a0", "10.171.0.1/24");
     net.ip(&w, &["route", "add", "10.172.0.0/24", "via", "10.171.0.1"]);
-    net.ip(
-        &hub,
-        &[
-            "link",
-            "add",
-            "br0",
-            "type",
-            "bridge",
-            "mcast_snooping",
-            "0",
-        ],
-    );
-    net.ip(&hub, &["link", "set", "br0", "up"]);
-    attach(&net, &hub, &ap, "cell", "pap", &format!("{AP_CELL}/24"));
+    net.bridge(&hub);
+    net.attach(&hub, &ap, "cell", "pap", &format!("{AP_CELL}/24"));
     let mut st = Vec::new();
     for i in 0..3 {
         let ns = net.ns(&format!("s{i}"));
-        attach(
-            &net,
+        net.attach(
             &hub,
             &ns,
             "wl",
@@ -633,27 +608,14 @@ fn ipv6_ap_and_two_stations() {
     net.ip(&w, &["addr", "add", "fd71::2/64", "dev", "w0", "nodad"]);
     net.ip(&ap, &["addr", "add", "fd71::1/64", "dev", "a0", "nodad"]);
     net.ip(&w, &["-6", "route", "add", "fd72::/64", "via", "fd71::1"]);
-    net.ip(
-        &hub,
-        &[
-            "link",
-            "add",
-            "br0",
-            "type",
-            "bridge",
-            "mcast_snooping",
-            "0",
-        ],
-    );
-    net.ip(&hub, &["link", "set", "br0", "up"]);
-    attach(&net, &hub, &ap, "cell", "pap", "10.174.0.1/24");
+    net.bridge(&hub);
+    net.attach(&hub, &ap, "cell", "pap", "10.174.0.1/24");
     net.ip(&ap, &["addr", "add", "fd72::1/64", "dev", "cell", "nodad"]);
     let ip6 = |i: usize| format!("fd72::{}", 11 + i);
     let mut st = Vec::new();
     for i in 0..2 {
         let ns = net.ns(&format!("s{i}"));
-        attach(
-            &net,
+        net.attach(
             &hub,
             &ns,
             "wl",

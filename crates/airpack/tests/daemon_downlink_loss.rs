@@ -35,18 +35,6 @@ fn port(i: usize) -> u16 {
     20_000 + i as u16
 }
 
-/// A veth from `ns` (`ifname`, `cidr`) to the bridge br0 in `hub`.
-fn attach(net: &Net, hub: &str, ns: &str, ifname: &str, port_name: &str, cidr: &str) {
-    sh(&[
-        "ip", "link", "add", ifname, "netns", ns, "type", "veth", "peer", "name", port_name,
-        "netns", hub,
-    ]);
-    net.ip(hub, &["link", "set", port_name, "master", "br0"]);
-    net.ip(hub, &["link", "set", port_name, "up"]);
-    net.ip(ns, &["addr", "add", cidr, "dev", ifname]);
-    net.ip(ns, &["link", "set", ifname, "up"]);
-}
-
 /// Counts the datagrams arriving on `port` in `ns` until `stop`.
 fn receiver(ns: &str, port: u16, stop: Arc<AtomicBool>) -> Arc<AtomicU64> {
     let got = Arc::new(AtomicU64::new(0));
@@ -115,25 +103,13 @@ fn lossy_station_is_served_by_unicast_and_returns() {
     let hub = net.ns("hub");
     net.link(&w, "w0", &format!("{WIRED}/24"), &ap, "a0", "10.173.0.1/24");
     net.ip(&w, &["route", "add", "10.174.0.0/24", "via", "10.173.0.1"]);
-    net.ip(
-        &hub,
-        &[
-            "link",
-            "add",
-            "br0",
-            "type",
-            "bridge",
-            "mcast_snooping",
-            "0",
-        ],
-    );
-    net.ip(&hub, &["link", "set", "br0", "up"]);
-    attach(&net, &hub, &ap, "cell", "pap", &format!("{AP_CELL}/24"));
+    net.bridge(&hub);
+    net.attach(&hub, &ap, "cell", "pap", &format!("{AP_CELL}/24"));
     let mut st = Vec::new();
     for i in 0..3 {
         let ns = net.ns(&format!("s{i}"));
         let cidr = format!("{}/24", station_ip(i));
-        attach(&net, &hub, &ns, "wl", &format!("ps{i}"), &cidr);
+        net.attach(&hub, &ns, "wl", &format!("ps{i}"), &cidr);
         net.ip(
             &ns,
             &["route", "add", "default", "via", &AP_CELL.to_string()],

@@ -19,6 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+/// The downlink tests' cell: a bridge as the shared medium.
+pub mod cell;
 /// Helpers of the kernel-facing `airpack::linux` tests (`linux_*.rs`).
 pub mod kernel;
 
