@@ -6,7 +6,9 @@
 //! never moved; every packet handed to the mux is passed, handed back
 //! (counted by reason), or multiplexed and then sent, dropped or pending.
 //! With the airtime rule, the guard never lets the estimated load pass the
-//! budget by a move.
+//! budget by a move. A new station (admitted at its lease) is never
+//! multiplexed before a clean report unless the guard forbids unicast
+//! (started in the frame, or shed), and the mux's accounting holds.
 //!
 //! Owns nothing but these checks.
 
@@ -209,6 +211,106 @@ proptest! {
             if lossy_mask >> i & 1 == 0 {
                 prop_assert!(!mux.is_unicast(sta(i)));
             }
+        }
+    }
+
+    #[test]
+    fn new_station_is_never_multiplexed_before_a_clean_report_unless_the_guard_forbids(
+        stations in 2usize..10,
+        admit_sec in prop::collection::vec(0u64..5, 10),
+        admit_ms in prop::collection::vec(0u64..50, 10),
+        missed in prop::collection::vec(prop_oneof![Just(0u32), Just(0), 1u32..4], 10 * 8),
+        budget_pct in prop_oneof![Just(400u32), 5u32..150],
+        airtime in any::<bool>(),
+    ) {
+        let phy = CellPhy {
+            unicast: Rate::of(11.0, false).unwrap(),
+            multicast: Rate::of(11.0, false).unwrap(),
+        };
+        let mut mux = Mux::new(MuxConfig {
+            idle_release: false,
+            airtime: airtime.then_some(phy),
+            ..MuxConfig::default()
+        });
+        for i in 0..stations {
+            mux.add_stream(sta(i), 4000, i as u16).unwrap();
+        }
+        let budget = f64::from(budget_pct) / 100.0;
+        let cfg = LossConfig { airtime_budget: budget, start_unicast: true, ..LossConfig::default() };
+        let (clear, min_frames, check_us) = (cfg.clear, f64::from(cfg.min_frames), cfg.start_check);
+        let mut lc = LossControl::new(cfg);
+        let mut buf = vec![0u8; 2048];
+        let mut frames = 0;
+        // Lease time (20 ms steps), then whether it may be multiplexed: a
+        // clean report, or the guard (held at its start, or shed).
+        let mut admitted: Vec<Option<u64>> = vec![None; stations];
+        let mut allowed = vec![false; stations];
+        // Stations past their first check in the frame without a clean
+        // report: each needs a hold or a shed counted.
+        let guard = |lc: &LossControl| lc.stats().shed + lc.stats().start_held;
+        let check = |now: u64, mux: &Mux, admitted: &[Option<u64>], allowed: &mut [bool], explained: u64| {
+            let framed: Vec<usize> = (0..stations)
+                .filter(|&i| admitted[i].is_some_and(|t| now >= t + check_us))
+                .filter(|&i| !allowed[i] && !mux.is_unicast(sta(i)))
+                .collect();
+            assert!(framed.len() as u64 <= explained, "{:?} in the frame, {} guard decisions at {}", framed, explained, now);
+            for i in framed {
+                allowed[i] = true;
+            }
+        };
+        let mut explained = 0;
+        for k in 0..8u64 {
+            for j in 0..50u64 {
+                let now = k * SEC + j * 20 * MS;
+                for i in 0..stations {
+                    if admitted[i].is_none() && admit_sec[i] == k && admit_ms[i] == j {
+                        admitted[i] = Some(now);
+                        let g = guard(&lc);
+                        lc.admit(now, sta(i), &mut mux);
+                        explained += guard(&lc) - g;
+                        check(now - 1, &mux, &admitted, &mut allowed, explained);
+                    }
+                }
+                let g = guard(&lc);
+                lc.handle_timeout(now, &mut mux);
+                if airtime && budget < 4.0 {
+                    explained += guard(&lc) - g;
+                } else {
+                    prop_assert_eq!(guard(&lc), g, "the guard acted without prices or with room");
+                }
+                check(now, &mux, &admitted, &mut allowed, explained);
+                for i in 0..stations {
+                    let v = mux.handle_packet(now, &packet(i, (k * 50 + j) as u16));
+                    if mux.is_unicast(sta(i)) {
+                        prop_assert_eq!(v, Verdict::Unicast(UnicastReason::Loss));
+                    }
+                }
+                mux.handle_timeout(now);
+                while let Some(t) = mux.poll_transmit(now, &mut buf) {
+                    frames += u64::from(!t.unicast);
+                }
+                accounting_holds(&mux);
+            }
+            let now = (k + 1) * SEC;
+            for i in (0..stations).filter(|&i| admitted[i].is_some()) {
+                let m = missed[8 * i + k as usize];
+                let r = LossReport { received: 50 - m, missed: m, unrecovered: m };
+                let g = guard(&lc);
+                lc.report(now, sta(i), &r, frames, &mut mux);
+                explained += guard(&lc) - g;
+                let st = lc.stations().find(|s| s.addr == sta(i)).unwrap();
+                if st.evidence >= min_frames && st.loss.is_some_and(|l| l < clear) {
+                    allowed[i] = true;
+                }
+                // Before the timeouts due at `now` (the next step runs them).
+                check(now - 1, &mux, &admitted, &mut allowed, explained);
+            }
+        }
+        // With room (no prices, or a budget of 4) every new station went to
+        // unicast: at its start, or by a lossy report before it.
+        if !airtime || budget >= 4.0 {
+            let s = lc.stats();
+            prop_assert!(s.start_unicast + s.to_unicast >= admitted.iter().flatten().count() as u64);
         }
     }
 }

@@ -31,6 +31,15 @@
 // station moves only if load + its downlink <= BUDGET, and a unicast
 // station returns when load > BUDGET. The probe timer is not modelled (a point lasts seconds; a
 // station on unicast keeps measuring the others' frames).
+// New stations (START = 1, the core's `LossControl::admit`): at its first downlink packet a
+// station's price is set to a prior (its downlink flows x one packet per INTERVAL x UNICAST_US;
+// the core charges a 60-byte packet instead); CHECK_US later its price is measured (its packets
+// since) and it moves to unicast if the whole cell would fit on unicast (sum of 2 x every
+// station's price <= BUDGET; else it stays in the frame); when that sum passes BUDGET every new
+// station on unicast returns to the frame; it joins the frame at a report with MIN_FRAMES of evidence and loss below CLEAR (above
+// LIMIT it stays as any lossy station); every CHECK_US its price is re-measured (its packets since
+// the last check) and the shedding re-applied. With no frame sent
+// (every station on unicast) it stays on unicast: the probe that would end this is not modelled.
 //
 // Not modelled (docs/lab.md, section 5, "Pure simulation of the cell"):
 // the idle release of a lone packet, the airtime rule's unicast fallback,
@@ -43,7 +52,7 @@
 //                                  last PERIOD sizes repeat
 //   mux_report PATH                 the model's counters as JSON at exit
 //   mux_loss LIMIT CLEAR KEEP MIN_FRAMES PERIOD_US BUDGET UNICAST_US MC_FIXED_US MC_US_PER_BYTE
-//                                   the loss rule (fractions; airtime guard)
+//            START CHECK_US         the loss rule (fractions; airtime guard; new stations)
 //
 // Must not touch: the scenario (air.cc), the relaying of voice mode
 // (air_io.cc calls MuxTake and MuxFrameReceived).
@@ -87,6 +96,8 @@ struct MuxCfg
     uint32_t min_frames = 20;
     uint64_t period_us = 1000000;
     double budget = 1.0, unicast_us = 0, mc_fixed_us = 0, mc_us_per_byte = 0;
+    uint32_t start = 0;
+    uint64_t check_us = 200000;
 } g_mux;
 
 // Loss rule, per node (a station: a node MuxTake was asked to reach).
@@ -99,11 +110,38 @@ struct LossSta
     double air_rate = 0;                // their unicast price, µs per s
     double expected = 0, lost = 0;  // smoothed
     int64_t mark = -1;              // frames sent at the previous report
+    bool fresh = false;             // started on unicast, no clean report yet
+    bool pending = false;           // start decided at its first check
+    uint64_t chk_pkts = 0;          // downlink packets since the last price check
+    int64_t chk_t0 = 0;             // its time, ns
 };
 std::vector<LossSta> g_loss;
 uint64_t g_to_unicast = 0, g_to_multicast = 0, g_loss_unicast = 0, g_blackouts = 0;
-uint64_t g_held = 0, g_shed = 0;
+uint64_t g_held = 0, g_shed = 0, g_start_unicast = 0, g_start_held = 0, g_start_cleared = 0;
 size_t g_frames_mark = 0; // frames sent at the previous report time
+double g_frames_rate = 0; // the frames' price at the last report, µs per s
+
+// The start guard's load: every station on unicast (share of the channel).
+double LossAllUnicast()
+{
+    double l = 0;
+    for (const LossSta& st : g_loss)
+    {
+        l += 2 * st.air_rate;
+    }
+    return l / 1e6;
+}
+
+// The guard's load (share of the channel) from the last measured prices.
+double LossLoad()
+{
+    double l = g_frames_rate;
+    for (const LossSta& st : g_loss)
+    {
+        l += st.air_rate + (st.unicast ? st.air_rate : 0);
+    }
+    return l / 1e6;
+}
 
 std::vector<MuxFrame> g_sent;       // every frame sent, by index
 MuxFrame g_open;                    // the frame being filled
@@ -204,19 +242,13 @@ void LossReports()
         frames_us += g_mux.mc_fixed_us + g_mux.mc_us_per_byte * (g_mux.udp_ip + g_sent[f].len);
     }
     g_frames_mark = g_sent.size();
+    g_frames_rate = frames_us / period_s;
     for (LossSta& st : g_loss)
     {
         st.air_rate = st.pkts * g_mux.unicast_us / period_s;
         st.pkts = 0;
     }
-    auto load = [&]() {
-        double l = frames_us / period_s;
-        for (const LossSta& st : g_loss)
-        {
-            l += st.air_rate + (st.unicast ? st.air_rate : 0);
-        }
-        return l / 1e6;
-    };
+    auto load = LossLoad;
     for (LossSta& st : g_loss)
     {
         if (!st.station)
@@ -241,7 +273,7 @@ void LossReports()
         const double l = load();
         if (st.unicast && l > g_mux.budget)
         {
-            st.unicast = false;
+            st.unicast = st.fresh = false;
             g_shed++;
             continue;
         }
@@ -262,10 +294,104 @@ void LossReports()
         else if (st.unicast && loss < g_mux.clear)
         {
             st.unicast = false;
-            g_to_multicast++;
+            (st.fresh ? g_start_cleared : g_to_multicast)++;
+            st.fresh = false;
+        }
+        else if (loss > g_mux.limit)
+        {
+            st.fresh = false; // a lossy new station stays, as any lossy station
         }
     }
     Simulator::Schedule(MicroSeconds(g_mux.period_us), &LossReports);
+}
+
+// Every new station on unicast returns to the frame when the whole cell would not fit on unicast.
+void LossShedFresh()
+{
+    if (LossAllUnicast() <= g_mux.budget)
+    {
+        return;
+    }
+    for (LossSta& st : g_loss)
+    {
+        if (st.fresh)
+        {
+            st.unicast = st.fresh = false;
+            g_shed++;
+        }
+    }
+}
+
+// New stations' price checks (every CHECK_US): re-measure, shed while load > BUDGET.
+void LossStartChecks()
+{
+    const int64_t now = Simulator::Now().GetNanoSeconds();
+    bool any = false;
+    for (LossSta& st : g_loss)
+    {
+        if (st.fresh && now > st.chk_t0)
+        {
+            st.air_rate = st.chk_pkts * g_mux.unicast_us * 1e9 / double(now - st.chk_t0);
+            st.chk_pkts = 0;
+            st.chk_t0 = now;
+            any = true;
+        }
+    }
+    if (any)
+    {
+        LossShedFresh();
+    }
+    Simulator::Schedule(MicroSeconds(g_mux.check_us), &LossStartChecks);
+}
+
+// A new station's first check: its price measured, its start decided.
+void LossDecide(uint32_t node)
+{
+    LossSta& st = g_loss[node];
+    const int64_t now = Simulator::Now().GetNanoSeconds();
+    if (!st.pending || now <= st.chk_t0)
+    {
+        return;
+    }
+    const double rate = st.chk_pkts * g_mux.unicast_us * 1e9 / double(now - st.chk_t0);
+    st.air_rate = rate > 0 ? rate : st.air_rate;
+    st.chk_pkts = 0;
+    st.chk_t0 = now;
+    st.pending = false;
+    LossShedFresh();
+    if (st.unicast)
+    {
+        return; // moved by a report already
+    }
+    if (LossAllUnicast() <= g_mux.budget)
+    {
+        st.unicast = st.fresh = true;
+        g_start_unicast++;
+    }
+    else
+    {
+        g_start_held++;
+    }
+}
+
+// A station's first downlink packet (its lease, in the daemon).
+void LossAdmit(LossSta& st)
+{
+    if (!g_mux.start)
+    {
+        return;
+    }
+    uint32_t flows = 0;
+    const uint32_t node = uint32_t(&st - g_loss.data());
+    for (const FlowCfg& fl : g_flows)
+    {
+        flows += fl.to == node ? 1 : 0;
+    }
+    st.air_rate = flows * (1e6 / g_mux.interval_us) * g_mux.unicast_us;
+    st.chk_t0 = Simulator::Now().GetNanoSeconds();
+    st.pending = true;
+    LossShedFresh();
+    Simulator::Schedule(MicroSeconds(g_mux.check_us), &LossDecide, node);
 }
 
 } // namespace
@@ -302,9 +428,9 @@ bool MuxDirective(const std::string& k, std::istringstream& s)
         g_mux.loss = true;
         return bool(s >> g_mux.limit >> g_mux.clear >> g_mux.keep >> g_mux.min_frames >>
                     g_mux.period_us >> g_mux.budget >> g_mux.unicast_us >> g_mux.mc_fixed_us >>
-                    g_mux.mc_us_per_byte) &&
+                    g_mux.mc_us_per_byte >> g_mux.start >> g_mux.check_us) &&
                g_mux.clear <= g_mux.limit && g_mux.keep >= 0 && g_mux.keep < 1 &&
-               g_mux.period_us > 0;
+               g_mux.period_us > 0 && g_mux.start <= 1 && g_mux.check_us > 0;
     }
     return false;
 }
@@ -315,6 +441,10 @@ bool MuxCheck(uint32_t ap)
     if (g_mux.on && g_mux.loss)
     {
         Simulator::Schedule(MicroSeconds(g_mux.period_us), &LossReports);
+        if (g_mux.start)
+        {
+            Simulator::Schedule(MicroSeconds(g_mux.check_us), &LossStartChecks);
+        }
     }
     return !g_mux.on || (!g_mux.sizes.empty() && g_voice);
 }
@@ -335,8 +465,13 @@ bool MuxTake(uint32_t i, uint32_t k, uint32_t seq, uint32_t next)
         {
             g_loss.resize(g_nodes.size());
         }
-        g_loss[next].station = true;
+        if (!g_loss[next].station)
+        {
+            g_loss[next].station = true;
+            LossAdmit(g_loss[next]);
+        }
         g_loss[next].pkts++;
+        g_loss[next].chk_pkts++;
         if (g_loss[next].unicast)
         {
             g_loss_unicast++;
@@ -429,7 +564,9 @@ void WriteMuxReport()
       << ",\"repeated\":" << g_repeated << ",\"loss_to_unicast\":" << g_to_unicast
       << ",\"loss_to_multicast\":" << g_to_multicast << ",\"loss_unicast_packets\":" << g_loss_unicast
       << ",\"loss_blackouts\":" << g_blackouts << ",\"loss_held_airtime\":" << g_held
-      << ",\"loss_shed\":" << g_shed << ",\"stations\":[";
+      << ",\"loss_shed\":" << g_shed << ",\"loss_start_unicast\":" << g_start_unicast
+      << ",\"loss_start_held\":" << g_start_held << ",\"loss_start_cleared\":" << g_start_cleared
+      << ",\"stations\":[";
     bool first = true;
     for (uint32_t i = 0; i < g_rx_frames.size(); i++)
     {

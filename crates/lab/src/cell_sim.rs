@@ -237,11 +237,12 @@ pub fn cell_config(
 
 /// The `mux_loss` directive of the loss rule with `c`'s limits, one report
 /// per station every `period_ms`, and its airtime guard priced by `phy`
-/// (downlink packets of `ip_bytes`).
+/// (downlink packets of `ip_bytes`); new stations start on unicast with
+/// `c.start_unicast`.
 pub fn loss_directive(c: &LossConfig, phy: &CellPhy, ip_bytes: u32, period_ms: u32) -> String {
     let (m0, m1) = (phy.multicast_us(0), phy.multicast_us(1500));
     format!(
-        "mux_loss {} {} {} {} {} {} {} {} {}\n",
+        "mux_loss {} {} {} {} {} {} {} {} {} {} {}\n",
         c.limit,
         c.clear,
         c.keep,
@@ -250,7 +251,9 @@ pub fn loss_directive(c: &LossConfig, phy: &CellPhy, ip_bytes: u32, period_ms: u
         c.airtime_budget,
         phy.unicast_us(ip_bytes),
         m0,
-        (m1 - m0) / 1500.0
+        (m1 - m0) / 1500.0,
+        u8::from(c.start_unicast),
+        c.start_check
     )
 }
 
@@ -302,6 +305,15 @@ pub struct MuxReport {
     /// Loss rule: returns to the frame because the load was above the budget.
     #[serde(default)]
     pub loss_shed: u64,
+    /// Loss rule: new stations started on unicast.
+    #[serde(default)]
+    pub loss_start_unicast: u64,
+    /// Loss rule: new stations the guard started in the frame.
+    #[serde(default)]
+    pub loss_start_held: u64,
+    /// Loss rule: new stations moved to the frame by a clean report.
+    #[serde(default)]
+    pub loss_start_cleared: u64,
     /// Stations that received at least one frame.
     pub stations: Vec<StationRx>,
 }
@@ -365,6 +377,7 @@ pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point>
             airtime_budget: *LOSS_BUDGET
                 .get()
                 .unwrap_or(&LossConfig::default().airtime_budget),
+            start_unicast: *LOSS_START_UNICAST.get().unwrap_or(&false),
             ..LossConfig::default()
         };
         let period_ms = *LOSS_REPORT_MS.get().unwrap_or(&1000);
@@ -425,7 +438,15 @@ pub struct CellSimArgs {
     /// `station.report_ms`).
     #[arg(long, default_value_t = 1000)]
     loss_report_ms: u32,
+    /// `downlink-mux-loss`: new stations start on unicast until a clean
+    /// report (`ap.loss_start_unicast = true`; default: in the frame, as
+    /// the daemon).
+    #[arg(long)]
+    loss_start_unicast: bool,
 }
+
+/// The run's `--loss-start-unicast` (set once by [`main`]).
+static LOSS_START_UNICAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// The run's `--loss-report-ms` (set once by [`main`]).
 static LOSS_REPORT_MS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
@@ -487,6 +508,7 @@ pub fn main(a: CellSimArgs) -> Result<()> {
         bail!("--loss-report-ms {}: must be in 50-60000", a.loss_report_ms);
     }
     let _ = LOSS_REPORT_MS.set(a.loss_report_ms);
+    let _ = LOSS_START_UNICAST.set(a.loss_start_unicast);
     crate::netns::catch_interrupts();
     let split = |s: &str| -> Vec<String> {
         s.split(',')

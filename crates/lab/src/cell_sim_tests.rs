@@ -14,6 +14,7 @@ fn args() -> CellSimArgs {
         out: None,
         loss_budget: None,
         loss_report_ms: 1000,
+        loss_start_unicast: false,
     }
 }
 
@@ -34,6 +35,13 @@ fn loss_directive_prices_the_presets_rates() {
     // 802.11b long preamble, 60-byte G.729 packet: 50 + 310 + 262 + 10 + 203 µs.
     assert_eq!(v[6], 835.0, "{d}");
     assert!((v[8] - 8.0 / 11.0).abs() < 0.01, "{d}");
+    // new stations in the frame (default), price checks every 200 ms
+    assert_eq!(&v[9..], &[0.0, 200_000.0], "{d}");
+    let on = LossConfig {
+        start_unicast: true,
+        ..LossConfig::default()
+    };
+    assert!(loss_directive(&on, &phy, 60, 250).ends_with(" 1 200000\n"));
 }
 
 fn work(tag: &str) -> PathBuf {

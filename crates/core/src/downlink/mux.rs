@@ -562,6 +562,16 @@ impl Mux {
             .sum()
     }
 
+    /// Registered streams of station `addr` (O(streams); for
+    /// [`super::loss`], once per new lease).
+    pub fn station_streams(&self, addr: IpAddr) -> usize {
+        self.streams
+            .iter()
+            .flatten()
+            .filter(|s| s.addr == addr)
+            .count()
+    }
+
     /// Whether station `addr` is served by unicast ([`Mux::set_unicast`]).
     pub fn is_unicast(&self, addr: IpAddr) -> bool {
         self.unicast_addrs.contains(&addr)

@@ -122,6 +122,10 @@ pub struct ApSection {
     /// the cell's estimated voice airtime stays within this share of the
     /// channel (needs `unicast_rate` and `multicast_rate`).
     pub loss_airtime_budget: f64,
+    /// A newly leased station starts on unicast (if the airtime guard
+    /// allows it) and joins the frame after a clean loss report (ignored
+    /// without `loss_aware`).
+    pub loss_start_unicast: bool,
 }
 
 /// `ap.redundancy` as written: `false` / `true` (depth 0 / 1, the first
@@ -193,6 +197,7 @@ impl Default for ApSection {
             loss_clear_pct: 0.5,
             loss_probe_secs: 30,
             loss_airtime_budget: LossConfig::default().airtime_budget,
+            loss_start_unicast: LossConfig::default().start_unicast,
         }
     }
 }
@@ -598,6 +603,7 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
         max_probe: probe * 8,
         max_stations: s.max_stations,
         airtime_budget: s.loss_airtime_budget,
+        start_unicast: s.loss_start_unicast,
         ..LossConfig::default()
     };
     Ok(Some(ApPlan {

@@ -224,6 +224,19 @@ fn loss_rule_defaults_and_limits() {
     assert_eq!(ap.loss.probe, 30_000_000);
     assert_eq!(ap.loss.max_probe, 240_000_000);
     assert_eq!(ap.loss.airtime_budget, LossConfig::default().airtime_budget);
+    assert!(
+        !ap.loss.start_unicast,
+        "new stations start in the frame by default"
+    );
+    let t = format!("{base}loss_start_unicast = true\n");
+    assert!(
+        parse("t.toml", &t, &[], &[])
+            .unwrap()
+            .ap
+            .unwrap()
+            .loss
+            .start_unicast
+    );
     let t = format!("{base}loss_aware = false\nloss_limit_pct = 3\nloss_clear_pct = 1.5\nloss_probe_secs = 10\n");
     let ap = parse("t.toml", &t, &[], &[]).unwrap().ap.unwrap();
     assert!(!ap.loss.enabled);

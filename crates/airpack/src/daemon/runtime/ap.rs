@@ -235,6 +235,10 @@ impl Ap {
             }
             let body = self.leases.handle(now, ip, &m, &mut self.mux);
             Self::sync_loss(&mut self.loss, &self.leases, &mut self.mux);
+            if self.leases.is_leased(ip) {
+                // A new lease starts on unicast (no-op for a known station).
+                self.loss.admit(now, ip, &mut self.mux);
+            }
             let Some(body) = body else {
                 continue;
             };
@@ -399,6 +403,10 @@ impl Ap {
                 "probes": ls.probes,
                 "held_by_airtime": ls.held_airtime,
                 "shed_by_airtime": ls.shed,
+                "start_unicast": self.loss.config().start_unicast,
+                "started_unicast": ls.start_unicast,
+                "start_held_by_airtime": ls.start_held,
+                "start_cleared": ls.start_cleared,
                 "estimated_load": self.loss.load(),
             },
             "registrations": {
