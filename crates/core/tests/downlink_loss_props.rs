@@ -268,7 +268,7 @@ proptest! {
                         let g = guard(&lc);
                         lc.admit(now, sta(i), &mut mux);
                         explained += guard(&lc) - g;
-                        check(now - 1, &mux, &admitted, &mut allowed, explained);
+                        check(now.saturating_sub(1), &mux, &admitted, &mut allowed, explained);
                     }
                 }
                 let g = guard(&lc);
@@ -303,7 +303,7 @@ proptest! {
                     allowed[i] = true;
                 }
                 // Before the timeouts due at `now` (the next step runs them).
-                check(now - 1, &mux, &admitted, &mut allowed, explained);
+                check(now.saturating_sub(1), &mux, &admitted, &mut allowed, explained);
             }
         }
         // With room (no prices, or a budget of 4) every new station went to

@@ -216,6 +216,25 @@ struct Record {
 }
 
 impl Record {
+    /// A station first seen: no evidence yet, on the frame.
+    fn new(addr: IpAddr, probe_wait: Micros) -> Record {
+        Record {
+            addr,
+            expected: 0.0,
+            lost: 0.0,
+            unicast: false,
+            probe_at: 0,
+            probe_wait,
+            sent_mark: None,
+            reports: 0,
+            air_mark: None,
+            air_rate: 0.0,
+            fresh: false,
+            pending: false,
+            check_at: 0,
+        }
+    }
+
     fn loss(&self) -> Option<f64> {
         (self.expected > 0.0).then(|| self.lost / self.expected)
     }
@@ -310,21 +329,7 @@ impl LossControl {
         let i = match self.records.iter().position(|x| x.addr == addr) {
             Some(i) => i,
             None if self.records.len() < self.cfg.max_stations => {
-                self.records.push(Record {
-                    addr,
-                    expected: 0.0,
-                    lost: 0.0,
-                    unicast: false,
-                    probe_at: 0,
-                    probe_wait: self.cfg.probe,
-                    sent_mark: None,
-                    reports: 0,
-                    air_mark: None,
-                    air_rate: 0.0,
-                    fresh: false,
-                    pending: false,
-                    check_at: 0,
-                });
+                self.records.push(Record::new(addr, self.cfg.probe));
                 self.records.len() - 1
             }
             None => {
@@ -433,19 +438,11 @@ impl LossControl {
             mux.station_streams(addr) as f64 * per_s * phy.unicast_us(PRIOR_IP_BYTES)
         });
         let rec = Record {
-            addr,
-            expected: 0.0,
-            lost: 0.0,
-            unicast: false,
-            probe_at: 0,
-            probe_wait: self.cfg.probe,
-            sent_mark: None,
-            reports: 0,
             air_mark: Some((now, mux.station_unicast_us(addr))),
             air_rate: prior,
-            fresh: false,
             pending: true,
             check_at: now + self.cfg.start_check,
+            ..Record::new(addr, self.cfg.probe)
         };
         self.records.push(rec);
         // Its load may have pushed the cell past the start guard.
