@@ -183,19 +183,6 @@ pub struct Ns3Air {
 /// senders (10), since the air is the clock every frame waits for.
 pub const RT_PRIO: &str = "20";
 
-/// Real-time priority through `chrt`, unless `AIRPACK_LAB_NO_RT` is set or
-/// `chrt` is missing.
-fn use_chrt() -> bool {
-    std::env::var_os("AIRPACK_LAB_NO_RT").is_none()
-        && Command::new("chrt")
-            .arg("-m")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false)
-}
-
 impl Ns3Air {
     /// Start the program on `config` (written to `dir/air.conf`), passing
     /// `fds` to it, and wait until it runs (its stats file appears).
@@ -206,7 +193,7 @@ impl Ns3Air {
         std::fs::write(&conf, config)?;
         let stats = dir.join("air.stats.json");
         let _ = std::fs::remove_file(&stats);
-        let mut cmd = if use_chrt() {
+        let mut cmd = if crate::experiment::realtime() {
             let mut c = Command::new("chrt");
             c.args(["-r", RT_PRIO]).arg(&bin);
             c

@@ -27,7 +27,7 @@
 
 use crate::air_ns3;
 use crate::cell::CellSpec;
-use crate::experiment::{voip_spec, Client, ExperimentConfig, Point, Setup, SetupResult};
+use crate::experiment::{voip_spec, ExperimentConfig, Point, Setup, SetupResult};
 use crate::topology::{MediumOpts, Topology};
 use crate::validate_sim::{sim_config, VoiceFlow};
 use crate::voip::{Direction, Spec};
@@ -473,26 +473,19 @@ pub fn config(preset: &str, codec: &str, a: &CellSimArgs, work: &Path) -> Result
     let cell = CellSpec::parse(preset).context("not a cell preset (cell:PHY[:MC[:K]])")??;
     let topo = cell.topology(1);
     let phy = crate::medium::preset(&cell.phy).context("cell PHY")?;
-    Ok(ExperimentConfig {
-        bin: "/bin/true".into(),
+    Ok(ExperimentConfig::cbr(
+        "/bin/true".into(),
         topo,
-        medium: MediumOpts {
+        MediumOpts {
             phy,
             queue_limit: a.queue_limit,
             loss_pct: 0.0,
         },
-        codec: codec.into(),
-        interval_ms: 20,
-        vad: false,
-        duration_s: a.duration,
-        playout_ms: 60,
-        criterion: "mos".into(),
-        hold_time_us: 20000,
-        max_calls: a.max_calls.unwrap_or(64),
-        seed: 1,
-        work_dir: work.to_path_buf(),
-        client: Client::Airpack,
-    })
+        codec,
+        a.duration,
+        a.max_calls.unwrap_or(64),
+        work.to_path_buf(),
+    ))
 }
 
 /// Run the searches and write the JSON.

@@ -70,6 +70,38 @@ pub struct ExperimentConfig {
     pub client: Client,
 }
 
+impl ExperimentConfig {
+    /// The validation searches' config (`lab validate`, `lab cell-sim`): CBR
+    /// voice every 20 ms, 60 ms playout, the MOS criterion, hold 20 ms
+    /// (unused without aggregation), seed 1, `airpack voip` calls.
+    pub fn cbr(
+        bin: PathBuf,
+        topo: Topology,
+        medium: MediumOpts,
+        codec: &str,
+        duration_s: f64,
+        max_calls: u32,
+        work_dir: PathBuf,
+    ) -> ExperimentConfig {
+        ExperimentConfig {
+            bin,
+            topo,
+            medium,
+            codec: codec.into(),
+            interval_ms: 20,
+            vad: false,
+            duration_s,
+            playout_ms: 60,
+            criterion: "mos".into(),
+            hold_time_us: 20000,
+            max_calls,
+            seed: 1,
+            work_dir,
+            client: Client::Airpack,
+        }
+    }
+}
+
 /// Who makes a point's calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]

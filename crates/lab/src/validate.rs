@@ -13,9 +13,7 @@
 //! Must not touch: how a point is measured or judged ([`crate::experiment`],
 //! [`crate::validate_sim`], `airpack-voice`).
 
-use crate::experiment::{
-    capacity_search_with, run_point, Client, ExperimentConfig, Setup, SetupResult,
-};
+use crate::experiment::{capacity_search_with, run_point, ExperimentConfig, Setup, SetupResult};
 use crate::topology::{Air, MediumOpts, Topology};
 use crate::validate_walk::walk_search;
 use anyhow::{bail, Context, Result};
@@ -363,29 +361,23 @@ fn config(
     let phy_name = if ht.is_some() { "a6" } else { preset };
     let phy = crate::medium::preset(phy_name)
         .with_context(|| format!("unknown PHY preset {preset:?}"))?;
-    Ok(ExperimentConfig {
-        bin: match &a.bin {
-            Some(b) => b.clone(),
-            None => std::env::current_exe().context("locate the airpack executable")?,
-        },
-        topo: t,
-        medium: MediumOpts {
+    let bin = match &a.bin {
+        Some(b) => b.clone(),
+        None => std::env::current_exe().context("locate the airpack executable")?,
+    };
+    Ok(ExperimentConfig::cbr(
+        bin,
+        t,
+        MediumOpts {
             phy,
             queue_limit: 50,
             loss_pct: 0.0,
         },
-        codec: codec.into(),
-        interval_ms: 20,
-        vad: false,
-        duration_s: a.duration,
-        playout_ms: 60,
-        criterion: "mos".into(),
-        hold_time_us: 20000,
-        max_calls: a.max_calls,
-        seed: 1,
-        work_dir: work,
-        client: Client::Airpack,
-    })
+        codec,
+        a.duration,
+        a.max_calls,
+        work,
+    ))
 }
 
 /// Entry point of `airpack lab validate` (the caller has checked privileges).

@@ -108,13 +108,7 @@ pub fn walk_search(
     lo: u32,
     hi: u32,
 ) -> SetupResult {
-    let mut res = SetupResult {
-        setup,
-        capacity: 0,
-        capacity_at_least: false,
-        error: None,
-        points: Vec::new(),
-    };
+    let mut res = SetupResult::empty(setup);
     let w = walk(start, lo, hi, |n| {
         let c = search_point_cfg(cfg, &res, n);
         let r = run_point(&c, setup, n);

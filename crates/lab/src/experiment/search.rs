@@ -27,6 +27,19 @@ pub struct SetupResult {
     pub points: Vec<Point>,
 }
 
+impl SetupResult {
+    /// A setup before its first point.
+    pub fn empty(setup: Setup) -> SetupResult {
+        SetupResult {
+            setup,
+            capacity: 0,
+            capacity_at_least: false,
+            error: None,
+            points: Vec::new(),
+        }
+    }
+}
+
 /// The config of a search's point of `n` calls: a repeated call count
 /// gets another voice-activity seed (a confirming run with the same seed
 /// would replay the same load).
@@ -83,13 +96,7 @@ pub fn capacity_search_with(
     run_point: impl Fn(&ExperimentConfig, Setup, u32) -> Result<Point>,
     mut on_point: impl FnMut(&Point),
 ) -> SetupResult {
-    let mut res = SetupResult {
-        setup,
-        capacity: 0,
-        capacity_at_least: false,
-        error: None,
-        points: Vec::new(),
-    };
+    let mut res = SetupResult::empty(setup);
     let mut measure = |n: u32, res: &mut SetupResult| -> Option<bool> {
         let c = search_point_cfg(cfg, res, n);
         let mut r = run_point(&c, setup, n);
