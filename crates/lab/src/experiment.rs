@@ -8,16 +8,21 @@
 //! air, tear everything down). Its parts: the setups and their daemon
 //! configs (in `setups`), the point's record and summary (in `point`), and
 //! the search over the number of calls (in `search`, [`capacity_search`]:
-//! doubling, then bisection, then a confirming run).
+//! doubling, then bisection, then a confirming run), and points whose calls
+//! join and leave on a schedule (in `midrun`, with the pacer's settle times
+//! from `settle`).
 //!
 //! Must not touch: voice-quality math (`airpack_lab::voip::merge` and
 //! `airpack-voice` decide "supported"), aggregation (the daemon), the medium
 //! model ([`crate::topology`]).
 
+mod midrun;
 mod point;
 mod search;
+mod settle;
 mod setups;
 
+pub use midrun::Schedule;
 use point::summarize;
 pub use point::{downlink_drops, point_line, Point, MAX_SEND_LAG_MS};
 pub(crate) use point::{remeasure_reason, summarize_point};
@@ -316,6 +321,10 @@ pub fn run_point_with(
         }
         None => cfg,
     };
+    let sched = cfg.topo.gw.as_ref().and_then(|g| g.schedule.as_ref());
+    if sched.is_some() && cfg.client != Client::Airpack {
+        bail!("calls joining and leaving (--calls-at) need the airpack client");
+    }
     if setup.gateway_arm() && cfg.topo.gw.is_none() {
         bail!(
             "setup {} needs a gateway preset (--preset gw:N)",
@@ -421,7 +430,9 @@ pub fn run_point_with(
     let addr_of = |x: &str| mesh.node(x).map(|m| m.addr.to_string()).unwrap_or_default();
     let spec = voip_spec(cfg, &addr_of, n, start_at);
     let spec_path = dir.join("calls.json");
-    std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)?;
+    if sched.is_none() {
+        std::fs::write(&spec_path, serde_json::to_vec_pretty(&spec)?)?;
+    }
     let spec_t: crate::voip::Spec = serde_json::from_value(spec).context("voip spec type")?;
     let flows = match &cfg.topo.gw {
         Some(g) if g.tcp_flows > 0 => {
@@ -446,9 +457,29 @@ pub fn run_point_with(
             _ => None,
         },
     };
-    let (results, signalling) = match cfg.client {
-        Client::Airpack => (run_voips(cfg, &mut mesh, &dir, &spec_path, n)?, None),
-        Client::Baresip => {
+    let mut mid = None;
+    let (results, signalling) = match (sched, cfg.client) {
+        (Some(s), _) => {
+            // the gateway daemon's rate, sampled with the lab's clock
+            let sampler = match (
+                daemons.iter().find(|d| d.0 == crate::gw::GW),
+                mesh.node(crate::gw::GW),
+            ) {
+                (Some((_, sock, _)), Some(g)) => Some(midrun::RateSampler::start(
+                    &cfg.bin,
+                    g.ns.name(),
+                    sock,
+                    start_at,
+                )),
+                _ => None,
+            };
+            let (r, merged) = midrun::run_sessions(cfg, &mut mesh, &dir, s, start_at)?;
+            let samples = sampler.map(|x| x.finish()).unwrap_or_default();
+            mid = Some((s, merged, samples));
+            (r, None)
+        }
+        (None, Client::Airpack) => (run_voips(cfg, &mut mesh, &dir, &spec_path, n)?, None),
+        (None, Client::Baresip) => {
             let r = crate::baresip::run_calls(&mesh, &spec_t, &dir);
             // a dead air takes the taps with it: name it, not its victims
             check_air(&mut mesh)?;
@@ -488,7 +519,9 @@ pub fn run_point_with(
         let st = daemon_stats(&mesh, node, &cfg.bin, sock)
             .with_context(|| format!("stats of {}", p.what))?;
         let total = st.get("total").cloned().unwrap_or(Value::Null);
-        if matches!(setup, Setup::Pacer | Setup::PacerTim) {
+        if matches!(setup, Setup::Pacer | Setup::PacerTim | Setup::PacerAgg)
+            && node == crate::gw::GW
+        {
             gateway = st.get("gateway").cloned();
         }
         if setup.downlink() {
@@ -523,8 +556,17 @@ pub fn run_point_with(
         None => None,
     };
     let aggregation_ratio = if den > 0.0 { num / den } else { 1.0 };
-    let merged = crate::voip::merge(&spec_t, &results);
+    let merged = match &mid {
+        Some((_, m, _)) => m.clone(),
+        None => crate::voip::merge(&spec_t, &results),
+    };
     let call_results = serde_json::to_value(&merged)?;
+    // with a schedule, each call session is judged (and counted) on its own
+    let n = if mid.is_some() {
+        merged.len() as u32
+    } else {
+        n
+    };
     let max_send_lag_ms = results
         .iter()
         .flat_map(|r| r.streams.iter())
@@ -551,6 +593,11 @@ pub fn run_point_with(
     point.ber_frames = ber_frames;
     point.tcp = tcp;
     point.gateway = gateway;
+    if let Some((s, merged, samples)) = &mid {
+        let (v, settles) = midrun::record(s, &s.sessions(), merged, samples);
+        eprint!("{}", midrun::settle_lines(&settles));
+        point.mid_run = Some(v);
+    }
     let _ = std::fs::write(
         dir.join("point.json"),
         serde_json::to_vec_pretty(&point).unwrap_or_default(),
@@ -586,29 +633,53 @@ fn run_voips(
     spec_path: &Path,
     n: u32,
 ) -> Result<Vec<crate::voip::NodeResult>> {
+    let mut voips = spawn_voips(cfg, mesh, dir, spec_path, &endpoints(&cfg.topo, n), "")?;
+    wait_voips(cfg, mesh, &mut voips)
+}
+
+/// Starts `airpack voip --spec spec_path` on each of `nodes`; results go to
+/// `<node><tag>.result.json`, logs to `<node><tag>.voip.log` in `dir`.
+fn spawn_voips(
+    cfg: &ExperimentConfig,
+    mesh: &Mesh,
+    dir: &Path,
+    spec_path: &Path,
+    nodes: &[String],
+    tag: &str,
+) -> Result<Vec<(String, PathBuf, Proc)>> {
     let mut voips = Vec::new();
-    for node in endpoints(&cfg.topo, n) {
-        let out = dir.join(format!("{node}.result.json"));
+    for node in nodes {
+        let out = dir.join(format!("{node}{tag}.result.json"));
         let _ = std::fs::remove_file(&out);
-        let log = dir.join(format!("{node}.voip.log"));
+        let log = dir.join(format!("{node}{tag}.voip.log"));
         let p = spawn_in(
             mesh,
-            &node,
+            node,
             &cfg.bin,
             &[
                 "voip",
                 "--spec",
                 &spec_path.to_string_lossy(),
                 "--node",
-                &node,
+                node,
                 "--out",
                 &out.to_string_lossy(),
             ],
             &log,
             &format!("voip on {node}"),
         )?;
-        voips.push((node, out, p));
+        voips.push((node.clone(), out, p));
     }
+    Ok(voips)
+}
+
+/// Waits until every `airpack voip` of `voips` has finished (at most the
+/// point's length plus 16.5 s) and reads their results, in order.
+fn wait_voips(
+    cfg: &ExperimentConfig,
+    mesh: &mut Mesh,
+    voips: &mut [(String, PathBuf, Proc)],
+) -> Result<Vec<crate::voip::NodeResult>> {
     let deadline = Instant::now() + Duration::from_secs_f64(1.5 + cfg.duration_s + 15.0);
     for (_, _, p) in voips.iter_mut() {
         loop {
@@ -626,7 +697,7 @@ fn run_voips(
         }
     }
     let mut results = Vec::new();
-    for (node, out, _) in &voips {
+    for (node, out, _) in voips.iter() {
         let text =
             std::fs::read_to_string(out).with_context(|| format!("result of voip on {node}"))?;
         results.push(

@@ -64,6 +64,9 @@ pub struct GwSpec {
     /// `pacer`: extra `[gateway]` settings (key, TOML value), checked by
     /// [`pacer_settings`]; they override the arm's own.
     pub pacer_set: Vec<(String, String)>,
+    /// Calls joining and leaving during a point (`lab point --calls-at`);
+    /// None: all calls start and end together.
+    pub schedule: Option<crate::experiment::Schedule>,
 }
 
 impl GwSpec {
@@ -112,6 +115,7 @@ impl GwSpec {
                 pacer_initial_kbps: 128,
                 pacer_controller: "search".into(),
                 pacer_set: Vec::new(),
+                schedule: None,
             })
         })())
     }

@@ -203,6 +203,13 @@ struct PointArgs {
     /// Number of calls.
     #[arg(long, default_value_t = 1)]
     calls: u32,
+    /// Gateway presets: from SECONDS after the calls' start on, CALLS calls
+    /// are active (calls leave from the highest number down, join from the
+    /// lowest up; each active interval is judged on its own); repeatable,
+    /// e.g. `--calls 16 --calls-at 30:8 --calls-at 60:16`. The point's JSON
+    /// gets `mid_run` (docs/lab.md section 6).
+    #[arg(long = "calls-at", value_name = "SECONDS:CALLS")]
+    calls_at: Vec<String>,
     /// Scratch directory (default: /tmp/airpack-lab-<pid>).
     #[arg(long)]
     work: Option<PathBuf>,
@@ -352,7 +359,11 @@ pub fn main(args: LabArgs) -> Result<()> {
             let work = p.work.clone().unwrap_or_else(|| PathBuf::from(format!("/tmp/airpack-lab-{}", std::process::id())));
             // outside the gateway presets, --tcp-flows are tcp-voice's downloads between the call endpoints
             let (common, tcp) = tcp_voice_split(&p.common, "opportunistic", 750)?;
-            let cfg = build_config(&common, p.common.duration.unwrap_or(10.0), p.calls, work)?;
+            let mut cfg = build_config(&common, p.common.duration.unwrap_or(10.0), p.calls, work)?;
+            if !p.calls_at.is_empty() {
+                let s = experiment::Schedule::parse(p.calls, &p.calls_at, cfg.duration_s)?;
+                cfg.topo.gw.as_mut().context("--calls-at needs a gateway preset (--preset gw:N)")?.schedule = Some(s);
+            }
             let point = experiment::run_point_with(&cfg, setup, p.calls, tcp.as_ref())?;
             eprintln!("{}", experiment::point_line(&point));
             println!("{}", serde_json::to_string_pretty(&point)?);

@@ -345,6 +345,7 @@ mod tests {
             ber_frames: BTreeMap::new(),
             tcp: None,
             gateway: None,
+            mid_run: None,
         }
     }
 

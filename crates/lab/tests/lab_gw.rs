@@ -110,3 +110,83 @@ fn a_gateway_point_carries_a_call_and_a_tcp_flow_across_the_wired_delay() {
     assert!(f.bytes_received > 0, "the paced flow moved bytes: {f:?}");
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// Calls joining and leaving (`--calls-at`, issue 12 point 8) with the
+/// pacer: 2 calls, call 1 leaves at 2 s and joins again at 4 s of 6. Each
+/// active interval is its own session, measured over its own time only, and
+/// the gateway's rate is sampled with timestamps over the point.
+#[test]
+fn calls_join_and_leave_during_a_pacer_point() {
+    if !common::ns3_ready("lab_gw", " (the wired link runs on the ns-3 air only)") {
+        return;
+    }
+    let Some(bin) = common::airpack_bin() else {
+        eprintln!("SKIP lab_gw: no airpack binary (set AIRPACK_BIN or run `cargo build -p airpack` first)");
+        return;
+    };
+    let work = std::env::temp_dir().join(format!("airpack-lab-gw-mid-{}", std::process::id()));
+    let mut cfg = config(bin, work.clone());
+    cfg.duration_s = 6.0;
+    let g = cfg.topo.gw.as_mut().unwrap();
+    g.tcp_flows = 0;
+    let at = ["2:1".to_string(), "4:2".to_string()];
+    g.schedule = Some(airpack_lab::experiment::Schedule::parse(2, &at, 6.0).unwrap());
+    let p = run_point(&cfg, Setup::Pacer, 2).expect("point");
+    eprintln!("{}", point_line(&p));
+    let m = p.mid_run.as_ref().expect("mid_run");
+    let sessions = m["sessions"].as_array().unwrap();
+    // call 0 for 6 s; call 1 for 0-2 s and 4-6 s
+    let spans: Vec<(u64, f64, f64)> = sessions
+        .iter()
+        .map(|s| {
+            (
+                s["call"].as_u64().unwrap(),
+                s["start_s"].as_f64().unwrap(),
+                s["end_s"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(spans, [(0, 0.0, 6.0), (1, 0.0, 2.0), (1, 4.0, 6.0)]);
+    assert_eq!(p.calls, 3, "calls count sessions");
+    let results = p.call_results.as_array().unwrap();
+    assert_eq!(results.len(), 3, "{}", p.call_results);
+    // each session was sent and received over its own interval (50 packets/s)
+    for (s, (_, a, b)) in sessions.iter().zip(&spans) {
+        let id = s["id"].as_u64().unwrap();
+        let r = results
+            .iter()
+            .find(|r| r["call"].as_u64() == Some(id))
+            .expect("a result per session");
+        for d in ["a_to_b", "b_to_a"] {
+            let sent = r[d]["sent"].as_u64().unwrap_or(0);
+            let want = ((b - a) * 50.0) as u64;
+            assert!(
+                sent.abs_diff(want) <= 2,
+                "session {id} {d}: sent {sent}, want {want}"
+            );
+            assert!(
+                r[d]["received"].as_u64().unwrap_or(0) > 0,
+                "session {id} {d}: {r}"
+            );
+        }
+    }
+    // the gateway's rate over the point, with times relative to the calls' start
+    let samples = m["rate_samples"].as_array().unwrap();
+    let t: Vec<f64> = samples.iter().map(|s| s["t_s"].as_f64().unwrap()).collect();
+    assert!(
+        t.first().is_some_and(|&x| x < 1.0) && t.last().is_some_and(|&x| x > 5.0),
+        "samples cover the point: {t:?}"
+    );
+    assert!(t.windows(2).all(|w| w[0] < w[1]), "{t:?}");
+    assert!(samples
+        .iter()
+        .all(|s| s["rate_bps"].as_f64().unwrap() > 0.0));
+    assert!(
+        samples
+            .iter()
+            .any(|s| s["calls_with_mos"].as_u64() == Some(2)),
+        "the gateway saw both calls: {samples:?}"
+    );
+    assert_eq!(m["settle"].as_array().map(Vec::len), Some(3));
+    let _ = std::fs::remove_dir_all(&work);
+}

@@ -100,6 +100,12 @@ pub struct Point {
     /// --json` at the end of the point (network MOS, rate, history).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gateway: Option<Value>,
+    /// Calls joining and leaving (`--calls-at`): the schedule, each call
+    /// session's result, the gateway's rate sampled over the point and the
+    /// settle time after each change ([`super::midrun::record`]). `calls`
+    /// and `supported_calls` then count call sessions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mid_run: Option<Value>,
 }
 
 /// A point whose senders lagged more than this (ms) is re-measured.
@@ -261,6 +267,7 @@ pub(super) fn summarize(
         ber_frames: BTreeMap::new(),
         tcp: None,
         gateway: None,
+        mid_run: None,
     }
 }
 

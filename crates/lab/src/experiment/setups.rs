@@ -76,6 +76,13 @@ pub enum Setup {
     /// Gateway arm: the pacer plus the TCP Improvement Module with
     /// queue-aware window control (`gateway.tcp_improvement`).
     PacerTim,
+    /// Gateway arm (issue 12 point 7(d)): the pacer on the gateway plus
+    /// hop-by-hop aggregation in the daemon's default link mode (adaptive,
+    /// reading `NODE.air`) on every mesh node behind it, between the mesh
+    /// nodes; the gateway itself does not aggregate (its voice monitor reads
+    /// the calls' RTP on its radio, which bundles would hide), so the hop
+    /// `G - M1` carries single packets.
+    PacerAgg,
 }
 
 impl Setup {
@@ -100,7 +107,8 @@ impl Setup {
             "fixed-shaper" => Setup::FixedShaper,
             "pacer" => Setup::Pacer,
             "pacer-tim" => Setup::PacerTim,
-            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-loss, downlink-mux-interval, downlink-mux-red, downlink-mux-red2, downlink-mux-agg, downlink-mux-agg-partial; gateway presets: no-control, voice-priority, fixed-shaper, pacer, pacer-tim)"),
+            "pacer-agg" => Setup::PacerAgg,
+            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-loss, downlink-mux-interval, downlink-mux-red, downlink-mux-red2, downlink-mux-agg, downlink-mux-agg-partial; gateway presets: no-control, voice-priority, fixed-shaper, pacer, pacer-tim, pacer-agg)"),
         })
     }
     /// Its name.
@@ -124,6 +132,7 @@ impl Setup {
             Setup::FixedShaper => "fixed-shaper",
             Setup::Pacer => "pacer",
             Setup::PacerTim => "pacer-tim",
+            Setup::PacerAgg => "pacer-agg",
         }
     }
     /// The arms of seed 003's gateway experiment (need a `gw:N` preset).
@@ -135,6 +144,7 @@ impl Setup {
                 | Setup::FixedShaper
                 | Setup::Pacer
                 | Setup::PacerTim
+                | Setup::PacerAgg
         )
     }
     /// The downlink-multiplexing setups (a cell's AP and stations run daemons).
@@ -166,21 +176,24 @@ pub fn daemon_config(
     let topo = &cfg.topo;
     let idx = |x: &str| topo.nodes.iter().position(|y| y == x).expect("known node");
     let addr = |x: &str| Topology::addr_of(idx(x)).to_string();
+    // the gateway's `[gateway]` role (only on the gateway node)
+    let pacer = || {
+        let g = topo.gw.as_ref()?;
+        (node == crate::gw::GW).then(|| {
+            crate::gw::pacer_config(
+                &socket.to_string_lossy(),
+                g,
+                &cfg.medium.phy,
+                cfg.playout_ms,
+                setup == Setup::PacerTim,
+            )
+        })
+    };
     let (mode, link_mode, peers): (&str, &str, Vec<(String, Option<String>)>) = match setup {
         Setup::Off | Setup::NoControl | Setup::VoicePriority | Setup::FixedShaper => return None,
-        Setup::Pacer | Setup::PacerTim => {
-            let g = topo.gw.as_ref()?;
-            let tim = setup == Setup::PacerTim;
-            return (node == crate::gw::GW).then(|| {
-                crate::gw::pacer_config(
-                    &socket.to_string_lossy(),
-                    g,
-                    &cfg.medium.phy,
-                    cfg.playout_ms,
-                    tim,
-                )
-            });
-        }
+        Setup::Pacer | Setup::PacerTim => return pacer(),
+        // pacer-agg: the pacer on the gateway, no daemon on the server
+        Setup::PacerAgg if node == crate::gw::GW || node == crate::gw::SERVER => return pacer(),
         Setup::DownlinkMux
         | Setup::DownlinkMuxLoss
         | Setup::DownlinkMuxInterval
@@ -266,20 +279,31 @@ pub fn daemon_config(
             }
             return Some(s);
         }
-        Setup::HopByHop | Setup::HoldWhileBusy | Setup::Adaptive | Setup::LinkAdaptive => (
+        Setup::HopByHop
+        | Setup::HoldWhileBusy
+        | Setup::Adaptive
+        | Setup::LinkAdaptive
+        | Setup::PacerAgg => (
             "hop-by-hop",
             match setup {
                 Setup::HoldWhileBusy => "hold-while-busy",
-                Setup::Adaptive => "adaptive",
+                Setup::Adaptive | Setup::PacerAgg => "adaptive",
                 _ => "fixed",
             },
             if setup == Setup::LinkAdaptive {
                 Vec::new() // discovered (a static peer would keep its fixed size)
             } else {
-                topo.neighbours(node)
+                let v: Vec<(String, Option<String>)> = topo
+                    .neighbours(node)
                     .iter()
+                    // pacer-agg: the gateway does not aggregate
+                    .filter(|nb| setup != Setup::PacerAgg || *nb != crate::gw::GW)
                     .map(|nb| (addr(nb), None))
-                    .collect()
+                    .collect();
+                if v.is_empty() && setup == Setup::PacerAgg {
+                    return None;
+                }
+                v
             },
         ),
         Setup::EndToEnd => {
@@ -315,7 +339,7 @@ pub fn daemon_config(
         socket.display(),
         cfg.hold_time_us
     );
-    if let (Setup::Adaptive, Some(f)) = (setup, air_file) {
+    if let (Setup::Adaptive | Setup::PacerAgg, Some(f)) = (setup, air_file) {
         s.push_str(&format!("\n[medium]\nfile = \"{}\"\n", f.display()));
     }
     if setup == Setup::LinkAdaptive {
@@ -570,5 +594,62 @@ mod tests {
             Some(1),
             "{s2}"
         );
+    }
+
+    #[test]
+    fn pacer_agg_paces_at_the_gateway_and_aggregates_behind_it() {
+        let mut c = cfg();
+        c.topo = crate::gw::GwSpec::parse("gw:3")
+            .unwrap()
+            .unwrap()
+            .topology();
+        c.medium.phy = crate::medium::preset("a12").unwrap();
+        let s = Path::new("/tmp/x.sock");
+        let f = Some(Path::new("/dev/shm/x/M1.air"));
+        assert_eq!(Setup::parse("pacer-agg").unwrap().name(), "pacer-agg");
+        assert!(Setup::PacerAgg.gateway_arm());
+        assert!(daemon_config(&c, Setup::PacerAgg, "S", 4, s, f).is_none());
+        let g = daemon_config(&c, Setup::PacerAgg, "G", 4, s, f).unwrap();
+        assert_eq!(
+            Some(g.clone()),
+            daemon_config(&c, Setup::Pacer, "G", 4, s, f)
+        );
+        assert!(g.contains("[gateway]") && !g.contains("[[peer]]"), "{g}");
+        let addr = |x: &str| {
+            let i = c.topo.nodes.iter().position(|y| y == x).unwrap();
+            Topology::addr_of(i).to_string()
+        };
+        let peers = |node: &str| -> Vec<String> {
+            let t = daemon_config(&c, Setup::PacerAgg, node, 4, s, f).unwrap();
+            let v = toml::from_str::<toml::Value>(&t).unwrap();
+            assert_eq!(v["daemon"]["mode"].as_str(), Some("hop-by-hop"), "{t}");
+            assert_eq!(
+                v["aggregation"]["link_mode"].as_str(),
+                Some("adaptive"),
+                "{t}"
+            );
+            assert_eq!(
+                v["medium"]["file"].as_str(),
+                Some("/dev/shm/x/M1.air"),
+                "{t}"
+            );
+            assert!(v.get("gateway").is_none(), "{t}");
+            v["peer"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["address"].as_str().unwrap().to_string())
+                .collect()
+        };
+        // M1 aggregates toward M2 only (not toward the gateway)
+        assert_eq!(peers("M1"), [addr("M2")]);
+        assert_eq!(peers("M2"), [addr("M1"), addr("M3")]);
+        assert_eq!(peers("M3"), [addr("M2")]);
+        // one hop: M1's only neighbour is the gateway, so no daemon
+        c.topo = crate::gw::GwSpec::parse("gw:1")
+            .unwrap()
+            .unwrap()
+            .topology();
+        assert!(daemon_config(&c, Setup::PacerAgg, "M1", 4, s, f).is_none());
     }
 }
