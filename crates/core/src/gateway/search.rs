@@ -72,8 +72,10 @@
 use super::rate::{Band, RateConfig};
 use crate::Micros;
 
-/// During the hold-off after a cut, a choke reading this far (MOS) below the
-/// one that caused the cut means new loss: cut again at once.
+/// During the hold-off after a cut (from `probe_us` after it), a choke
+/// reading this far (MOS) below every reading since the cut means new loss:
+/// cut again at once. Within two windows of a cut, a bad reading this far
+/// above the worst since it is the loss from before the cut passing.
 pub const WORSE_MARGIN: f64 = 0.2;
 
 /// Readings within this many `settle_us` after calls joined still hold
