@@ -112,7 +112,7 @@ impl GwSpec {
                 tcp_cc: "cubic".into(),
                 shaper_kbps: 1000,
                 link_kbps: None,
-                pacer_initial_kbps: 128,
+                pacer_initial_kbps: 64,
                 pacer_controller: "search".into(),
                 pacer_set: Vec::new(),
                 schedule: None,

@@ -153,8 +153,10 @@ struct GwArgs {
     /// Gateway presets: root rate of the gateway's qdiscs (kbit/s; default: one saturated hop of the PHY).
     #[arg(long)]
     link_kbps: Option<u64>,
-    /// Gateway presets, setup pacer: the controller's initial TCP rate (kbit/s).
-    #[arg(long, default_value_t = 128)]
+    /// Gateway presets, setup pacer: the controller's initial TCP rate
+    /// (kbit/s), before any call (the search controller starts at
+    /// `start_per_call_kbps` x the calls when they appear).
+    #[arg(long, default_value_t = 64)]
     pacer_initial_kbps: u64,
     /// Gateway presets, setup pacer: the rate controller (`gateway.controller`: search, seed).
     #[arg(long, default_value = "search", value_parser = ["search", "seed"])]

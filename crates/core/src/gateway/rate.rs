@@ -94,7 +94,7 @@ impl Default for RateConfig {
             period_us: 1_000_000,
             floor_bps: 64_000,
             ceiling_bps: 100_000_000,
-            initial_bps: 128_000,
+            initial_bps: 64_000,
             restart_bps: 64_000,
             mode: Mode::Search,
             search: SearchConfig::default(),

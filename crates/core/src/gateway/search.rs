@@ -21,9 +21,13 @@
 //! 1. **One cut per window.** A poor or choke reading cuts the rate by the
 //!    band's adjustment (the seed's -10 % / -50 %), then no further cut for
 //!    `settle_us` (the MOS window): the readings in between still contain
-//!    the loss from before the cut. Only a reading that is in the choke band
-//!    *and* `WORSE_MARGIN` below the one that caused the cut (new loss, so
-//!    the cut was not enough) cuts again at once. When the rate had been
+//!    the loss from before the cut, and on the air it goes on growing for
+//!    2-3 s after it (the flows drain what is queued in the mesh). Only a
+//!    choke reading at least `probe_us` after the cut and `WORSE_MARGIN`
+//!    below every reading since it (new loss, so the cut was not enough)
+//!    cuts again at once; within two windows of a cut, a bad reading
+//!    `WORSE_MARGIN` above the worst since it is that loss passing, and
+//!    neither cuts nor is remembered. When the rate had been
 //!    probing above the last rate known good, the cut goes back to that rate
 //!    (or by the poor band's step if that is more) instead: the back-off is
 //!    as large as the probe that failed, not half the rate.
@@ -40,16 +44,21 @@
 //!    the bands' small ones (+3 / +5 %), wait for a full window each
 //!    (`settle_us`), and stop `near / 2` below the bad rate: only the memory's
 //!    decay lets the rate probe past it, once per `bad_memory_us` or so.
-//! 4. **Start low and probe up.** Without a remembered bad rate the fast
-//!    increase is allowed only from a rate that held a full window
-//!    (`settle_us`, not `probe_us`): the overshoot of the first search is at
-//!    most one `fast_up` step, not four.
+//! 4. **Start from the calls, probe gently, then faster.** Calls appearing
+//!    from none set the rate to `start_per_call_bps` x the calls
+//!    ([`START_PER_CALL_BPS`]: below what the calls leave at 90 % of the
+//!    voice capacity on 1-5 hops). Without a remembered bad rate, a fast
+//!    increase waits a full window (`settle_us`, not `probe_us`), and the
+//!    first [`FIRST_PROBES`] past the start (or a cut, or a reading in the
+//!    hold band) add at most `first_up` (+25 %): the step that crosses the
+//!    knee is the overshoot. Then `fast_up`.
 //! 5. **Calls joining and leaving.** More calls than at the last step make
 //!    the rate known good stale (less capacity is left): it is forgotten.
 //!    Fewer calls make the remembered bad rate stale: it is forgotten, and the
-//!    rate searches up fast. The first call after none brings the rate down
-//!    to at most the start rate (`initial_bps`): without calls the rate grows
-//!    freely (nothing to protect), which says nothing about the calls.
+//!    rate searches up fast. The first calls after none set the rate to the
+//!    start (rule 4; with `start_per_call_bps` 0, to at most `initial_bps`):
+//!    without calls the rate grows freely (nothing to protect), which says
+//!    nothing about the calls.
 //!    Within two `settle_us` after calls joined, the MOS window holds the
 //!    new calls' first packets (with the worst call as the network MOS one
 //!    lost packet of a new call's first 50 reads as choke; measured: 16
@@ -63,8 +72,10 @@
 use super::rate::{Band, RateConfig};
 use crate::Micros;
 
-/// During the hold-off after a cut, a choke reading this far (MOS) below the
-/// one that caused the cut means new loss: cut again at once.
+/// During the hold-off after a cut (from `probe_us` after it), a choke
+/// reading this far (MOS) below every reading since the cut means new loss:
+/// cut again at once. Within two windows of a cut, a bad reading this far
+/// above the worst since it is the loss from before the cut passing.
 pub const WORSE_MARGIN: f64 = 0.2;
 
 /// Readings within this many `settle_us` after calls joined still hold
@@ -72,6 +83,17 @@ pub const WORSE_MARGIN: f64 = 0.2;
 /// over it; measured on the lab's mesh: bad readings for 5 s after 16 calls
 /// started at 128 kbit/s of TCP, fine from the 6th).
 pub const JOIN_WINDOWS: u64 = 2;
+
+/// Increases past the start (or past a cut, or a reading in the hold
+/// band) that add at most `first_up`, before a bad rate is known; then
+/// `fast_up`. The per-call start is 0.65-0.9 of the capacity the calls
+/// leave at 90 % of the voice capacity ([`START_PER_CALL_BPS`]); three
+/// steps of +25 % reach 1.95 x the start. Measured on the air with two
+/// (1.56 x): at 1 and 4 hops the rate was still fine there and the next
+/// step, +50 %, overshot to 1.5 x the rate it had to back off to (750 ->
+/// 1 125 kbit/s at 1 hop, 168 -> 253 at 4 hops). A rate still fine after
+/// three means a lighter load, whose knee is further away.
+pub const FIRST_PROBES: u32 = 3;
 
 /// Which call's MOS the search controller reads as the network's by
 /// default (`gateway.mos_percentile`; 0 = the worst call, the seed's VPM):
@@ -86,6 +108,21 @@ pub const JOIN_WINDOWS: u64 = 2;
 /// (hold or fair) otherwise.
 pub const MOS_PERCENTILE: f64 = 0.25;
 
+/// The default start per active call (bit/s of TCP per call): below the
+/// capacity the calls leave at up to 90 % of the voice capacity on every
+/// chain of seed 003's string, 1-5 hops. Measured on the lab's ns-3 air
+/// (G.729 20 ms, 802.11a 12 Mbit/s; docs/results.md, seed 003): TCP alone
+/// carries 122-186 kbit/s per call of voice capacity (1 101-8 177 kbit/s
+/// against 9-44 calls), so at a load of 90 % the calls leave
+/// 0.1 / 0.9 x that = 13.5-20.6 kbit/s per active call, and more at lower
+/// loads. The start 12 kbit/s x calls is 0.65-0.9 of the leftover at 90 %
+/// there (96 kbit/s for 8 calls at 5 hops, whose leftover is about 120;
+/// the old fixed 128 kbit/s start was above it), and 0.65 at 1 hop (480
+/// for 40 calls, leftover about 740) where a fixed low start would take
+/// a dozen probes to climb. A codec or PHY whose call costs more air
+/// relative to TCP needs a lower value.
+pub const START_PER_CALL_BPS: u64 = 12_000;
+
 /// The search controller's settings (the bands and their adjustments are
 /// [`RateConfig`]'s).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -99,11 +136,19 @@ pub struct SearchConfig {
     pub probe_us: Micros,
     /// Fast multiplicative increase (0.5 = +50 %).
     pub fast_up: f64,
+    /// Until a bad rate is known, the most a fast increase may add (0.25 =
+    /// +25 %): the first search does not know where the knee is, and the
+    /// step that crosses it is the overshoot.
+    pub first_up: f64,
     /// Within this fraction below the remembered bad rate the steps are the
     /// bands' small ones.
     pub near: f64,
     /// The remembered bad rate holds this long, then doubles every this long.
     pub bad_memory_us: Micros,
+    /// The start when calls appear from none: this much TCP per active call
+    /// (bit/s), within the bounds; 0: the configured `initial_bps` at most
+    /// (see [`START_PER_CALL_BPS`]).
+    pub start_per_call_bps: u64,
 }
 
 impl Default for SearchConfig {
@@ -112,8 +157,10 @@ impl Default for SearchConfig {
             settle_us: 4_000_000,
             probe_us: 2_000_000,
             fast_up: 0.5,
+            first_up: 0.25,
             near: 0.1,
             bad_memory_us: 30_000_000,
+            start_per_call_bps: START_PER_CALL_BPS,
         }
     }
 }
@@ -125,6 +172,8 @@ impl SearchConfig {
             && self.probe_us > 0
             && self.fast_up.is_finite()
             && (0.0..=10.0).contains(&self.fast_up)
+            && self.first_up.is_finite()
+            && (0.0..=10.0).contains(&self.first_up)
             && self.near.is_finite()
             && (0.0..1.0).contains(&self.near)
             && self.bad_memory_us > 0
@@ -168,12 +217,20 @@ pub struct Search {
     changed_at: Option<Micros>,
     /// When the rate was last cut, and the MOS that caused it.
     cut: Option<(Micros, f64)>,
+    /// The lowest reading since the last cut.
+    cut_low: f64,
+    /// Increases in a row without a bad rate known, since the start, the
+    /// last cut or the last reading in the hold band.
+    probes: u32,
     /// Highest rate left within the window, and until when it is in it.
     peak: Option<(u64, Micros)>,
     /// Active calls at the last step.
     calls: usize,
     /// When the number of calls last rose, and whether from none.
     joined: Option<(Micros, bool)>,
+    /// The start rate set when calls appeared from none (while the rate is
+    /// still it, more calls joining in the first windows raise it).
+    started: Option<u64>,
     /// Cuts made; of which, cuts again during a hold-off.
     cuts: u64,
     recuts: u64,
@@ -239,6 +296,13 @@ impl Search {
             .is_some_and(|(at, _)| now.saturating_sub(at) < s.settle_us)
     }
 
+    /// A reading that did not cut: the lowest since the cut.
+    fn note_after_cut(&mut self, mos: Option<f64>) {
+        if let Some(m) = mos.filter(|m| m.is_finite()) {
+            self.cut_low = self.cut_low.min(m);
+        }
+    }
+
     /// The state for `airpack stats`.
     pub fn view(&self, s: &SearchConfig, rate: u64, now: Micros) -> SearchView {
         let bad_now = self.bad_now(s, now);
@@ -302,18 +366,31 @@ impl Search {
         // 5. Calls joining and leaving.
         if calls > self.calls {
             self.good = None;
-            self.joined = Some((now, self.calls == 0));
-            if self.calls == 0 {
-                let start = clamp(c.initial_bps.max(1));
-                if r > start {
-                    self.change(r, start, now, s);
-                    r = start;
-                }
+            // Calls appearing from none, or more of them while the start
+            // holds (they need not all show in the same step).
+            let starting = self.calls == 0
+                || (self.started == Some(r)
+                    && self.joined.is_some_and(|(at, none)| {
+                        none && now.saturating_sub(at) < JOIN_WINDOWS * s.settle_us
+                    }));
+            self.joined = Some((now, starting));
+            if starting {
+                let start = if s.start_per_call_bps > 0 {
+                    clamp((calls as u64).saturating_mul(s.start_per_call_bps))
+                } else {
+                    r.min(clamp(c.initial_bps.max(1)))
+                };
+                self.change(r, start, now, s);
+                r = start;
+                self.started = Some(start);
+                self.probes = 0;
                 // The window has not seen the calls at this rate yet.
                 self.changed_at = Some(now);
             }
         } else if calls < self.calls {
+            // More room than the rate held with more calls: fast steps.
             self.bad = None;
+            self.probes = FIRST_PROBES;
         }
         self.calls = calls;
         let since = now.saturating_sub(self.changed_at.unwrap_or(now));
@@ -336,20 +413,31 @@ impl Search {
             }
             Band::Poor | Band::Choke => {
                 let m = mos.filter(|m| m.is_finite()).unwrap_or(0.0);
+                let since_cut = self.cut.map(|(at, _)| now.saturating_sub(at));
                 let hold_off = self.in_hold_off(s, now);
+                // The loss from before a cut keeps showing for a while (the
+                // flows drain the mesh's queues, the window slides): only a
+                // choke reading below every one since the cut, by the
+                // margin, and at least `probe_us` after it is new loss.
                 let worse = hold_off
                     && band == Band::Choke
-                    && self
-                        .cut
-                        .is_some_and(|(_, at_cut)| m < at_cut - WORSE_MARGIN);
+                    && since_cut.is_some_and(|t| t >= s.probe_us)
+                    && m < self.cut_low - WORSE_MARGIN;
+                // Within two windows of a cut, a bad reading that is better
+                // than the worst since the cut by the margin is that loss
+                // passing: not held against the rate cut to.
+                let recovering = !hold_off
+                    && since_cut.is_some_and(|t| t < 2 * s.settle_us)
+                    && m > self.cut_low + WORSE_MARGIN;
+                self.cut_low = self.cut_low.min(m);
                 // Blame the highest rate in the window; new loss after a cut
                 // (worse) blames the rate now.
                 let peak = if worse { r } else { self.window_peak(r, now) };
-                if joining.is_none() {
+                if joining.is_none() && !recovering {
                     let b = bad_now.map_or(peak, |b| b.min(peak));
                     self.bad = Some((b, now));
                 }
-                if hold_off && !worse {
+                if (hold_off && !worse) || recovering {
                     self.held_off += 1;
                     r
                 } else {
@@ -369,16 +457,21 @@ impl Search {
                         None => scale(r, 1.0 + c.adjustment(band), true),
                     };
                     self.cut = Some((now, m));
+                    self.cut_low = m;
+                    self.probes = 0;
                     n
                 }
             }
             Band::Hold => {
+                self.note_after_cut(mos);
+                self.probes = 0;
                 if settled {
                     self.good = Some(self.good.map_or(r, |g| g.max(r)));
                 }
                 r
             }
             Band::Fair | Band::Good => {
+                self.note_after_cut(mos);
                 if settled {
                     self.good = Some(self.good.map_or(r, |g| g.max(r)));
                 }
@@ -413,6 +506,18 @@ impl Search {
                                     // Bisect between here and the bad rate.
                                     let mid = (base as f64 * b as f64).sqrt() as u64;
                                     up = up.min(mid).min(cap);
+                                } else {
+                                    // No bad rate known: the first probes
+                                    // past the start are gentle, then the
+                                    // steps grow (the knee is further away
+                                    // than the start's estimate).
+                                    let f = if self.probes < FIRST_PROBES {
+                                        s.first_up
+                                    } else {
+                                        s.fast_up
+                                    };
+                                    up = scale(base, 1.0 + f, false);
+                                    self.probes = self.probes.saturating_add(1);
                                 }
                                 up.max(r)
                             } else {

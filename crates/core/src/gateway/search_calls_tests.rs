@@ -62,6 +62,14 @@ struct Calls {
     /// Per call and direction: lost over the whole run.
     total: Vec<[u64; 2]>,
     seconds: u64,
+    /// The rates of the last seconds, newest last. The loss follows the
+    /// highest of the rates `delay_s` to `delay_s + 1` seconds ago: on the
+    /// air a probe's loss shows 2-3 s after it (the flows fill the new rate
+    /// and the mesh's queues), and lasts about as long after the cut.
+    recent: Vec<u64>,
+    delay_s: usize,
+    /// Mean loss (%) added per capacity above the knee.
+    over_pct: f64,
 }
 
 impl Calls {
@@ -75,20 +83,48 @@ impl Calls {
             lost: vec![[[0; WINDOW_S]; 2]; n],
             total: vec![[0; 2]; n],
             seconds: 0,
+            recent: Vec::new(),
+            delay_s: 0,
+            over_pct: 40.0,
         }
+    }
+
+    /// The loss follows the rate `delay_s` (and `delay_s + 1`) seconds late.
+    fn delay(mut self, delay_s: usize) -> Self {
+        self.delay_s = delay_s;
+        self
+    }
+
+    /// Mean loss (%) added per capacity above the knee.
+    fn over(mut self, pct: f64) -> Self {
+        self.over_pct = pct;
+        self
     }
 
     fn mean_loss_pct(&self, rate: u64) -> f64 {
         let x = rate as f64 / self.capacity_bps;
         let over = (x - 1.0).max(0.0);
-        (self.base_pct + self.slope_pct * x.min(1.0) + 40.0 * over).min(50.0)
+        (self.base_pct + self.slope_pct * x.min(1.0) + self.over_pct * over).min(50.0)
     }
 
     /// One second at `rate`: each call's packets lost at random, in bursts
     /// of [`BURST`], upstream at the mean loss and downstream at a third of
     /// it (as measured at 2 hops: 1.15 % and 0.36 % at 296 kbit/s of TCP).
     fn advance(&mut self, rate: u64) {
-        let mean = self.mean_loss_pct(rate) / 100.0;
+        self.recent.push(rate);
+        if self.recent.len() > self.delay_s + 2 {
+            self.recent.remove(0);
+        }
+        // The two rates `delay_s` and `delay_s + 1` s ago (the first rate
+        // while there are none yet); no delay: this second's alone.
+        let k = self.recent.len();
+        let old = &self.recent[..k.saturating_sub(self.delay_s).max(1)];
+        let load = if self.delay_s == 0 {
+            rate
+        } else {
+            old.iter().rev().take(2).copied().max().unwrap_or(rate)
+        };
+        let mean = self.mean_loss_pct(load) / 100.0;
         let slot = self.seconds as usize % WINDOW_S;
         for c in 0..self.n {
             for dir in 0..2 {
@@ -199,5 +235,82 @@ fn reading_a_percentile_the_search_settles_near_the_capacity_and_calls_pass() {
             "seed {seed}: percentile {mp} vs worst {mw}: {p:?} {w:?}"
         );
         assert_eq!(pct.supported(), 16, "seed {seed}: {p:?}");
+    }
+}
+
+/// Rates of one run, for a failure message: the rate at each second in
+/// kbit/s.
+fn kbps(v: &[u64]) -> Vec<u64> {
+    v.iter().map(|r| r / 1000).collect()
+}
+
+/// A plant for one of seed 003's chains at about 90 % of its voice
+/// capacity (docs/results.md, seed 003, "Other hop counts"): `n` calls
+/// leaving `cap` bit/s, the loss `delay` 2 s behind the rate, `over` %
+/// more loss per capacity above the knee: about 10 at 1-2 hops (432 kbit/s,
+/// 1.46 x the right rate at 2 hops, read 4 % upstream loss), steeper at 4-5
+/// hops (5 hops: 128 kbit/s, 1.07 x, read 3-8 %).
+fn chain(n: usize, cap: f64, over: f64, seed: u64) -> Calls {
+    Calls::new(n, cap, seed).delay(2).over(over)
+}
+
+/// 5 hops, 8 calls: about 120 kbit/s left.
+const LONG: (usize, f64, f64) = (8, 120_000.0, 40.0);
+
+#[test]
+fn at_a_long_chain_the_start_does_not_overshoot() {
+    // The measured failure: the 128 kbit/s start was above what 8 calls
+    // leave at 5 hops, and the calls' first windows are not judged: 8 s of
+    // choke. The start per call stays below it; the first probe still may
+    // cross the knee (the search must find it), which over 20 s costs
+    // calls in some runs at this steep knee, far fewer than the old start.
+    let (n, cap, over) = LONG;
+    let mut kept = 0;
+    for seed in 1..=6u64 {
+        let mut c = chain(n, cap, over, seed);
+        let r = run(&mut c, MOS_PERCENTILE, 20);
+        let what = format!("seed {seed}: {:?}", kbps(&r));
+        assert!(
+            r[..10].iter().all(|&x| x as f64 <= cap),
+            "above {cap} in the first 10 s: {what}"
+        );
+        assert!(mean(&r) >= 0.8 * cap, "{what}");
+        kept += c.supported();
+    }
+    assert!(kept >= 36, "{kept} of 48 calls kept over 20 s");
+}
+
+#[test]
+fn at_2_hops_the_first_probe_costs_no_call_over_20_s() {
+    // The measured failure: 128 -> 192 -> 288 -> 432 kbit/s (+50 % with no
+    // bad rate known) at 14 s; the overshoot lost 1-2 of 16 calls over 20 s.
+    for seed in 1..=6u64 {
+        let mut c = chain(16, CAP, 10.0, seed);
+        let r = run(&mut c, MOS_PERCENTILE, 20);
+        let what = format!("seed {seed}: {:?}", kbps(&r));
+        assert_eq!(c.supported(), 16, "{what}");
+        assert!(r.iter().all(|&x| x as f64 <= 1.3 * CAP), "{what}");
+        assert!(mean(&r) >= 0.7 * CAP, "{what}");
+    }
+}
+
+#[test]
+fn at_every_hop_count_over_a_minute_calls_pass_near_the_capacity() {
+    // 1-5 hops at about 90 % of the voice capacity (40, 16, 11, 9, 8 calls
+    // leaving about 743, 300, 149, 127, 120 kbit/s).
+    for (n, cap, over) in [
+        (40usize, 743_000.0, 10.0),
+        (16, CAP, 10.0),
+        (11, 149_000.0, 20.0),
+        (9, 127_000.0, 40.0),
+        LONG,
+    ] {
+        for seed in 1..=3u64 {
+            let mut c = chain(n, cap, over, seed);
+            let r = run(&mut c, MOS_PERCENTILE, 60);
+            let what = format!("{n} calls, {cap}, seed {seed}: {:?}", kbps(&r));
+            assert_eq!(c.supported(), n, "{what}");
+            assert!(mean(&r) >= 0.75 * cap, "{what}");
+        }
     }
 }

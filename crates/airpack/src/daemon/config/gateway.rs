@@ -77,6 +77,12 @@ pub struct GatewaySection {
     pub probe_ms: u64,
     /// `search`: fast increase far below the remembered bad rate (0.5 = +50 %).
     pub fast_up: f64,
+    /// `search`: until a bad rate is known, the first increases past the
+    /// start add at most this (0.25 = +25 %).
+    pub first_up: f64,
+    /// `search`: the start when calls appear, kbit/s of TCP per active call
+    /// (0: `initial_rate_kbps` at most).
+    pub start_per_call_kbps: u64,
     /// `search`: within this fraction below the bad rate, small steps.
     pub near: f64,
     /// `search`: the remembered bad rate holds this long, then doubles every
@@ -194,6 +200,8 @@ impl Default for GatewaySection {
             settle_ms: sc.settle_us / 1000,
             probe_ms: sc.probe_us / 1000,
             fast_up: sc.fast_up,
+            first_up: sc.first_up,
+            start_per_call_kbps: sc.start_per_call_bps / 1000,
             near: sc.near,
             bad_memory_ms: sc.bad_memory_us / 1000,
             initial_rate_kbps: r.initial_bps / 1000,
@@ -360,6 +368,15 @@ pub(super) fn check_gateway(
     if !(g.fast_up.is_finite() && (0.0..=10.0).contains(&g.fast_up)) {
         return Err(e("fast_up", format!("{} must be in 0-10", g.fast_up)));
     }
+    if !(g.first_up.is_finite() && (0.0..=10.0).contains(&g.first_up)) {
+        return Err(e("first_up", format!("{} must be in 0-10", g.first_up)));
+    }
+    if g.start_per_call_kbps > 100_000 {
+        return Err(e(
+            "start_per_call_kbps",
+            format!("{} must be at most 100000", g.start_per_call_kbps),
+        ));
+    }
     if !(g.near.is_finite() && (0.0..0.9).contains(&g.near)) {
         return Err(e("near", format!("{} must be in 0-0.9", g.near)));
     }
@@ -416,8 +433,10 @@ pub(super) fn check_gateway(
             settle_us: g.settle_ms * 1000,
             probe_us: g.probe_ms * 1000,
             fast_up: g.fast_up,
+            first_up: g.first_up,
             near: g.near,
             bad_memory_us: g.bad_memory_ms * 1000,
+            start_per_call_bps: g.start_per_call_kbps * 1000,
         },
     };
     use airpack_core::gateway::rate::RateConfigError as R;

@@ -26,7 +26,7 @@ fn defaults_are_the_seeds() {
     assert_eq!(r.period_us, 1_000_000);
     assert_eq!(
         (r.floor_bps, r.initial_bps, r.ceiling_bps),
-        (64_000, 128_000, 100_000_000)
+        (64_000, 64_000, 100_000_000)
     );
     // The search controller reads the seed's bands (issue 12 point 8).
     assert_eq!(r.mode, airpack_core::gateway::rate::Mode::Search);
@@ -115,6 +115,11 @@ fn errors_name_the_key() {
         ("probe_ms = 5\n", "gateway.probe_ms"),
         ("bad_memory_ms = 0\n", "gateway.bad_memory_ms"),
         ("fast_up = -1\n", "gateway.fast_up"),
+        ("first_up = 11\n", "gateway.first_up"),
+        (
+            "start_per_call_kbps = 200000\n",
+            "gateway.start_per_call_kbps",
+        ),
         ("near = 0.95\n", "gateway.near"),
         ("bogus = 1\n", "gateway.bogus"),
     ];
@@ -182,7 +187,8 @@ fn controller_keys() {
         "t.toml",
         &format!(
             "{BASE}controller = \"seed\"\nsettle_ms = 3000\nprobe_ms = 1500\nfast_up = 1.0\n\
-             near = 0.2\nbad_memory_ms = 60000\ninitial_rate_kbps = 1000\n"
+             near = 0.2\nbad_memory_ms = 60000\ninitial_rate_kbps = 1000\n\
+             first_up = 0.5\nstart_per_call_kbps = 20\n"
         ),
         &[],
         &[],
@@ -199,6 +205,10 @@ fn controller_keys() {
         (3_000_000, 1_500_000, 60_000_000)
     );
     assert_eq!((r.search.fast_up, r.search.near), (1.0, 0.2));
+    assert_eq!(
+        (r.search.first_up, r.search.start_per_call_bps),
+        (0.5, 20_000)
+    );
     // The seed's controller as first measured.
     assert_eq!(
         r,

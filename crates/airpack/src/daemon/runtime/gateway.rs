@@ -654,6 +654,8 @@ impl Gateway {
                 "settle_us": rc.search.settle_us,
                 "probe_us": rc.search.probe_us,
                 "fast_up": rc.search.fast_up,
+                "first_up": rc.search.first_up,
+                "start_per_call_bps": rc.search.start_per_call_bps,
                 "near": rc.search.near,
                 "bad_memory_us": rc.search.bad_memory_us,
                 "initial_bps": rc.initial_bps,
