@@ -345,18 +345,21 @@ impl MuxReport {
 /// pure simulation: the same [`Point`] as an emulated point of the cell,
 /// judged the same way; `downlink["AP.mux"]` holds the [`MuxReport`].
 pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> {
-    cell_point_with(cfg, setup, n, AP_EDCA.get().copied().flatten())
+    let jitter = SEND_JITTER_US.get().copied().unwrap_or(0);
+    cell_point_with(cfg, setup, n, AP_EDCA.get().copied().flatten(), jitter)
 }
 
 /// [`cell_point`] with the AP's AC_VO at `edca` (`[aifsn, cwmin, cwmax,
 /// txop_us]`, `--ap-vo`) or without it (None); with it the point's
 /// `downlink["AP.edca"]` holds the program's counters (AP packets tagged,
-/// MPDUs queued at the AP's AC_VO and AC_BE).
+/// MPDUs queued at the AP's AC_VO and AC_BE); every packet leaves up to
+/// `send_jitter_us` µs after its tick (`--send-jitter-us`, 0: none).
 pub fn cell_point_with(
     cfg: &ExperimentConfig,
     setup: Setup,
     n: u32,
     edca: Option<[u32; 4]>,
+    send_jitter_us: u32,
 ) -> Result<Point> {
     let t0 = Instant::now();
     if crate::netns::interrupted() {
@@ -403,8 +406,8 @@ pub fn cell_point_with(
     if let Some(e) = edca {
         text.push_str(&edca_directive(e));
     }
-    if let Some(&j) = SEND_JITTER_US.get().filter(|&&j| j > 0) {
-        text.push_str(&format!("send_jitter_us {j}\n"));
+    if send_jitter_us > 0 {
+        text.push_str(&format!("send_jitter_us {send_jitter_us}\n"));
     }
     let (mut p, r) =
         crate::validate_sim::run_program(&cfg, setup, n, &spec, &flows, &dir, text, &packets, t0)?;

@@ -221,8 +221,8 @@ fn small_cell_with_the_ap_on_ac_vo() {
     let w = work("edca");
     let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
     let line = crate::experiment::point_line;
-    let off = cell_point_with(&c, Setup::Off, 4, Some(AP_VO_DEFAULT)).unwrap();
-    let mux = cell_point_with(&c, Setup::DownlinkMux, 4, Some(AP_VO_DEFAULT)).unwrap();
+    let off = cell_point_with(&c, Setup::Off, 4, Some(AP_VO_DEFAULT), 0).unwrap();
+    let mux = cell_point_with(&c, Setup::DownlinkMux, 4, Some(AP_VO_DEFAULT), 0).unwrap();
     let _ = std::fs::remove_dir_all(&w);
     for p in [&off, &mux] {
         assert!(p.supported && p.loss_max == 0.0, "{}", line(p));
@@ -247,4 +247,35 @@ fn small_cell_with_the_ap_on_ac_vo() {
         assert_eq!(a("ap_be_access"), "[2,31,1023]");
         assert_eq!(a("sta_be_access"), "[2,31,1023]");
     }
+}
+
+/// Runs the ns-3 program: one multiplexed call with and without 1 ms of
+/// send jitter. Exactly periodic, each downlink packet opens its own frame
+/// (one per 20 ms); with jitter a packet that leaves early falls into the
+/// frame its predecessor opened, so there are fewer frames, and every
+/// packet still arrives.
+#[test]
+fn send_jitter_moves_packets_off_their_ticks() {
+    if let Err(why) = air_ns3::check_available() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let w = work("jitter");
+    let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
+    let exact = cell_point_with(&c, Setup::DownlinkMux, 1, None, 0).unwrap();
+    let jit = cell_point_with(&c, Setup::DownlinkMux, 1, None, 1000).unwrap();
+    let _ = std::fs::remove_dir_all(&w);
+    let line = crate::experiment::point_line;
+    for p in [&exact, &jit] {
+        assert!(p.supported && p.loss_max == 0.0, "{}", line(p));
+    }
+    let frames = |p: &Point| p.downlink["AP.mux"]["frames"].as_u64().unwrap();
+    let entries = |p: &Point| p.downlink["AP.mux"]["entries"].as_u64().unwrap();
+    assert_eq!(entries(&exact), entries(&jit));
+    assert!((199..=201).contains(&frames(&exact)), "{}", frames(&exact));
+    assert!(
+        frames(&jit) < frames(&exact) * 9 / 10,
+        "{} frames",
+        frames(&jit)
+    );
 }
