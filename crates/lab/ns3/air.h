@@ -157,6 +157,7 @@ bool EdcaDirective(const std::string& k, std::istringstream& s); // an `ap_edca`
 bool EdcaOn();
 void EdcaConfigure(uint32_t ap, const std::vector<uint32_t>& stations); // after install
 void EdcaTag(uint32_t i, Ptr<Packet> p); // node i's voice packet -> AC_VO if i is the AP
+void EdcaTagDscp(uint32_t i, Ptr<Packet> p, uint16_t proto); // tap mode: the AC of its DSCP
 std::string EdcaJson();                  // its counters (null without `ap_edca`)
 
 // air_obs.cc

@@ -25,6 +25,11 @@
 // left against the non-QoS cell (checked by `--ap-vo-edca 2,CWMIN,1023,0`,
 // the DCF values on AC_VO, docs/results.md).
 //
+// Tap mode (the real-time air): what the AP's kernel writes to its radio
+// goes to the AC of its IP DSCP (EdcaTagDscp: EF -> UP 6 -> AC_VO, as
+// mac80211 classifies), so the daemon's frames (ap.frame_dscp = 46) and EF
+// voice relayed as unicast take AC_VO; `tagged` counts UP 6-7 there.
+//
 // Directive (air.cc's list):
 //   ap_edca AIFSN CWMIN CWMAX TXOP_US   the AP's AC_VO; infrastructure mode
 //
@@ -148,6 +153,47 @@ void EdcaTag(uint32_t i, Ptr<Packet> p)
     tag.SetPriority(6);
     p->ReplacePacketTag(tag);
     g_edca.tagged++;
+}
+
+// RFC 8325's DSCP -> 802.11 user priority, as mac80211's
+// cfg80211_classify8021d maps it (crates/airpack/src/linux/wmm.rs).
+uint8_t UserPriority(uint8_t dscp)
+{
+    switch (dscp & 0x3f)
+    {
+    case 10: case 12: case 14: case 16: return 0;
+    case 18: case 20: case 22: return 3;
+    case 24: case 26: case 28: case 30: return 4;
+    case 44: case 46: return 6;
+    case 48: return 7;
+    default: return (dscp & 0x3f) >> 3;
+    }
+}
+
+void EdcaTagDscp(uint32_t i, Ptr<Packet> p, uint16_t proto)
+{
+    uint8_t h[2];
+    if (!g_edca.on || i != g_edca.ap || p->GetSize() < 2 || p->CopyData(h, 2) != 2)
+    {
+        return;
+    }
+    uint8_t tos;
+    if (proto == 0x0800 && h[0] >> 4 == 4)
+    {
+        tos = h[1];
+    }
+    else if (proto == 0x86DD && h[0] >> 4 == 6)
+    {
+        tos = uint8_t((h[0] & 0x0f) << 4 | h[1] >> 4);
+    }
+    else
+    {
+        return;
+    }
+    SocketPriorityTag tag;
+    tag.SetPriority(UserPriority(tos >> 2));
+    p->ReplacePacketTag(tag);
+    g_edca.tagged += tag.GetPriority() >= 6 ? 1 : 0;
 }
 
 std::string EdcaJson()

@@ -68,7 +68,9 @@ bool FromTap(uint32_t i,
             break;
         }
     }
-    SendWifi(i, p->Copy(), dst, proto);
+    Ptr<Packet> c = p->Copy();
+    EdcaTagDscp(i, c, proto); // `ap_edca`: the AP's packets by their DSCP
+    SendWifi(i, c, dst, proto);
     return true;
 }
 
