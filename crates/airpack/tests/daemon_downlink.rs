@@ -46,7 +46,8 @@ fn port(i: usize) -> u16 {
 }
 
 /// Captures the IP packets crossing `dev` in `ns` (AF_PACKET, cooked)
-/// until `stop`; keeps UDP packets to 10.172.0.0/24 and fd72::/64.
+/// until `stop`; keeps UDP packets to 10.172.0.0/24, fd72::/64 and the
+/// group 225.0.0.10.
 fn capture(
     ns: &str,
     dev: &str,
@@ -110,7 +111,10 @@ fn capture(
             let v4 = p.len() >= 28 && p[0] >> 4 == 4 && p[9] == 17 && p[16..19] == [10, 172, 0];
             // IPv6: UDP to fd72::/64 (the cell).
             let v6 = p.len() >= 48 && p[0] >> 4 == 6 && p[6] == 17 && p[24..26] == [0xfd, 0x72];
-            if v4 || v6 {
+            // The AP's frames to the seed's group 225.0.0.10.
+            let frame =
+                p.len() >= 28 && p[0] >> 4 == 4 && p[9] == 17 && p[16..20] == [225, 0, 0, 10];
+            if v4 || v6 || frame {
                 out.push(p.to_vec());
             }
         }
@@ -311,6 +315,9 @@ fn ap_and_three_stations() {
         ready.recv().unwrap();
         caps.push(h);
     }
+    // The frames as station 0's interface receives them.
+    let (fcap, ready) = capture(&st[0], "wl", stop.clone());
+    ready.recv().unwrap();
     let rx: Vec<_> = (0..3).map(|i| receiver(&st[i], port(i))).collect();
     const N: u32 = 40;
     for i in 0..3 {
@@ -323,6 +330,19 @@ fn ap_and_three_stations() {
     stop.store(true, Ordering::Relaxed);
     let sent = wcap.join().unwrap();
     assert_eq!(sent.len(), 3 * N as usize, "W's capture");
+    // Every frame carries DSCP EF (ap.frame_dscp's default, TOS 0xb8), which
+    // a WMM AP's mac80211 queues on AC_VO; W's packets were unmarked.
+    let frames: Vec<_> = fcap
+        .join()
+        .unwrap()
+        .into_iter()
+        .filter(|p| p[16..20] == [225, 0, 0, 10])
+        .collect();
+    assert!(!frames.is_empty(), "no frame captured on s0's wl");
+    for f in &frames {
+        assert_eq!(f[1], 0xb8, "frame TOS: {}", hex(&f[..28]));
+    }
+    assert!(sent.iter().all(|p| p[1] == 0), "W's packets are unmarked");
     for (i, cap) in caps.into_iter().enumerate() {
         let got = cap.join().unwrap();
         let want: Vec<Vec<u8>> = sent

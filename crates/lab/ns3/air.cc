@@ -45,6 +45,9 @@
 //                          BYTES-byte IP packets (bcast: counted at J)
 //   path K N0 N1 .. Nm     sim mode: flow K (0-based, in order) is relayed
 //                          N0 (= I) -> N1 -> .. -> Nm (= J) hop by hop (voice mode)
+//   send_jitter_us J       sim mode, voice: each packet of a flow leaves at its
+//                          nominal time plus uniform [0, J) µs (breaks the exact
+//                          phase lock of CBR sources; 0 = none, the default)
 //   packets PATH           sim mode: write one line per sent packet of every
 //                          unicast flow, `FLOW SEQ SENT_NS RECV_NS` (RECV -1 = lost),
 //                          at exit (voice mode)
@@ -54,6 +57,9 @@
 //                          redundancy depth D); path hops along a `wired` cable go over it
 //   mux_entry P S0 .. Sm   entry bytes of a stream's packets (the last P repeat)
 //   mux_report PATH        the multiplexer's counters (JSON) at exit
+//   ap_edca AIFSN CWMIN CWMAX TXOP_US   infrastructure: every node QoS at the DCF's
+//                          access, the AP's AC_VO at these values, the AP's voice on
+//                          AC_VO (air_edca.cc)
 // Output: a JSON report on stdout at exit (lag, events, CPU, counters).
 
 #include "air.h"
@@ -75,6 +81,7 @@ volatile sig_atomic_t g_stop = 0;
 std::string g_stats;
 bool g_voice = false;
 std::string g_packets;
+double g_send_jitter_us = 0;
 uint32_t g_stations = 0, g_associated = 0;
 } // namespace air
 
@@ -229,6 +236,8 @@ AirConfig Parse(const char* path)
             }
             g_voice = true;
         }
+        else if (k == "send_jitter_us")
+            ok = bool(s >> g_send_jitter_us) && g_send_jitter_us >= 0 && g_send_jitter_us < 20000;
         else if (k == "packets")
         {
             ok = bool(s >> g_packets);
@@ -247,6 +256,8 @@ AirConfig Parse(const char* path)
         }
         else if (k.rfind("mux_", 0) == 0)
             ok = MuxDirective(k, s);
+        else if (k == "ap_edca")
+            ok = EdcaDirective(k, s);
         else
             ok = false;
         if (!ok)
@@ -294,6 +305,10 @@ AirConfig Parse(const char* path)
     if (c.ap >= n)
     {
         Fail("unknown access point");
+    }
+    if (EdcaOn() && c.mode != "infrastructure")
+    {
+        Fail("ap_edca needs infrastructure mode");
     }
     if (!MuxCheck(c.ap))
     {
@@ -449,6 +464,7 @@ int main(int argc, char** argv)
     const bool infra = cfg.mode == "infrastructure";
     Ssid ssid("airpack-lab");
     NetDeviceContainer devs;
+    std::vector<uint32_t> stations;
     for (uint32_t i = 0; i < n; i++)
     {
         uint32_t q = g_nodes[i].queue ? g_nodes[i].queue : cfg.queue;
@@ -464,7 +480,8 @@ int main(int argc, char** argv)
         WifiMacHelper mac;
         if (infra && i == cfg.ap)
         {
-            mac.SetType("ns3::ApWifiMac", "Ssid", SsidValue(ssid));
+            mac.SetType("ns3::ApWifiMac", "Ssid", SsidValue(ssid), "QosSupported",
+                        BooleanValue(EdcaOn()));
         }
         else if (infra && linked[i])
         {
@@ -473,8 +490,11 @@ int main(int argc, char** argv)
                         "Ssid",
                         SsidValue(ssid),
                         "MaxMissedBeacons",
-                        UintegerValue(1000000));
+                        UintegerValue(1000000),
+                        "QosSupported",
+                        BooleanValue(EdcaOn()));
             g_stations++;
+            stations.push_back(i);
         }
         else
         {
@@ -511,6 +531,7 @@ int main(int argc, char** argv)
             w->GetRemoteStationManager()->SetShortPreambleEnabled(true);
         }
     }
+    EdcaConfigure(cfg.ap, stations);
     for (uint32_t i = 0; i < n; i++)
     {
         ConnectNode(i);

@@ -63,6 +63,9 @@ struct FlowCfg
 // in its first 8 bytes and is relayed hop by hop along the flow's path.
 extern bool g_voice;
 extern std::string g_packets; // where to write the per-packet records
+// Voice mode: each packet leaves up to this much (uniform, µs) after its
+// nominal time start + k / pps (0: exactly on time; `send_jitter_us`).
+extern double g_send_jitter_us;
 
 // One point-to-point cable between nodes a and b (taps `wiredK`).
 struct WiredCfg
@@ -148,6 +151,14 @@ bool MuxCheck(uint32_t ap);                                      // after parsin
 bool MuxTake(uint32_t i, uint32_t flow, uint32_t seq, uint32_t next); // taken?
 void MuxFrameReceived(uint32_t i, Ptr<const Packet> p);         // a group frame at i
 void WriteMuxReport();
+
+// air_edca.cc (the AP's voice access category: `ap_edca`)
+bool EdcaDirective(const std::string& k, std::istringstream& s); // an `ap_edca` line
+bool EdcaOn();
+void EdcaConfigure(uint32_t ap, const std::vector<uint32_t>& stations); // after install
+void EdcaTag(uint32_t i, Ptr<Packet> p); // node i's voice packet -> AC_VO if i is the AP
+void EdcaTagDscp(uint32_t i, Ptr<Packet> p, uint16_t proto); // tap mode: the AC of its DSCP
+std::string EdcaJson();                  // its counters (null without `ap_edca`)
 
 // air_obs.cc
 void StartProbe(bool realtime, const std::string& obs_dir, uint32_t obs_ms);

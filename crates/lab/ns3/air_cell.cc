@@ -206,8 +206,9 @@ void Close(bool by_size)
         b[x] = uint8_t(kMagic >> (24 - 8 * x));
         b[4 + x] = uint8_t(index >> (24 - 8 * x));
     }
-    SendWifiFrom(g_mux.ap, Create<Packet>(b.data(), bytes), Mac48Address("01:00:5e:00:00:0a"),
-                 0x0800);
+    Ptr<Packet> frame = Create<Packet>(b.data(), bytes);
+    EdcaTag(g_mux.ap, frame); // AC_VO with `ap_edca` (air_edca.cc)
+    SendWifiFrom(g_mux.ap, frame, Mac48Address("01:00:5e:00:00:0a"), 0x0800);
 }
 
 void Take(uint32_t i, const MuxFrame& f, bool repeat)

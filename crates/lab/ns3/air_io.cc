@@ -68,7 +68,9 @@ bool FromTap(uint32_t i,
             break;
         }
     }
-    SendWifi(i, p->Copy(), dst, proto);
+    Ptr<Packet> c = p->Copy();
+    EdcaTagDscp(i, c, proto); // `ap_edca`: the AP's packets by their DSCP
+    SendWifi(i, c, dst, proto);
     return true;
 }
 
@@ -146,7 +148,9 @@ void VoiceReceived(uint32_t i, Ptr<const Packet> p, uint16_t proto)
             {
                 return;
             }
-            SendWifi(i, p->Copy(), g_air_mac[next], proto);
+            Ptr<Packet> c = p->Copy();
+            EdcaTag(i, c);
+            SendWifi(i, c, g_air_mac[next], proto);
             return;
         }
     }
@@ -327,7 +331,31 @@ void FinalFailed(uint32_t i, Mac48Address a)
     }
 }
 
+// `send_jitter_us`: created only when set (after the Wi-Fi devices), so
+// without it every other random stream is as before.
+Ptr<UniformRandomVariable> g_jitter;
+
+void FlowEmit(uint32_t k);
+
+// A flow's nominal send time: the packet leaves now or after its jitter.
 void FlowSend(uint32_t k)
+{
+    FlowCfg& f = g_flows[k];
+    if (g_voice && g_jitter)
+    {
+        Simulator::Schedule(MicroSeconds(g_jitter->GetValue(0, g_send_jitter_us)), &FlowEmit, k);
+    }
+    else
+    {
+        FlowEmit(k);
+    }
+    if (Simulator::Now().GetSeconds() + 1.0 / f.pps < f.stop)
+    {
+        Simulator::Schedule(Seconds(1.0 / f.pps), &FlowSend, k);
+    }
+}
+
+void FlowEmit(uint32_t k)
 {
     FlowCfg& f = g_flows[k];
     f.sent++;
@@ -364,10 +392,6 @@ void FlowSend(uint32_t k)
         Mac48Address dst = f.kind == FlowKind::Bcast ? Mac48Address::GetBroadcast()
                                                      : g_air_mac[f.to];
         SendWifi(f.from, Create<Packet>(f.bytes), dst, 0x0800);
-    }
-    if (Simulator::Now().GetSeconds() + 1.0 / f.pps < f.stop)
-    {
-        Simulator::Schedule(Seconds(1.0 / f.pps), &FlowSend, k);
     }
 }
 
@@ -568,6 +592,10 @@ void WritePackets()
 
 void StartFlows()
 {
+    if (g_voice && g_send_jitter_us > 0)
+    {
+        g_jitter = CreateObject<UniformRandomVariable>();
+    }
     for (uint32_t k = 0; k < g_flows.size(); k++)
     {
         Simulator::Schedule(Seconds(g_flows[k].start), &FlowSend, k);

@@ -171,6 +171,17 @@ pub fn config_text(
     if let Some(r) = topo.wifi.multicast_mbit {
         s.push_str(&format!("mcast_mbit {r}\n"));
     }
+    // The emulated cell's AP on WMM queues by DSCP (crates/lab/ns3/air_edca.cc):
+    // `AIRPACK_NS3_AP_EDCA=AIFSN,CWMIN,CWMAX,TXOP_US` (tap mode, infrastructure only;
+    // `lab cell-sim --ap-vo` is the pure simulation's switch).
+    if let (BssMode::Infrastructure, true) = (topo.wifi.mode, flows.is_empty()) {
+        if let Some(e) = std::env::var("AIRPACK_NS3_AP_EDCA")
+            .ok()
+            .and_then(|v| crate::cell_sim::parse_edca(&v).ok())
+        {
+            s.push_str(&crate::cell_sim::edca_directive(e));
+        }
+    }
     if let Some(m) = topo.wifi.ht_mcs {
         let on = |b: Option<bool>, default: bool| u8::from(b.unwrap_or(default));
         s.push_str(&format!(

@@ -19,6 +19,10 @@
 //! in this model), `downlink-mux-loss` (the same with the loss rule of
 //! `airpack_core::downlink::loss`: `mux_loss`), `downlink-mux-red` / `-red2`
 //! (redundancy depth 1 / 2).
+//! `--send-jitter-us J`: each packet leaves up to J µs after its tick.
+//! `--ap-vo` (any setup): the AP's voice (frames and unicast relays) on a
+//! WMM access point's AC_VO queue (`ap_edca`, `crates/lab/ns3/air_edca.cc`;
+//! stations keep the DCF's access): `off` with it is the fair control.
 //! Not modelled: the idle release, the airtime rule's unicast fallback,
 //! partial repeats, RTP-context loss at the stations (docs/lab.md 5).
 //!
@@ -341,6 +345,22 @@ impl MuxReport {
 /// pure simulation: the same [`Point`] as an emulated point of the cell,
 /// judged the same way; `downlink["AP.mux"]` holds the [`MuxReport`].
 pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> {
+    let jitter = SEND_JITTER_US.get().copied().unwrap_or(0);
+    cell_point_with(cfg, setup, n, AP_EDCA.get().copied().flatten(), jitter)
+}
+
+/// [`cell_point`] with the AP's AC_VO at `edca` (`[aifsn, cwmin, cwmax,
+/// txop_us]`, `--ap-vo`) or without it (None); with it the point's
+/// `downlink["AP.edca"]` holds the program's counters (AP packets tagged,
+/// MPDUs queued at the AP's AC_VO and AC_BE); every packet leaves up to
+/// `send_jitter_us` µs after its tick (`--send-jitter-us`, 0: none).
+pub fn cell_point_with(
+    cfg: &ExperimentConfig,
+    setup: Setup,
+    n: u32,
+    edca: Option<[u32; 4]>,
+    send_jitter_us: u32,
+) -> Result<Point> {
     let t0 = Instant::now();
     if crate::netns::interrupted() {
         bail!("interrupted");
@@ -383,12 +403,28 @@ pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point>
         let period_ms = *LOSS_REPORT_MS.get().unwrap_or(&1000);
         text.push_str(&loss_directive(&c, &phy, ip, period_ms));
     }
+    if let Some(e) = edca {
+        text.push_str(&edca_directive(e));
+    }
+    if send_jitter_us > 0 {
+        text.push_str(&format!("send_jitter_us {send_jitter_us}\n"));
+    }
     let (mut p, r) =
         crate::validate_sim::run_program(&cfg, setup, n, &spec, &flows, &dir, text, &packets, t0)?;
     let stations = cfg.topo.nodes.len() - 1 - crate::cell::OUTER;
     let assoc = r["associated"].as_u64().unwrap_or(0);
     if assoc < stations as u64 {
         bail!("only {assoc} of {stations} stations associated");
+    }
+    if edca.is_some() {
+        let vo = r["ap_edca"]["ap_vo_mpdus"].as_u64();
+        if vo.unwrap_or(0) == 0 {
+            bail!(
+                "--ap-vo: the AP queued no voice on AC_VO ({})",
+                r["ap_edca"]
+            );
+        }
+        p.downlink.insert("AP.edca".into(), r["ap_edca"].clone());
     }
     if d.is_some() {
         let m = MuxReport::parse(
@@ -443,6 +479,54 @@ pub struct CellSimArgs {
     /// the daemon).
     #[arg(long)]
     loss_start_unicast: bool,
+    /// Every setup: the AP sends its voice (multiplexed frames and unicast
+    /// downlink) on a WMM AP's AC_VO queue, the stations keep the DCF's
+    /// access (docs/lab.md 5; `off` with it is the control).
+    #[arg(long)]
+    ap_vo: bool,
+    /// With `--ap-vo`: the AP's AC_VO as `AIFSN,CWMIN,CWMAX[,TXOP_US]`
+    /// (default hostapd's 1,3,7 without TXOP bursts).
+    #[arg(long, default_value = "1,3,7,0")]
+    ap_vo_edca: String,
+    /// Every packet of a call leaves up to this many µs (uniform) after
+    /// its nominal 20-ms tick, as a phone's scheduler jitters (default 0:
+    /// exactly periodic, which can phase-lock a station's uplink with the
+    /// AP's frame, docs/results.md).
+    #[arg(long, default_value_t = 0)]
+    send_jitter_us: u32,
+}
+
+/// The run's `--send-jitter-us` (set once by [`main`]).
+static SEND_JITTER_US: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+/// The run's `--ap-vo` EDCA values of the AP's AC_VO (set once by [`main`]).
+static AP_EDCA: std::sync::OnceLock<Option<[u32; 4]>> = std::sync::OnceLock::new();
+
+/// The AP's AC_VO of hostapd's defaults (`tx_queue_data0_aifs/cwmin/cwmax`;
+/// `tx_queue_data0_burst` is 1.5 ms there, 0 here unless `--ap-vo-edca` says).
+pub const AP_VO_DEFAULT: [u32; 4] = [1, 3, 7, 0];
+
+/// The `ap_edca` directive: the AP's AC_VO at `[aifsn, cwmin, cwmax, txop_us]`.
+pub fn edca_directive(e: [u32; 4]) -> String {
+    format!("ap_edca {} {} {} {}\n", e[0], e[1], e[2], e[3])
+}
+
+/// Parse `--ap-vo-edca` (`AIFSN,CWMIN,CWMAX[,TXOP_US]`; CW values 2^k - 1).
+pub fn parse_edca(s: &str) -> Result<[u32; 4]> {
+    let v: Vec<u32> = s
+        .split(',')
+        .map(|x| x.trim().parse::<u32>())
+        .collect::<std::result::Result<_, _>>()
+        .with_context(|| format!("--ap-vo-edca {s}: numbers expected"))?;
+    if !(3..=4).contains(&v.len()) {
+        bail!("--ap-vo-edca {s}: AIFSN,CWMIN,CWMAX[,TXOP_US]");
+    }
+    let e = [v[0], v[1], v[2], v.get(3).copied().unwrap_or(0)];
+    let cw_ok = |c: u32| c <= 32767 && (c + 1).is_power_of_two();
+    if !(1..=15).contains(&e[0]) || !cw_ok(e[1]) || !cw_ok(e[2]) || e[1] > e[2] || e[3] > 8160 {
+        bail!("--ap-vo-edca {s}: AIFSN 1-15, CWMIN <= CWMAX of the form 2^k-1 (<= 32767), TXOP <= 8160 us");
+    }
+    Ok(e)
 }
 
 /// The run's `--loss-start-unicast` (set once by [`main`]).
@@ -502,6 +586,12 @@ pub fn main(a: CellSimArgs) -> Result<()> {
     }
     let _ = LOSS_REPORT_MS.set(a.loss_report_ms);
     let _ = LOSS_START_UNICAST.set(a.loss_start_unicast);
+    let edca = parse_edca(&a.ap_vo_edca)?;
+    let _ = AP_EDCA.set(a.ap_vo.then_some(edca));
+    if a.send_jitter_us >= 20_000 {
+        bail!("--send-jitter-us {}: must be below 20000", a.send_jitter_us);
+    }
+    let _ = SEND_JITTER_US.set(a.send_jitter_us);
     crate::netns::catch_interrupts();
     let split = |s: &str| -> Vec<String> {
         s.split(',')

@@ -15,6 +15,9 @@ fn args() -> CellSimArgs {
         loss_budget: None,
         loss_report_ms: 1000,
         loss_start_unicast: false,
+        ap_vo: false,
+        ap_vo_edca: "1,3,7,0".into(),
+        send_jitter_us: 0,
     }
 }
 
@@ -182,4 +185,97 @@ fn small_cell_carries_four_calls_with_and_without_the_mux() {
     assert!(red.frames_per_node["AP"] < 300, "{:?}", red.frames_per_node);
     let dl = |p: &Point| p.call_results[0]["b_to_a"]["delay_ms"].as_f64().unwrap();
     assert!(dl(&red) > dl(&off) + 5.0, "{} vs {}", dl(&red), dl(&off));
+}
+
+#[test]
+fn ap_vo_edca_parses_strictly() {
+    assert_eq!(parse_edca(&args().ap_vo_edca).unwrap(), AP_VO_DEFAULT);
+    assert_eq!(parse_edca("2, 31,1023").unwrap(), [2, 31, 1023, 0]);
+    assert_eq!(parse_edca("1,7,15,3264").unwrap(), [1, 7, 15, 3264]);
+    for bad in [
+        "",
+        "1,3",
+        "0,3,7",
+        "16,3,7",
+        "1,4,7",
+        "1,7,3",
+        "1,3,7,9000",
+        "1,3,7,0,0",
+        "a,3,7",
+    ] {
+        assert!(parse_edca(bad).is_err(), "{bad:?} accepted");
+    }
+    assert_eq!(edca_directive(AP_VO_DEFAULT), "ap_edca 1 3 7 0\n");
+}
+
+/// Runs the ns-3 program: the same 4-call cell with the AP's voice on
+/// AC_VO (`--ap-vo`): every packet arrives; with the mux every frame (and
+/// nothing else of the AP's data) went through the AP's AC_VO queue; in
+/// `off` every downlink packet did.
+#[test]
+fn small_cell_with_the_ap_on_ac_vo() {
+    if let Err(why) = air_ns3::check_available() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let w = work("edca");
+    let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
+    let line = crate::experiment::point_line;
+    let off = cell_point_with(&c, Setup::Off, 4, Some(AP_VO_DEFAULT), 0).unwrap();
+    let mux = cell_point_with(&c, Setup::DownlinkMux, 4, Some(AP_VO_DEFAULT), 0).unwrap();
+    let _ = std::fs::remove_dir_all(&w);
+    for p in [&off, &mux] {
+        assert!(p.supported && p.loss_max == 0.0, "{}", line(p));
+    }
+    let e = |p: &Point, k: &str| p.downlink["AP.edca"][k].as_u64().unwrap();
+    // 200 or 201 downlink packets per call in 4 s
+    assert!(
+        (800..=804).contains(&e(&off, "ap_vo_mpdus")),
+        "{:?}",
+        off.downlink
+    );
+    assert_eq!(e(&off, "tagged"), e(&off, "ap_vo_mpdus"));
+    let m: MuxReport = serde_json::from_value(mux.downlink["AP.mux"].clone()).unwrap();
+    assert_eq!(e(&mux, "ap_vo_mpdus"), m.frames, "{:?}", mux.downlink);
+    for p in [&off, &mux] {
+        assert_eq!(e(p, "ap_be_mpdus"), 0, "{:?}", p.downlink);
+        assert_eq!((e(p, "aifsn"), e(p, "cwmin"), e(p, "cwmax")), (1, 3, 7));
+        // as the MAC holds them at the end: the AP's AC_VO as asked, its
+        // AC_BE and the stations' (after the beacons) at the DCF's access
+        let a = |k: &str| p.downlink["AP.edca"][k].to_string();
+        assert_eq!(a("ap_vo_access"), "[1,3,7]");
+        assert_eq!(a("ap_be_access"), "[2,31,1023]");
+        assert_eq!(a("sta_be_access"), "[2,31,1023]");
+    }
+}
+
+/// Runs the ns-3 program: one multiplexed call with and without 1 ms of
+/// send jitter. Exactly periodic, each downlink packet opens its own frame
+/// (one per 20 ms); with jitter a packet that leaves early falls into the
+/// frame its predecessor opened, so there are fewer frames, and every
+/// packet still arrives.
+#[test]
+fn send_jitter_moves_packets_off_their_ticks() {
+    if let Err(why) = air_ns3::check_available() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let w = work("jitter");
+    let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
+    let exact = cell_point_with(&c, Setup::DownlinkMux, 1, None, 0).unwrap();
+    let jit = cell_point_with(&c, Setup::DownlinkMux, 1, None, 1000).unwrap();
+    let _ = std::fs::remove_dir_all(&w);
+    let line = crate::experiment::point_line;
+    for p in [&exact, &jit] {
+        assert!(p.supported && p.loss_max == 0.0, "{}", line(p));
+    }
+    let frames = |p: &Point| p.downlink["AP.mux"]["frames"].as_u64().unwrap();
+    let entries = |p: &Point| p.downlink["AP.mux"]["entries"].as_u64().unwrap();
+    assert_eq!(entries(&exact), entries(&jit));
+    assert!((199..=201).contains(&frames(&exact)), "{}", frames(&exact));
+    assert!(
+        frames(&jit) < frames(&exact) * 9 / 10,
+        "{} frames",
+        frames(&jit)
+    );
 }

@@ -7,7 +7,8 @@
 //! the config-less cleanup after a crash ([`state`]), netlink
 //! route lookups and change monitoring ([`route`]), the daemon's sockets (raw
 //! bundle sockets, UDP bundle sockets, the header-included raw sender, SIOCOUTQ:
-//! [`socket`]), timerfd/signalfd ([`timer`]), a tiny epoll wrapper ([`poll`]),
+//! [`socket`]), timerfd/signalfd ([`timer`]), a tiny epoll wrapper ([`poll`]), the Wi-Fi
+//! access category of the daemon's own sockets ([`wmm`]),
 //! and network-namespace helpers for tests and the lab ([`netns`]).
 //!
 //! Must not touch: aggregation policy, wire formats, configuration parsing or
@@ -36,6 +37,7 @@ pub mod survey;
 pub mod tim_steer;
 pub mod timer;
 pub mod tun;
+pub mod wmm;
 
 pub use poll::{Event, Events, Interest, Poller};
 pub use route::{Changes, LinkStats, NextHop, RouteMonitor, RouteResolver};

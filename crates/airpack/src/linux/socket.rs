@@ -592,6 +592,16 @@ impl RawIpSender {
         Ok(RawIpSender { v4, v6 })
     }
 
+    /// SO_PRIORITY 256 + `up` on both senders: a Linux AP's mac80211 queues
+    /// what they send at 802.11 user priority `up` ([`super::wmm`]).
+    pub fn set_user_priority(&self, up: u8) -> io::Result<()> {
+        super::wmm::set_user_priority(self.v4.as_raw_fd(), up)?;
+        if let Some(v6) = &self.v6 {
+            super::wmm::set_user_priority(v6.as_raw_fd(), up)?;
+        }
+        Ok(())
+    }
+
     /// Sends `packet` unchanged (version from its first nibble, destination
     /// from its header; the header must be complete: else EINVAL; IPv6 when
     /// the kernel has none: EAFNOSUPPORT).

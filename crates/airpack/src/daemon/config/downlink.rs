@@ -43,6 +43,8 @@ impl From<FormatCfg> for Format {
 pub const DEFAULT_GROUP: Ipv4Addr = Ipv4Addr::new(225, 0, 0, 10);
 /// Default UDP port of frames (the seed's).
 pub const DEFAULT_PORT: u16 = 8888;
+/// Default DSCP of the AP's frames: EF (telephony; a WMM AP's AC_VO).
+pub const DEFAULT_FRAME_DSCP: u8 = 46;
 /// Default UDP port of registration messages at the AP.
 pub const DEFAULT_REGISTRATION_PORT: u16 = 8889;
 
@@ -126,6 +128,10 @@ pub struct ApSection {
     /// allows it) and joins the frame after a clean loss report (ignored
     /// without `loss_aware`).
     pub loss_start_unicast: bool,
+    /// DSCP (0-63) of the frames (and SO_PRIORITY 256 + its 802.11 user
+    /// priority on the frame and fallback sockets, unless 0): 46 = EF, which
+    /// a WMM AP sends on its AC_VO queue (`crate::linux::wmm`).
+    pub frame_dscp: u8,
 }
 
 /// `ap.redundancy` as written: `false` / `true` (depth 0 / 1, the first
@@ -198,6 +204,7 @@ impl Default for ApSection {
             loss_probe_secs: 30,
             loss_airtime_budget: LossConfig::default().airtime_budget,
             loss_start_unicast: LossConfig::default().start_unicast,
+            frame_dscp: DEFAULT_FRAME_DSCP,
         }
     }
 }
@@ -292,6 +299,8 @@ pub struct ApPlan {
     pub lease: LeaseConfig,
     /// The loss rule's configuration.
     pub loss: LossConfig,
+    /// DSCP of the frames (0-63; 0: unmarked, default priority).
+    pub frame_dscp: u8,
 }
 
 /// The validated `[station]`.
@@ -594,6 +603,12 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
             format!("{} must be above 0 and at most 4", s.loss_airtime_budget),
         ));
     }
+    if s.frame_dscp > 63 {
+        return Err(e(
+            "frame_dscp",
+            format!("{} must be in 0-63 (46 = EF, voice)", s.frame_dscp),
+        ));
+    }
     let probe = u64::from(s.loss_probe_secs) * 1_000_000;
     let loss = LossConfig {
         enabled: s.loss_aware,
@@ -617,6 +632,7 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
         mux,
         lease,
         loss,
+        frame_dscp: s.frame_dscp,
     }))
 }
 

@@ -267,3 +267,25 @@ fn loss_rule_defaults_and_limits() {
         .unwrap();
     assert_eq!(s.report_secs, 0);
 }
+
+#[test]
+fn ap_frame_dscp_defaults_to_ef_and_is_checked() {
+    let base = format!("[ap]\nenabled = true\ninterfaces = [\"wlan0\"]\nkey = \"{K}\"\n");
+    let ap = parse("t.toml", &base, &[], &[]).unwrap().ap.unwrap();
+    assert_eq!(ap.frame_dscp, 46, "EF: a WMM AP's AC_VO");
+    for v in [0u8, 34, 63] {
+        let t = format!("{base}frame_dscp = {v}\n");
+        assert_eq!(
+            parse("t.toml", &t, &[], &[])
+                .unwrap()
+                .ap
+                .unwrap()
+                .frame_dscp,
+            v
+        );
+    }
+    let e = err(&format!("{base}frame_dscp = 64\n"));
+    assert!(e.contains("ap.frame_dscp") && e.contains("0-63"), "{e}");
+    let e = err(&format!("{base}frame_dscp = 300\n"));
+    assert!(e.contains("frame_dscp"), "{e}");
+}

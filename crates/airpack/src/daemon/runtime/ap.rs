@@ -128,7 +128,15 @@ impl Ap {
                 }
             }
         }
-        info!(destination = ?ap.destination, interfaces = ?ap.interfaces, "ap role running");
+        // The frames' DSCP and 802.11 user priority (ap.frame_dscp: EF ->
+        // a WMM AP's AC_VO, linux::wmm).
+        for (sock, dest) in &out {
+            linux::wmm::mark(sock.as_raw_fd(), dest.is_ipv6(), ap.frame_dscp)
+                .context("ap: mark the frame socket (ap.frame_dscp)")?;
+        }
+        let up = linux::wmm::user_priority(ap.frame_dscp);
+        info!(destination = ?ap.destination, interfaces = ?ap.interfaces,
+              dscp = ap.frame_dscp, queue = linux::wmm::access_category(up), "ap role running");
         Ok(Ap {
             mux: Mux::new(ap.mux.clone()),
             leases: LeaseTable::new(ap.lease.clone()),
@@ -148,7 +156,15 @@ impl Ap {
             packets_send_failed: 0,
             raw: match ap.mux.airtime {
                 Some(_) => {
-                    Some(RawIpSender::open(mark).context("ap: raw sender for unicast fallback")?)
+                    let raw =
+                        RawIpSender::open(mark).context("ap: raw sender for unicast fallback")?;
+                    // the fallback's packets keep their own DSCP (rebuilt
+                    // byte-identical); their queue follows the frames'
+                    if ap.frame_dscp != 0 {
+                        raw.set_user_priority(up)
+                            .context("ap: priority of the unicast fallback")?;
+                    }
+                    Some(raw)
                 }
                 None => None,
             },
