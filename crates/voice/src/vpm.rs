@@ -18,9 +18,34 @@
 //! ignored (a forged report cannot lower or raise the quality). The table is
 //! bounded ([`VpmConfig::max_calls`], allocated once); idle calls expire.
 //!
-//! Network quality ([`Vpm::network_mos`]): over active calls (heard within
-//! the window), the configured percentile of their MOS (0 = the worst),
-//! each call's MOS the lower of its two directions over the sliding window.
+//! Network quality ([`Vpm::network_mos`]): over the *judged* calls, the
+//! configured percentile of their MOS (0 = the worst), each call's MOS the
+//! lower of its two directions over the sliding window.
+//!
+//! Which calls are judged (issue 12 point 8: the reading when calls leave
+//! and join). A call leaves the reading as soon as it is known to have
+//! ended, not when its window has emptied:
+//! - an RTCP BYE naming the call's upstream SSRC (sent upstream) or its
+//!   downstream SSRC (sent downstream) ends it at once (RFC 3550 6.6; the
+//!   compound is parsed strictly, a BYE from another source changes
+//!   nothing). Later RTP of the ended source is counted and ignored; a new
+//!   SSRC on the flow starts a new call;
+//! - upstream RTP silent for [`VpmConfig::silence_us`] (default 1 s, 50
+//!   G.729 intervals) takes it out of the reading, except for a call that
+//!   may be pausing: one that showed voice activity detection (an RTP marker
+//!   bit after its first packet, the start of a talk spurt, RFC 3551 4.1) or
+//!   whose endpoint sent upstream RTCP after its last RTP (alive, not
+//!   talking). A VAD talker's pauses are normal and would otherwise make the
+//!   call leave and join every few seconds, which the rate controller reads
+//!   as calls leaving and joining; such a call leaves on its BYE, when its
+//!   window no longer holds enough packets (below), or on the idle timeout.
+//!   The silence rule is for calls that end without a BYE.
+//!
+//! And a call is judged only while its window holds at least
+//! [`VpmConfig::min_judged_us`] of packets (expected packets times the
+//! packet interval; default 1 s): a joining call's first packets and a
+//! leaving call's last few are not a MOS (one loss among 20 packets would
+//! read 5 %).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -66,6 +91,13 @@ pub struct VpmConfig {
     pub wired_delay_ms: f64,
     /// Codec assumed for payload types not in the codec table.
     pub default_profile: Profile,
+    /// A call whose upstream RTP has been silent this long (µs) leaves the
+    /// reading unless it may be pausing (VAD or RTCP since; module docs).
+    /// 0: never.
+    pub silence_us: u64,
+    /// A call is judged only while its window holds at least this much
+    /// (µs) of packets (expected packets x packet interval).
+    pub min_judged_us: u64,
 }
 
 impl Default for VpmConfig {
@@ -78,6 +110,8 @@ impl Default for VpmConfig {
             playout_ms: 60.0,
             wired_delay_ms: 0.0,
             default_profile: Codec::G729.profile(20).expect("G.729 at 20 ms is valid"),
+            silence_us: 1_000_000,
+            min_judged_us: 1_000_000,
         }
     }
 }
@@ -97,6 +131,10 @@ pub struct VpmCounters {
     pub table_full: u64,
     /// Calls forgotten after being idle.
     pub expired: u64,
+    /// Calls ended by an RTCP BYE of their upstream or downstream source.
+    pub byes: u64,
+    /// Upstream RTP of a source that had said BYE (ignored).
+    pub rtp_after_bye: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -116,6 +154,13 @@ struct Call {
     min_transit_us: Option<i64>,
     buckets: [Bucket; BUCKETS],
     last_seen_us: u64,
+    /// Last upstream RTP and last upstream RTCP from the call's source.
+    last_rtp_up_us: u64,
+    last_rtcp_up_us: u64,
+    /// Showed voice activity detection (a marker bit after the first packet).
+    vad: bool,
+    /// Said BYE (either direction): out of the reading.
+    ended: bool,
     /// Last receiver report on the downstream direction: (when, fraction lost %, jitter ms).
     down_report: Option<(u64, f64, f64)>,
     srs: [(u32, u64); SR_MEMORY],
@@ -244,6 +289,12 @@ impl Vpm {
             c.down_ssrc = down;
         }
         c.last_seen_us = now_us;
+        if c.ended {
+            self.counters.rtp_after_bye += 1;
+            return;
+        }
+        c.last_rtp_up_us = now_us;
+        c.vad |= h.marker && c.reception.received() > 0;
         if !c.reception.on_rtp(h.sequence, h.timestamp, now_us) {
             return;
         }
@@ -299,13 +350,22 @@ impl Vpm {
             return;
         };
         for p in compound.packets() {
-            if let Packet::SenderReport { ssrc, info, .. } = p {
-                if Some(ssrc) != c.down_ssrc {
-                    self.counters.rtcp_wrong_ssrc += 1;
-                    continue;
+            match p {
+                Packet::SenderReport { ssrc, info, .. } => {
+                    if Some(ssrc) != c.down_ssrc {
+                        self.counters.rtcp_wrong_ssrc += 1;
+                        continue;
+                    }
+                    c.srs[c.sr_next % SR_MEMORY] = (rtcp::ntp_mid32(info.ntp), now_us);
+                    c.sr_next += 1;
                 }
-                c.srs[c.sr_next % SR_MEMORY] = (rtcp::ntp_mid32(info.ntp), now_us);
-                c.sr_next += 1;
+                Packet::Bye { sources, .. }
+                    if !c.ended && c.down_ssrc.is_some_and(|d| { sources }.any(|s| s == d)) =>
+                {
+                    c.ended = true;
+                    self.counters.byes += 1;
+                }
+                _ => {}
             }
         }
     }
@@ -327,12 +387,20 @@ impl Vpm {
             let (ssrc, blocks) = match p {
                 Packet::SenderReport { ssrc, blocks, .. }
                 | Packet::ReceiverReport { ssrc, blocks } => (ssrc, blocks),
+                Packet::Bye { mut sources, .. } => {
+                    if sources.any(|s| s == c.up_ssrc) && !c.ended {
+                        c.ended = true;
+                        self.counters.byes += 1;
+                    }
+                    continue;
+                }
                 _ => continue,
             };
             if ssrc != c.up_ssrc {
                 self.counters.rtcp_wrong_ssrc += 1;
                 continue;
             }
+            c.last_rtcp_up_us = now_us;
             for b in blocks {
                 if Some(b.ssrc) != c.down_ssrc {
                     self.counters.rtcp_wrong_ssrc += 1;
@@ -356,14 +424,15 @@ impl Vpm {
         }
     }
 
-    /// Quality of one call now (`None` if unknown or silent over the window).
+    /// Quality of one call now (`None` if unknown or not judged now: ended,
+    /// silent, or too few packets in its window; module docs).
     pub fn call_quality(&self, key: &CallKey, now_us: u64) -> Option<CallQuality> {
         self.calls
             .get(key)
             .and_then(|c| c.quality(&self.cfg, now_us))
     }
 
-    /// Calls with a MOS now (heard within the window): how many calls the
+    /// Calls with a MOS now (judged: module docs): how many calls the
     /// network MOS is taken over.
     pub fn active_calls(&self, now_us: u64) -> usize {
         self.calls
@@ -476,6 +545,10 @@ impl Call {
             min_transit_us: None,
             buckets: [Bucket::default(); BUCKETS],
             last_seen_us: 0,
+            last_rtp_up_us: 0,
+            last_rtcp_up_us: 0,
+            vad: false,
+            ended: false,
             down_report: None,
             srs: [(0, 0); SR_MEMORY],
             sr_next: 0,
@@ -498,7 +571,20 @@ impl Call {
         &mut self.buckets[i]
     }
 
+    /// Out of the reading: said BYE, or its upstream RTP stopped for the
+    /// silence limit and nothing says it is pausing (module docs).
+    fn left(&self, cfg: &VpmConfig, now_us: u64) -> bool {
+        let silent = cfg.silence_us > 0
+            && now_us.saturating_sub(self.last_rtp_up_us) > cfg.silence_us
+            && !self.vad
+            && self.last_rtcp_up_us <= self.last_rtp_up_us;
+        self.ended || silent
+    }
+
     fn quality(&self, cfg: &VpmConfig, now_us: u64) -> Option<CallQuality> {
+        if self.left(cfg, now_us) {
+            return None;
+        }
         let from = now_us.saturating_sub(cfg.window_us);
         let (mut expected, mut on_time) = (0u64, 0u64);
         for b in self
@@ -509,7 +595,8 @@ impl Call {
             expected += u64::from(b.expected);
             on_time += u64::from(b.on_time);
         }
-        if expected == 0 {
+        if expected == 0 || expected.saturating_mul(self.profile.interval_us()) < cfg.min_judged_us
+        {
             return None;
         }
         let up_loss_pct = 100.0 * (expected.saturating_sub(on_time)) as f64 / expected as f64;
@@ -551,3 +638,7 @@ impl Call {
 #[cfg(test)]
 #[path = "vpm_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "vpm_leave_tests.rs"]
+mod leave_tests;

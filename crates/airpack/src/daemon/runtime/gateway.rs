@@ -706,6 +706,7 @@ impl Gateway {
                 "rtp_down": self.rtp_down,
                 "rtcp_up": self.rtcp_up,
                 "rtcp_down": self.rtcp_down,
+                "calls_ended_by_bye": v.byes,
                 "tcp_control": self.tcp_control,
             },
             "ignored": {
@@ -716,6 +717,7 @@ impl Gateway {
                 "rtcp_unknown_call": v.rtcp_unknown_call,
                 "rtcp_wrong_ssrc": v.rtcp_wrong_ssrc,
                 "call_table_full": v.table_full,
+                "rtp_after_bye": v.rtp_after_bye,
                 "bad_tcp": self.ignored.bad_tcp,
                 "tcp_not_paced": self.ignored.tcp_not_paced,
                 "flow_table_full": self.ignored.flow_table_full,
