@@ -558,3 +558,33 @@ fn the_first_window_of_new_calls_is_not_held_against_the_rate() {
     rc.on_timeout(23_000_000, Some(3.5), 18);
     assert!(rc.search_view().bad_bps.is_some());
 }
+
+#[test]
+fn the_window_after_calls_left_is_not_remembered_as_a_bad_rate() {
+    // 16 calls at a rate the search found bad at 300 kbit/s.
+    let (mut rc, t0) = warm(250_000);
+    let mut t = t0;
+    // (warm runs 3 calls; 16 join, then settle two windows in the hold band)
+    for _ in 0..10 {
+        t += 1_000_000;
+        rc.on_timeout(t, Some(3.65), 16);
+    }
+    // Half the calls leave; the first reading still holds the loss of 16.
+    t += 1_000_000;
+    let before = rc.rate_bps();
+    rc.on_timeout(t, Some(3.5), 8);
+    assert!(rc.rate_bps() < before, "a bad reading still cuts");
+    assert_eq!(
+        rc.search_view().bad_bps,
+        None,
+        "but the rate is not remembered as bad for the 8 calls"
+    );
+    // One window later a bad reading is the 8 calls' own: remembered.
+    for _ in 0..4 {
+        t += 1_000_000;
+        rc.on_timeout(t, Some(3.75), 8);
+    }
+    t += 1_000_000;
+    rc.on_timeout(t, Some(3.5), 8);
+    assert!(rc.search_view().bad_bps.is_some());
+}
