@@ -124,7 +124,9 @@ pub struct ApSection {
     pub loss_airtime_budget: f64,
     /// A newly leased station starts on unicast (if the airtime guard
     /// allows it) and joins the frame after a clean loss report (ignored
-    /// without `loss_aware`).
+    /// without `loss_aware`). On by default: a station still unmeasured
+    /// 1 s after its start gets a trial (its packets in the frame and by
+    /// unicast) so it can report; `false` starts new stations in the frame.
     pub loss_start_unicast: bool,
 }
 

@@ -225,12 +225,12 @@ fn loss_rule_defaults_and_limits() {
     assert_eq!(ap.loss.max_probe, 240_000_000);
     assert_eq!(ap.loss.airtime_budget, LossConfig::default().airtime_budget);
     assert!(
-        !ap.loss.start_unicast,
-        "new stations start in the frame by default"
+        ap.loss.start_unicast && ap.loss.start_trial > 0,
+        "new stations start on unicast, with a trial, by default"
     );
-    let t = format!("{base}loss_start_unicast = true\n");
+    let t = format!("{base}loss_start_unicast = false\n");
     assert!(
-        parse("t.toml", &t, &[], &[])
+        !parse("t.toml", &t, &[], &[])
             .unwrap()
             .ap
             .unwrap()

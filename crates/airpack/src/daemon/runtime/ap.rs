@@ -9,6 +9,8 @@
 //! requests, never answered) feed the core's `LossControl`, which serves a
 //! station above `ap.loss_limit_pct` by unicast: the mux then hands its
 //! packets back (`UnicastReason::Loss`) and they take the normal path.
+//! A new station starts that way; on its trial (`Verdict::Trial`) its
+//! packets are queued in a frame and also take the normal path.
 //!
 //! Interception: the whole configured `ap.media_ports` range (UDP
 //! destination ports) is steered into the TUN by a steering rule placed
@@ -407,6 +409,8 @@ impl Ap {
                 "started_unicast": ls.start_unicast,
                 "start_held_by_airtime": ls.start_held,
                 "start_cleared": ls.start_cleared,
+                "start_trials": ls.start_trials,
+                "trial_packets": m.trial,
                 "estimated_load": self.loss.load(),
             },
             "registrations": {
@@ -461,6 +465,7 @@ impl Ap {
                     "station": l.addr.to_string(),
                     "auto": l.auto,
                     "unicast_by_loss": loss.is_some_and(|s| s.unicast),
+                    "loss_trial": loss.is_some_and(|s| s.trial),
                     "multicast_loss_pct": loss.and_then(|s| s.loss).map(|x| x * 100.0),
                     "lease_left_s": l.expires.saturating_sub(now) as f64 / 1e6,
                     "streams": l.runs.iter().zip(l.live).filter(|(_, v)| **v).map(|(r, _)| u64::from(r.count)).sum::<u64>(),
@@ -518,6 +523,11 @@ impl Daemon {
                 false
             }
             Verdict::Unicast(_) => false,
+            Verdict::Trial(_) => {
+                // In a frame for the station to measure, and by unicast.
+                ap.transmit(now);
+                false
+            }
         }
     }
 
