@@ -92,9 +92,12 @@
 //!   The trial ends at the station's first report with `min_frames` of
 //!   evidence: below `clear` it joins the frame (`start_cleared`), else it
 //!   stays on unicast as an ordinary lossy station (probe timer). A
-//!   station that sends no report within [`LossConfig::trial_len`] cannot
-//!   be measured: it returns to the frame (counted as a probe), as it
-//!   would be without the rule.
+//!   station without downlink traffic stays on its trial at no cost (no
+//!   frame carries anything for it) until its packets come; one that gets
+//!   no report with evidence to the AP within [`LossConfig::trial_len`]
+//!   while at least `min_frames` frames were sent (a station that does not
+//!   report) cannot be measured: it returns to the frame (counted as a
+//!   probe), as it would be without the rule.
 //! * Bounded: one record per station that reported while it held a lease
 //!   (at most [`LossConfig::max_stations`]; reports beyond are rejected and
 //!   counted); the record goes with the lease ([`LossControl::forget`]).
@@ -248,6 +251,8 @@ struct Record {
     trial_at: Micros,
     /// On a trial (module doc).
     trial: bool,
+    /// The mux's frames sent when its trial started (or was extended).
+    trial_mark: u64,
 }
 
 impl Record {
@@ -269,6 +274,7 @@ impl Record {
             check_at: 0,
             trial_at: 0,
             trial: false,
+            trial_mark: 0,
         }
     }
 
@@ -617,6 +623,7 @@ impl LossControl {
         let (min, step) = (f64::from(self.cfg.min_frames), self.cfg.start_trial);
         let due =
             |r: &Record| r.fresh && !r.trial && step > 0 && r.trial_at <= now && r.expected < min;
+        let sent = mux.stats().frames_sent();
         if self.records.iter().any(due) {
             let load = self.all_unicast_load() + self.trial_load(mux, due);
             let fits = load <= self.cfg.airtime_budget;
@@ -627,6 +634,7 @@ impl LossControl {
                 if fits {
                     rec.trial = true;
                     rec.trial_at = now + self.cfg.trial_len;
+                    rec.trial_mark = sent;
                     self.stats.start_trials += 1;
                     mux.set_trial(rec.addr, true);
                 } else {
@@ -638,8 +646,12 @@ impl LossControl {
             }
         }
         for rec in &mut self.records {
-            if rec.trial && rec.trial_at <= now {
-                // No report with evidence: cannot be measured.
+            if rec.trial && rec.trial_at <= now && sent < rec.trial_mark + min as u64 {
+                // Nothing to measure yet (no traffic): wait on.
+                rec.trial_at = now + self.cfg.trial_len;
+                rec.trial_mark = sent;
+            } else if rec.trial && rec.trial_at <= now {
+                // Frames were sent, no report with evidence: cannot be measured.
                 rec.trial = false;
                 rec.fresh = false;
                 rec.unicast = false;
@@ -1069,10 +1081,21 @@ mod tests {
         assert!(!lc
             .stations()
             .any(|s| s.addr == sta(21) && (s.fresh || s.trial)));
-        // No report at all: the trial ends in the frame (1.2 s + 5 s).
-        lc.handle_timeout(6_199_999, &mut mux);
-        assert!(mux.is_trial(sta(22)));
+        // No traffic: sta 22's trial waits on (1 frame sent in 5 s).
         lc.handle_timeout(6_200_000, &mut mux);
+        assert!(mux.is_trial(sta(22)));
+        // Frames sent, no report with evidence: the trial ends in the frame.
+        for k in 0..20u16 {
+            let _ = mux.handle_packet(
+                7_000_000 + u64::from(k) * 20_000,
+                &voip_to(sta(22), 4000, k),
+            );
+            mux.flush();
+            while mux.poll_transmit(7_000_000, &mut buf).is_some() {}
+        }
+        lc.handle_timeout(11_199_999, &mut mux);
+        assert!(mux.is_trial(sta(22)));
+        lc.handle_timeout(11_200_000, &mut mux);
         assert!(!mux.is_unicast(sta(22)));
         assert_eq!(lc.stats().probes, 1);
         assert_eq!(lc.poll_timeout(), Some(30_200_000), "sta 21's probe");

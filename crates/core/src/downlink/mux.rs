@@ -263,6 +263,9 @@ pub struct Transmit {
     pub len: usize,
     /// Packets inside (1 for a unicast packet).
     pub packets: usize,
+    /// Of those, trial copies ([`Verdict::Trial`]: the packet also went
+    /// by unicast, so a driver's accounting does not count them again).
+    pub trial: usize,
     /// `buf[..len]` is an original IP packet, not a frame.
     pub unicast: bool,
     /// Frame sequence number (compact; 0 for the seed layout).
@@ -326,6 +329,8 @@ pub struct MuxStats {
     /// Packets queued on a trial and also handed back for unicast
     /// ([`Verdict::Trial`]; part of `queued`).
     pub trial: u64,
+    /// Of `dropped`, trial copies.
+    pub trial_dropped: u64,
 }
 
 impl MuxStats {
@@ -496,6 +501,16 @@ impl Mux {
         let n = self.frames.len();
         (0..=self.ready)
             .map(|k| self.frames[(self.head + k) % n].count)
+            .sum()
+    }
+
+    /// Of [`Mux::pending`], trial copies ([`Verdict::Trial`]).
+    pub fn pending_trial(&self) -> usize {
+        let n = self.frames.len();
+        (0..=self.ready)
+            .map(|k| &self.frames[(self.head + k) % n])
+            .filter(|f| f.count > 0)
+            .map(|f| f.trial)
             .sum()
     }
 
@@ -876,6 +891,8 @@ impl Mux {
         if self.ready == self.cfg.queue_frames {
             let old = &mut self.frames[self.head];
             self.stats.dropped += old.count as u64;
+            self.stats.trial_dropped += old.trial as u64;
+            old.trial = 0;
             self.stats.dropped_frames += 1;
             old.count = 0;
             old.len = 0;
@@ -1068,6 +1085,7 @@ impl Mux {
             let t = Transmit {
                 len,
                 packets: 1,
+                trial: 0,
                 unicast: true,
                 seq: 0,
                 reason: f.reason,
@@ -1090,6 +1108,7 @@ impl Mux {
         let t = Transmit {
             len: f.len,
             packets: f.count,
+            trial: f.trial,
             unicast: false,
             seq: if self.cfg.format == Format::Compact {
                 f.seq
@@ -1104,6 +1123,7 @@ impl Mux {
         self.stats.bytes_out += f.len as u64;
         f.count = 0;
         f.len = 0;
+        f.trial = 0;
         self.head = (self.head + 1) % n;
         self.ready -= 1;
         Some(t)

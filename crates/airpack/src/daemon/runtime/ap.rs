@@ -295,10 +295,13 @@ impl Ap {
                     }
                 }
             }
+            // Trial copies: the packet also took the normal path, which
+            // counts it.
+            let own = (t.packets - t.trial) as u64;
             if taken {
-                self.packets_out += t.packets as u64;
+                self.packets_out += own;
             } else {
-                self.packets_send_failed += t.packets as u64;
+                self.packets_send_failed += own;
             }
         }
     }
@@ -427,13 +430,14 @@ impl Ap {
     }
 
     /// This role's packets in the send-side accounting: multiplexed (or
-    /// forwarded by the airtime rule), waiting in the mux, or lost.
+    /// forwarded by the airtime rule), waiting in the mux, or lost. Trial
+    /// copies are not counted (their packets took the normal path too).
     fn account(&self, a: &mut crate::daemon::accounting::Extra) {
         let m = self.mux.stats();
         a.send_out += self.packets_out + self.fallback_sent;
-        a.send_queued += self.mux.pending() as u64;
+        a.send_queued += (self.mux.pending() - self.mux.pending_trial()) as u64;
         for (k, v) in [
-            ("downlink_queue_full", m.dropped),
+            ("downlink_queue_full", m.dropped - m.trial_dropped),
             ("downlink_frame_send_failed", self.packets_send_failed),
             ("downlink_unicast_send_failed", self.fallback_failed),
         ] {
