@@ -360,9 +360,9 @@ proptest! {
         for k in 0..12u64 {
             for j in 0..50u64 {
                 let now = k * SEC + j * 20 * MS;
-                for i in 0..stations {
-                    if !admitted[i] && now >= admitted_at(i) {
-                        admitted[i] = true;
+                for (i, a) in admitted.iter_mut().enumerate() {
+                    if !*a && now >= admitted_at(i) {
+                        *a = true;
                         lc.admit(now, sta(i), &mut mux);
                     }
                 }
