@@ -18,6 +18,12 @@
 //! - a reload (SIGHUP) of the AP keeps the role and its steering;
 //! - SIGTERM on the AP while W sends: every packet still arrives.
 //!
+//! The AP keeps new stations in the frame from their first packet
+//! (`loss_start_unicast = false`): these tests check the frame path byte
+//! for byte and count every packet exactly, which the default start on
+//! unicast (and its trial's duplicates) would make depend on when the
+//! first packet comes; `daemon_downlink_loss` covers the default start.
+//!
 //! No timing assertions: every wait is for a condition, bounded.
 
 mod common;
@@ -247,7 +253,7 @@ fn ap_config() -> String {
     format!(
         "[daemon]\nprometheus = \"127.0.0.1:{METRICS}\"\n\
          [ap]\nenabled = true\ninterfaces = [\"cell\"]\nkey = \"{KEY}\"\nmax_lease_secs = 3\n\
-         idle_release = false\ninterval_ms = 1000\n"
+         idle_release = false\ninterval_ms = 1000\nloss_start_unicast = false\n"
     )
 }
 
@@ -660,7 +666,7 @@ fn ipv6_ap_and_two_stations() {
         &ap,
         &format!(
             "[ap]\nenabled = true\ninterfaces = [\"cell\"]\ngroup = \"ff05::10\"\nkey = \"{KEY}\"\n\
-             idle_release = false\ninterval_ms = 1000\nredundancy = true\n"
+             idle_release = false\ninterval_ms = 1000\nredundancy = true\nloss_start_unicast = false\n"
         ),
         &[],
     );

@@ -4,6 +4,11 @@
 //! (a loss report every second) on one bridge. W sends each station a
 //! 20 ms RTP stream through the AP.
 //!
+//! - new stations start on unicast (the default `ap.loss_start_unicast`):
+//!   before any voice all three are on unicast; once W sends, the AP's
+//!   trial puts their packets in frames as well, their clean reports move
+//!   them to the frame, and each station's socket has received every
+//!   packet sent until then;
 //! - an nftables rule in station 0's namespace drops 30 % of the AP's
 //!   multicast frames: its reports show the loss, the AP serves it by
 //!   unicast (its packets forwarded as usual, counted as `unicast.loss`,
@@ -16,16 +21,21 @@
 
 mod common;
 use common::*;
+use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const KEY: &str = "000102030405060708090a0b0c0d0e0f";
 const WIRED: Ipv4Addr = Ipv4Addr::new(10, 173, 0, 2);
 const AP_CELL: Ipv4Addr = Ipv4Addr::new(10, 174, 0, 1);
 const WAIT: Duration = Duration::from_secs(40);
+/// Bound on a new station's join: the rule's own is its check (0.2 s),
+/// the trial's delay (1 s) and two report periods (2 s); the rest is
+/// margin for a loaded machine.
+const JOIN: Duration = Duration::from_secs(20);
 
 fn station_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 174, 0, 11 + i as u8)
@@ -35,10 +45,16 @@ fn port(i: usize) -> u16 {
     20_000 + i as u16
 }
 
-/// Counts the datagrams arriving on `port` in `ns` until `stop`.
-fn receiver(ns: &str, port: u16, stop: Arc<AtomicBool>) -> Arc<AtomicU64> {
+/// The RTP sequence numbers a station's socket received.
+type Seen = Arc<Mutex<HashSet<u16>>>;
+
+/// Counts the datagrams arriving on `port` in `ns` until `stop`, and
+/// keeps their RTP sequence numbers.
+fn receiver(ns: &str, port: u16, stop: Arc<AtomicBool>) -> (Arc<AtomicU64>, Seen) {
     let got = Arc::new(AtomicU64::new(0));
     let g = got.clone();
+    let seen: Seen = Arc::default();
+    let s = seen.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     in_ns(ns, move || {
         let sock = UdpSocket::bind(("0.0.0.0", port)).unwrap();
@@ -48,17 +64,23 @@ fn receiver(ns: &str, port: u16, stop: Arc<AtomicBool>) -> Arc<AtomicU64> {
         tx.send(()).unwrap();
         let mut buf = [0u8; 2048];
         while !stop.load(Ordering::Relaxed) {
-            if sock.recv(&mut buf).is_ok() {
+            if let Ok(n) = sock.recv(&mut buf) {
                 g.fetch_add(1, Ordering::Relaxed);
+                if n >= 4 {
+                    s.lock()
+                        .unwrap()
+                        .insert(u16::from_be_bytes([buf[2], buf[3]]));
+                }
             }
         }
     });
     rx.recv().unwrap();
-    got
+    (got, seen)
 }
 
-/// W sends every station one 20-byte-payload RTP packet per 20 ms until `stop`.
-fn voice(ns: &str, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+/// W sends every station one 20-byte-payload RTP packet per 20 ms until
+/// `stop`; `rounds`: how many each station was sent so far.
+fn voice(ns: &str, stop: Arc<AtomicBool>, rounds: Arc<AtomicU32>) -> std::thread::JoinHandle<()> {
     in_ns(ns, move || {
         let sock = UdpSocket::bind(("0.0.0.0", 0)).unwrap();
         let mut k: u32 = 0;
@@ -74,6 +96,7 @@ fn voice(ns: &str, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
                 let _ = sock.send_to(&body, dst);
             }
             k += 1;
+            rounds.store(k, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(20));
         }
     })
@@ -124,11 +147,38 @@ fn lossy_station_is_served_by_unicast_and_returns() {
         apd.stat("/ap/stations") as u64 == 3
             && sd.iter().all(|d| d.stats()["station"]["streams"] == 1)
     });
+    // New stations start on unicast: no frame can carry anything yet.
+    wait_until("3 new stations on unicast", WAIT, || {
+        apd.stat("/ap/loss_rule/started_unicast") == 3.0
+            && apd.stat("/ap/loss_rule/stations_unicast") == 3.0
+    });
+    assert_eq!(apd.stat("/ap/frames"), 0.0);
     let stop = Arc::new(AtomicBool::new(false));
-    let got: Vec<_> = (0..3)
+    let (got, seen): (Vec<_>, Vec<_>) = (0..3)
         .map(|i| receiver(&st[i], port(i), stop.clone()))
-        .collect();
-    let sender = voice(&w, stop.clone());
+        .unzip();
+    let rounds = Arc::new(AtomicU32::new(0));
+    let sender = voice(&w, stop.clone(), rounds.clone());
+    // The trial sends frames they can measure; clean reports move them.
+    wait_until("3 new stations joined the frame", JOIN, || {
+        apd.stat("/ap/loss_rule/start_cleared") == 3.0
+            && apd.stat("/ap/loss_rule/stations_unicast") == 0.0
+    });
+    let a = apd.stats();
+    let rule = &a["ap"]["loss_rule"];
+    assert!(rule["start_trials"].as_u64() >= Some(3), "{a}");
+    assert!(rule["trial_packets"].as_u64() > Some(0), "{a}");
+    assert!(a["ap"]["unicast"]["loss"].as_u64() > Some(0), "{a}");
+    assert_eq!(rule["shed_by_airtime"], 0, "{a}");
+    // Every packet sent until the join reached its station's socket
+    // (by unicast, by unicast and a trial frame, or in a frame).
+    let k = rounds.load(Ordering::Relaxed);
+    wait_until("every packet up to the join received", WAIT, || {
+        seen.iter().all(|s| {
+            let s = s.lock().unwrap();
+            (0..k).all(|q| s.contains(&(q as u16)))
+        })
+    });
     let delivered = |i: usize| sd[i].stat("/station/packets") as u64;
     wait_until("every station demultiplexes and reports", WAIT, || {
         (0..3).all(|i| delivered(i) > 50) && apd.stat("/ap/loss_rule/reports") >= 6.0
@@ -204,4 +254,6 @@ fn lossy_station_is_served_by_unicast_and_returns() {
     let a = apd.stats();
     assert_eq!(a["ap"]["loss_rule"]["reports_rejected"], 0, "{a}");
     assert_eq!(a["ap"]["drops"]["queue_full"], 0, "{a}");
+    // Trial copies are not counted twice: the send side still balances.
+    assert_eq!(a["accounting"]["send"]["balanced"], true, "{a}");
 }

@@ -8,7 +8,12 @@
 //! With the airtime rule, the guard never lets the estimated load pass the
 //! budget by a move. A new station (admitted at its lease) is never
 //! multiplexed before a clean report unless the guard forbids unicast
-//! (started in the frame, or shed), and the mux's accounting holds.
+//! (started in the frame, or shed), and the mux's accounting holds. With
+//! the default start (new stations on unicast, a short first probe), in a
+//! cell where every station fits on unicast and frames reach each station
+//! as its own loss pattern says: a clean station joins the frame within
+//! its check, its trial delay and two report periods; a lossy one never
+//! joins; a station on unicast never has a packet only in a frame.
 //!
 //! Owns nothing but these checks.
 
@@ -281,7 +286,9 @@ proptest! {
                 check(now, &mux, &admitted, &mut allowed, explained);
                 for i in 0..stations {
                     let v = mux.handle_packet(now, &packet(i, (k * 50 + j) as u16));
-                    if mux.is_unicast(sta(i)) {
+                    if mux.is_trial(sta(i)) {
+                        prop_assert_eq!(v, Verdict::Trial(i as u16));
+                    } else if mux.is_unicast(sta(i)) {
                         prop_assert_eq!(v, Verdict::Unicast(UnicastReason::Loss));
                     }
                 }
@@ -312,5 +319,114 @@ proptest! {
             let s = lc.stats();
             prop_assert!(s.start_unicast + s.to_unicast >= admitted.iter().flatten().count() as u64);
         }
+    }
+
+    #[test]
+    fn waiting_station_is_measured_and_joins_when_clean_never_when_lossy(
+        stations in 1usize..8,
+        admit_at in prop::collection::vec(0u64..150, 8),
+        // 0: clean air; n: every n-th frame lost at that station (5-50 %).
+        drop_every in prop::collection::vec(prop_oneof![Just(0u64), 2u64..=20], 8),
+        phase in prop::collection::vec(0u64..20, 8),
+        airtime in any::<bool>(),
+        report_late in 0u64..15,
+    ) {
+        let phy = CellPhy {
+            unicast: Rate::of(11.0, false).unwrap(),
+            multicast: Rate::of(11.0, false).unwrap(),
+        };
+        let mut mux = Mux::new(MuxConfig {
+            idle_release: false,
+            airtime: airtime.then_some(phy),
+            ..MuxConfig::default()
+        });
+        for i in 0..stations {
+            mux.add_stream(sta(i), 4000, i as u16).unwrap();
+        }
+        // The default rule, with room for the whole cell on unicast and
+        // its trial frames (so the guard never decides).
+        let cfg = LossConfig { airtime_budget: 4.0, ..LossConfig::default() };
+        prop_assert!(cfg.start_unicast && cfg.start_trial > 0);
+        let bound = cfg.start_check + cfg.start_trial + 2 * SEC + 100 * MS;
+        let check_us = cfg.start_check;
+        let mut lc = LossControl::new(cfg);
+        let mut buf = vec![0u8; 2048];
+        let admitted_at = |i: usize| admit_at[i] * 20 * MS;
+        let mut admitted = vec![false; stations];
+        // Each station's window: frames received and lost since its report.
+        let mut window = vec![(0u32, 0u32); stations];
+        let mut joined: Vec<Option<u64>> = vec![None; stations];
+        let (mut frames, mut sent) = (0u64, 0u64);
+        for k in 0..12u64 {
+            for j in 0..50u64 {
+                let now = k * SEC + j * 20 * MS;
+                for (i, a) in admitted.iter_mut().enumerate() {
+                    if !*a && now >= admitted_at(i) {
+                        *a = true;
+                        lc.admit(now, sta(i), &mut mux);
+                    }
+                }
+                lc.handle_timeout(now, &mut mux);
+                for i in (0..stations).filter(|&i| admitted[i]) {
+                    let past_check = now >= admitted_at(i) + check_us;
+                    let unicast = mux.is_unicast(sta(i));
+                    if past_check && !unicast && joined[i].is_none() {
+                        joined[i] = Some(now);
+                    }
+                    if drop_every[i] > 0 && past_check {
+                        prop_assert!(unicast, "lossy station {} joined at {}", i, now);
+                    }
+                    let trial = mux.is_trial(sta(i));
+                    prop_assert!(!trial || unicast);
+                    let v = mux.handle_packet(now, &packet(i, (k * 50 + j) as u16));
+                    match v {
+                        // Never only in a frame while on unicast.
+                        Verdict::Queued(_) => prop_assert!(!unicast, "station {} at {}", i, now),
+                        Verdict::Trial(_) => prop_assert!(trial),
+                        Verdict::Unicast(r) => {
+                            prop_assert_eq!(r, UnicastReason::Loss);
+                            prop_assert!(unicast && !trial);
+                        }
+                        Verdict::Pass => prop_assert!(false, "registered"),
+                    }
+                }
+                mux.handle_timeout(now);
+                while let Some(t) = mux.poll_transmit(now, &mut buf) {
+                    if t.unicast {
+                        continue;
+                    }
+                    frames += 1;
+                    for i in (0..stations).filter(|&i| admitted[i]) {
+                        let n = drop_every[i];
+                        if n > 0 && (frames + phase[i]) % n == 0 {
+                            window[i].1 += 1;
+                        } else {
+                            window[i].0 += 1;
+                        }
+                    }
+                }
+                accounting_holds(&mux);
+            }
+            sent = mux.stats().frames_sent();
+            let now = (k + 1) * SEC + report_late * MS;
+            for i in (0..stations).filter(|&i| admitted[i]) {
+                let (received, missed) = std::mem::take(&mut window[i]);
+                let r = LossReport { received, missed, unrecovered: missed };
+                lc.report(now, sta(i), &r, sent, &mut mux);
+            }
+        }
+        let s = lc.stats();
+        prop_assert_eq!(s.shed + s.start_held + s.held_airtime, 0, "room: the guard never decides");
+        prop_assert!(sent > 0, "frames were sent although every station started on unicast");
+        for i in 0..stations {
+            let t0 = admitted_at(i);
+            if drop_every[i] == 0 {
+                let t = joined[i];
+                prop_assert!(t.is_some_and(|t| t <= t0 + bound), "clean station {} (admitted {}) joined at {:?}", i, t0, t);
+            } else {
+                prop_assert!(joined[i].is_none());
+            }
+        }
+        prop_assert_eq!(s.start_unicast, stations as u64, "every station started on unicast");
     }
 }

@@ -38,8 +38,14 @@
 // station's price <= BUDGET; else it stays in the frame); when that sum passes BUDGET every new
 // station on unicast returns to the frame; it joins the frame at a report with MIN_FRAMES of evidence and loss below CLEAR (above
 // LIMIT it stays as any lossy station); every CHECK_US its price is re-measured (its packets since
-// the last check) and the shedding re-applied. With no frame sent
-// (every station on unicast) it stays on unicast: the probe that would end this is not modelled.
+// the last check) and the shedding re-applied. Short first probe (TRIAL_US > 0, the core's
+// trial): a new station on unicast with less than MIN_FRAMES of evidence TRIAL_US after its start
+// goes on a trial: its packets go both in the frame and by unicast (the first copy to arrive
+// counts), so frames are sent it can measure; the trial ends at its first report with evidence
+// (below CLEAR it joins, else it stays on unicast). The trial starts only if the start guard's
+// sum plus the trial frames (one per INTERVAL, MC_FIXED_US + MC_US_PER_BYTE x (UDP_IP + HEADER
+// + 60 bytes per flow of the stations on trial)) fits BUDGET, else the new stations return to
+// the frame. The core's end of a trial without reports is not modelled (every station reports).
 //
 // Not modelled (docs/lab.md, section 5, "Pure simulation of the cell"):
 // the idle release of a lone packet, the airtime rule's unicast fallback,
@@ -52,7 +58,7 @@
 //                                  last PERIOD sizes repeat
 //   mux_report PATH                 the model's counters as JSON at exit
 //   mux_loss LIMIT CLEAR KEEP MIN_FRAMES PERIOD_US BUDGET UNICAST_US MC_FIXED_US MC_US_PER_BYTE
-//            START CHECK_US         the loss rule (fractions; airtime guard; new stations)
+//            START CHECK_US TRIAL_US  the loss rule (fractions; airtime guard; new stations)
 //
 // Must not touch: the scenario (air.cc), the relaying of voice mode
 // (air_io.cc calls MuxTake and MuxFrameReceived).
@@ -98,6 +104,7 @@ struct MuxCfg
     double budget = 1.0, unicast_us = 0, mc_fixed_us = 0, mc_us_per_byte = 0;
     uint32_t start = 0;
     uint64_t check_us = 200000;
+    uint64_t trial_us = 0;
 } g_mux;
 
 // Loss rule, per node (a station: a node MuxTake was asked to reach).
@@ -114,10 +121,14 @@ struct LossSta
     bool pending = false;           // start decided at its first check
     uint64_t chk_pkts = 0;          // downlink packets since the last price check
     int64_t chk_t0 = 0;             // its time, ns
+    bool trial = false;             // its packets in the frame and by unicast
+    int64_t trial_at = 0;           // when its trial starts if still unmeasured, ns
+    uint32_t flows = 0;             // downlink flows to it
 };
 std::vector<LossSta> g_loss;
 uint64_t g_to_unicast = 0, g_to_multicast = 0, g_loss_unicast = 0, g_blackouts = 0;
 uint64_t g_held = 0, g_shed = 0, g_start_unicast = 0, g_start_held = 0, g_start_cleared = 0;
+uint64_t g_trials = 0, g_trial_pkts = 0;
 size_t g_frames_mark = 0; // frames sent at the previous report time
 double g_frames_rate = 0; // the frames' price at the last report, µs per s
 
@@ -130,6 +141,30 @@ double LossAllUnicast()
         l += 2 * st.air_rate;
     }
     return l / 1e6;
+}
+
+// The trial frames' price (share of the channel) for the stations `also` selects and those on trial.
+template <typename F>
+double LossTrialLoad(F also)
+{
+    uint32_t flows = 0;
+    for (const LossSta& st : g_loss)
+    {
+        flows += (st.trial || also(st)) ? st.flows : 0;
+    }
+    if (flows == 0 || g_mux.trial_us == 0)
+    {
+        return 0;
+    }
+    const double bytes = g_mux.udp_ip + g_mux.header + 60.0 * flows;
+    return (1e6 / g_mux.interval_us) * (g_mux.mc_fixed_us + g_mux.mc_us_per_byte * bytes) / 1e6;
+}
+
+// The start guard: the whole cell on unicast plus the new stations' trial frames.
+double LossStartLoad(bool pending)
+{
+    return LossAllUnicast() +
+           LossTrialLoad([pending](const LossSta& st) { return st.fresh || (pending && st.pending); });
 }
 
 // The guard's load (share of the channel) from the last measured prices.
@@ -274,7 +309,7 @@ void LossReports()
         const double l = load();
         if (st.unicast && l > g_mux.budget)
         {
-            st.unicast = st.fresh = false;
+            st.unicast = st.fresh = st.trial = false;
             g_shed++;
             continue;
         }
@@ -294,13 +329,13 @@ void LossReports()
         }
         else if (st.unicast && loss < g_mux.clear)
         {
-            st.unicast = false;
+            st.unicast = st.trial = false;
             (st.fresh ? g_start_cleared : g_to_multicast)++;
             st.fresh = false;
         }
-        else if (loss > g_mux.limit)
+        else if (loss > g_mux.limit || st.trial)
         {
-            st.fresh = false; // a lossy new station stays, as any lossy station
+            st.fresh = st.trial = false; // a lossy new station stays, as any lossy station
         }
     }
     Simulator::Schedule(MicroSeconds(g_mux.period_us), &LossReports);
@@ -309,7 +344,7 @@ void LossReports()
 // Every new station on unicast returns to the frame when the whole cell would not fit on unicast.
 void LossShedFresh()
 {
-    if (LossAllUnicast() <= g_mux.budget)
+    if (LossStartLoad(false) <= g_mux.budget)
     {
         return;
     }
@@ -317,7 +352,7 @@ void LossShedFresh()
     {
         if (st.fresh)
         {
-            st.unicast = st.fresh = false;
+            st.unicast = st.fresh = st.trial = false;
             g_shed++;
         }
     }
@@ -342,6 +377,32 @@ void LossStartChecks()
     {
         LossShedFresh();
     }
+    // Trials due: new stations on unicast still unmeasured.
+    auto due = [now](const LossSta& st) {
+        return st.fresh && !st.trial && g_mux.trial_us > 0 && now >= st.trial_at &&
+               st.expected < g_mux.min_frames;
+    };
+    if (std::any_of(g_loss.begin(), g_loss.end(), due))
+    {
+        const bool fits = LossAllUnicast() + LossTrialLoad(due) <= g_mux.budget;
+        for (LossSta& st : g_loss)
+        {
+            if (!due(st))
+            {
+                continue;
+            }
+            if (fits)
+            {
+                st.trial = true;
+                g_trials++;
+            }
+            else
+            {
+                st.unicast = st.fresh = false;
+                g_shed++;
+            }
+        }
+    }
     Simulator::Schedule(MicroSeconds(g_mux.check_us), &LossStartChecks);
 }
 
@@ -364,9 +425,10 @@ void LossDecide(uint32_t node)
     {
         return; // moved by a report already
     }
-    if (LossAllUnicast() <= g_mux.budget)
+    if (LossStartLoad(true) <= g_mux.budget)
     {
         st.unicast = st.fresh = true;
+        st.trial_at = now + int64_t(g_mux.trial_us) * 1000;
         g_start_unicast++;
     }
     else
@@ -388,6 +450,7 @@ void LossAdmit(LossSta& st)
     {
         flows += fl.to == node ? 1 : 0;
     }
+    st.flows = flows;
     st.air_rate = flows * (1e6 / g_mux.interval_us) * g_mux.unicast_us;
     st.chk_t0 = Simulator::Now().GetNanoSeconds();
     st.pending = true;
@@ -429,7 +492,7 @@ bool MuxDirective(const std::string& k, std::istringstream& s)
         g_mux.loss = true;
         return bool(s >> g_mux.limit >> g_mux.clear >> g_mux.keep >> g_mux.min_frames >>
                     g_mux.period_us >> g_mux.budget >> g_mux.unicast_us >> g_mux.mc_fixed_us >>
-                    g_mux.mc_us_per_byte >> g_mux.start >> g_mux.check_us) &&
+                    g_mux.mc_us_per_byte >> g_mux.start >> g_mux.check_us >> g_mux.trial_us) &&
                g_mux.clear <= g_mux.limit && g_mux.keep >= 0 && g_mux.keep < 1 &&
                g_mux.period_us > 0 && g_mux.start <= 1 && g_mux.check_us > 0;
     }
@@ -460,6 +523,7 @@ bool MuxTake(uint32_t i, uint32_t k, uint32_t seq, uint32_t next)
     {
         g_entries_of.resize(g_flows.size(), 0);
     }
+    bool dup = false;
     if (g_mux.loss)
     {
         if (g_loss.size() < g_nodes.size())
@@ -476,7 +540,12 @@ bool MuxTake(uint32_t i, uint32_t k, uint32_t seq, uint32_t next)
         if (g_loss[next].unicast)
         {
             g_loss_unicast++;
-            return false; // served by unicast (loss rule)
+            if (!g_loss[next].trial)
+            {
+                return false; // served by unicast (loss rule)
+            }
+            dup = true; // on trial: in the frame too
+            g_trial_pkts++;
         }
     }
     uint32_t cost = EntryBytes(g_entries_of[k]++);
@@ -494,7 +563,7 @@ bool MuxTake(uint32_t i, uint32_t k, uint32_t seq, uint32_t next)
     }
     g_open.own.push_back({k, seq, cost});
     g_open.own_bytes += cost;
-    return true;
+    return !dup; // a trial's packet is relayed by unicast as well
 }
 
 void MuxFrameReceived(uint32_t i, Ptr<const Packet> p)
@@ -567,6 +636,7 @@ void WriteMuxReport()
       << ",\"loss_blackouts\":" << g_blackouts << ",\"loss_held_airtime\":" << g_held
       << ",\"loss_shed\":" << g_shed << ",\"loss_start_unicast\":" << g_start_unicast
       << ",\"loss_start_held\":" << g_start_held << ",\"loss_start_cleared\":" << g_start_cleared
+      << ",\"loss_start_trials\":" << g_trials << ",\"loss_trial_packets\":" << g_trial_pkts
       << ",\"stations\":[";
     bool first = true;
     for (uint32_t i = 0; i < g_rx_frames.size(); i++)

@@ -78,6 +78,11 @@ pub struct WifiOpts {
     /// with the frame's length ([`LinkBer`]).
     #[serde(default, rename = "link")]
     pub link_ber: Vec<LinkBer>,
+    /// `--ap-set KEY=VALUE` (`lab run`/`point`): `[ap]` settings added to
+    /// (or replacing those of) the access point's daemon config in the
+    /// downlink setups ([`crate::cell::ap_settings`]); not a file key.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Vec::is_empty")]
+    pub ap_set: Vec<(String, String)>,
 }
 
 /// One `[[wifi.link]]` table: a bit error rate on the link between `a` and
@@ -156,6 +161,7 @@ impl Topology {
         // `in_range` holds on the tc air anyway (one collision domain)
         let wifi = WifiOpts {
             in_range: Vec::new(),
+            ap_set: Vec::new(),
             ..self.wifi.clone()
         };
         let what = if wifi != WifiOpts::default() {

@@ -277,6 +277,58 @@ pub fn ap_config(
     s
 }
 
+/// `--ap-set KEY=VALUE` options as (key, TOML value), for the AP's `[ap]`
+/// table in the downlink setups (e.g. `loss_airtime_budget=0.8`,
+/// `loss_limit_pct=2`): the key a bare TOML key, the value a TOML scalar;
+/// the keys the lab owns (`enabled`, `interfaces`, `key`, `media_ports`)
+/// are refused. The daemon checks the rest.
+pub fn ap_settings(opts: &[String]) -> Result<Vec<(String, String)>> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for o in opts {
+        let (k, v) = o
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--ap-set {o:?}: use KEY=VALUE"))?;
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty()
+            || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || matches!(k, "enabled" | "interfaces" | "key" | "media_ports")
+        {
+            bail!("--ap-set {o:?}: {k:?} is not an [ap] setting the lab lets you change");
+        }
+        match toml::from_str::<toml::Table>(&format!("x = {v}")).map(|t| t.get("x").cloned()) {
+            Ok(Some(t)) if !matches!(t, toml::Value::Table(_) | toml::Value::Array(_)) => {}
+            _ => bail!("--ap-set {o:?}: {v:?} is not a TOML scalar"),
+        }
+        out.retain(|(key, _)| key != k);
+        out.push((k.to_string(), v.to_string()));
+    }
+    Ok(out)
+}
+
+/// Add `set` to an AP config whose last table is `[ap]` (as
+/// [`ap_config`] leaves it), replacing the lines of `[ap]` with the same keys.
+pub fn apply_ap_settings(config: &mut String, set: &[(String, String)]) {
+    if set.is_empty() {
+        return;
+    }
+    let Some(at) = config.rfind("\n[ap]\n").map(|i| i + 1) else {
+        return;
+    };
+    let kept: String = config[at..]
+        .lines()
+        .filter(|l| {
+            let key = l.split('=').next().unwrap_or("").trim();
+            !l.contains('=') || !set.iter().any(|(k, _)| k == key)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    config.truncate(at);
+    config.push_str(&kept);
+    for (k, v) in set {
+        config.push_str(&format!("{k} = {v}\n"));
+    }
+}
+
 /// A station's daemon config: register `ports` (a TOML value: `16002` or
 /// `"16000-16004"`) with the AP at `ap_addr`.
 pub fn station_config(socket: &str, ap_addr: &str, ports: &str) -> String {

@@ -242,11 +242,11 @@ pub fn cell_config(
 /// The `mux_loss` directive of the loss rule with `c`'s limits, one report
 /// per station every `period_ms`, and its airtime guard priced by `phy`
 /// (downlink packets of `ip_bytes`); new stations start on unicast with
-/// `c.start_unicast`.
+/// `c.start_unicast`, with a trial `c.start_trial` later.
 pub fn loss_directive(c: &LossConfig, phy: &CellPhy, ip_bytes: u32, period_ms: u32) -> String {
     let (m0, m1) = (phy.multicast_us(0), phy.multicast_us(1500));
     format!(
-        "mux_loss {} {} {} {} {} {} {} {} {} {} {}\n",
+        "mux_loss {} {} {} {} {} {} {} {} {} {} {} {}\n",
         c.limit,
         c.clear,
         c.keep,
@@ -257,7 +257,8 @@ pub fn loss_directive(c: &LossConfig, phy: &CellPhy, ip_bytes: u32, period_ms: u
         m0,
         (m1 - m0) / 1500.0,
         u8::from(c.start_unicast),
-        c.start_check
+        c.start_check,
+        c.start_trial
     )
 }
 
@@ -318,6 +319,12 @@ pub struct MuxReport {
     /// Loss rule: new stations moved to the frame by a clean report.
     #[serde(default)]
     pub loss_start_cleared: u64,
+    /// Loss rule: trials of new stations (their packets in the frame and by unicast).
+    #[serde(default)]
+    pub loss_start_trials: u64,
+    /// Loss rule: packets sent both in a frame and by unicast on a trial.
+    #[serde(default)]
+    pub loss_trial_packets: u64,
     /// Stations that received at least one frame.
     pub stations: Vec<StationRx>,
 }
@@ -397,7 +404,9 @@ pub fn cell_point_with(
             airtime_budget: *LOSS_BUDGET
                 .get()
                 .unwrap_or(&LossConfig::default().airtime_budget),
-            start_unicast: *LOSS_START_UNICAST.get().unwrap_or(&false),
+            start_unicast: *LOSS_START_UNICAST
+                .get()
+                .unwrap_or(&LossConfig::default().start_unicast),
             ..LossConfig::default()
         };
         let period_ms = *LOSS_REPORT_MS.get().unwrap_or(&1000);
@@ -475,8 +484,8 @@ pub struct CellSimArgs {
     #[arg(long, default_value_t = 1000)]
     loss_report_ms: u32,
     /// `downlink-mux-loss`: new stations start on unicast until a clean
-    /// report (`ap.loss_start_unicast = true`; default: in the frame, as
-    /// the daemon).
+    /// report, with a trial (`ap.loss_start_unicast = true`, the daemon's
+    /// default; kept for old command lines).
     #[arg(long)]
     loss_start_unicast: bool,
     /// Every setup: the AP sends its voice (multiplexed frames and unicast
@@ -494,6 +503,10 @@ pub struct CellSimArgs {
     /// AP's frame, docs/results.md).
     #[arg(long, default_value_t = 0)]
     send_jitter_us: u32,
+    /// `downlink-mux-loss`: new stations start in the frame
+    /// (`ap.loss_start_unicast = false`).
+    #[arg(long, conflicts_with = "loss_start_unicast")]
+    loss_start_frame: bool,
 }
 
 /// The run's `--send-jitter-us` (set once by [`main`]).
@@ -585,7 +598,7 @@ pub fn main(a: CellSimArgs) -> Result<()> {
         bail!("--loss-report-ms {}: must be in 50-60000", a.loss_report_ms);
     }
     let _ = LOSS_REPORT_MS.set(a.loss_report_ms);
-    let _ = LOSS_START_UNICAST.set(a.loss_start_unicast);
+    let _ = LOSS_START_UNICAST.set(!a.loss_start_frame);
     let edca = parse_edca(&a.ap_vo_edca)?;
     let _ = AP_EDCA.set(a.ap_vo.then_some(edca));
     if a.send_jitter_us >= 20_000 {

@@ -18,6 +18,7 @@ fn args() -> CellSimArgs {
         ap_vo: false,
         ap_vo_edca: "1,3,7,0".into(),
         send_jitter_us: 0,
+        loss_start_frame: false,
     }
 }
 
@@ -38,13 +39,13 @@ fn loss_directive_prices_the_presets_rates() {
     // 802.11b long preamble, 60-byte G.729 packet: 50 + 310 + 262 + 10 + 203 µs.
     assert_eq!(v[6], 835.0, "{d}");
     assert!((v[8] - 8.0 / 11.0).abs() < 0.01, "{d}");
-    // new stations in the frame (default), price checks every 200 ms
-    assert_eq!(&v[9..], &[0.0, 200_000.0], "{d}");
-    let on = LossConfig {
-        start_unicast: true,
+    // new stations on unicast (default), price checks every 200 ms, trial after 1 s
+    assert_eq!(&v[9..], &[1.0, 200_000.0, 1_000_000.0], "{d}");
+    let off = LossConfig {
+        start_unicast: false,
         ..LossConfig::default()
     };
-    assert!(loss_directive(&on, &phy, 60, 250).ends_with(" 1 200000\n"));
+    assert!(loss_directive(&off, &phy, 60, 250).ends_with(" 0 200000 1000000\n"));
 }
 
 fn work(tag: &str) -> PathBuf {

@@ -136,6 +136,11 @@ struct Common {
     bin: Option<PathBuf>,
     #[command(flatten)]
     gw: GwArgs,
+    /// Cell presets, downlink setups: an `[ap]` setting KEY=VALUE (TOML
+    /// value) added to the access point's daemon config, replacing the
+    /// setup's own, e.g. `loss_airtime_budget=0.8`; repeatable.
+    #[arg(long = "ap-set", value_name = "KEY=VALUE")]
+    ap_set: Vec<String>,
 }
 
 /// Options of the gateway presets (`--preset gw:N`, seed 003; docs/lab.md).
@@ -278,6 +283,10 @@ fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) ->
         }
         None if c.gw.tcp_flows > 0 => bail!("--tcp-flows needs a gateway preset (--preset gw:N)"),
         None => {}
+    }
+    topo.wifi.ap_set = cell::ap_settings(&c.ap_set)?;
+    if !topo.wifi.ap_set.is_empty() && topo.wifi.ap.is_none() {
+        bail!("--ap-set needs a cell preset (--preset cell:...)");
     }
     let phy_name = c.phy.clone().or_else(|| topo.phy.clone()).unwrap_or_else(|| "b2".into());
     let phy = medium::preset(&phy_name).with_context(|| format!("unknown PHY preset {phy_name:?} (see `airpack lab presets`)"))?;

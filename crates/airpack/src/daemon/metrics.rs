@@ -225,6 +225,8 @@ pub const META: &[Meta] = &[
     m("ap.loss_rule.started_unicast", C, "AP role: new stations started on unicast."),
     m("ap.loss_rule.start_held_by_airtime", C, "AP role: new stations the airtime guard started in the frame."),
     m("ap.loss_rule.start_cleared", C, "AP role: new stations moved to the frame by a clean report."),
+    m("ap.loss_rule.start_trials", C, "AP role: trials of new stations waiting on unicast (their packets in the frame and by unicast)."),
+    m("ap.loss_rule.trial_packets", C, "AP role: packets sent both in a frame and by unicast during trials."),
     m("ap.loss_rule.estimated_load", G, "AP role: the loss rule's estimated voice airtime, share of the channel (0 without ap.unicast_rate)."),
     m("station.registered", G, "Station role: 1 while registered with the AP."),
     m("station.streams", G, "Station role: streams (ports) the AP multiplexes for this station."),

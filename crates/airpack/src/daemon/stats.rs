@@ -650,6 +650,13 @@ pub fn downlink_human(doc: &Value) -> String {
                 n(a, "/loss_rule/probes"),
                 n(a, "/loss_rule/held_by_airtime"),
             ));
+            out.push_str(&format!(
+                "  loss_start:   started on unicast={} trials={} cleared={} trial packets={}\n",
+                n(a, "/loss_rule/started_unicast"),
+                n(a, "/loss_rule/start_trials"),
+                n(a, "/loss_rule/start_cleared"),
+                n(a, "/loss_rule/trial_packets"),
+            ));
         }
     }
     if let Some(s) = doc.get("station") {

@@ -61,8 +61,7 @@
 //!   clean multicast reception (smoothed loss below `clear` with
 //!   `min_frames` of evidence), measured on the frames carrying the other
 //!   stations' packets, which it receives anyway. A report above `limit`
-//!   makes it an ordinary lossy station (probe timer as above); if no frame
-//!   is sent (every station on unicast) it waits for its probe. The start
+//!   makes it an ordinary lossy station (probe timer as above). The start
 //!   guard is stricter than the move guard: a new station starts on
 //!   unicast only while the whole cell would fit on unicast (every known
 //!   station's uplink and downlink priced as unicast, within the budget:
@@ -77,6 +76,28 @@
 //!   measured, one [`PRIOR_IP_BYTES`] packet per stream per mux interval
 //!   (its uplink counts from its lease), re-measured at every check while
 //!   it waits. Until its first check a new station is in the frame.
+//! * Short first probe (the trial, [`LossConfig::start_trial`]): when
+//!   every station fits on unicast no frame carries anything, so a new
+//!   station waiting on unicast could measure nothing until its probe
+//!   (30 s). A waiting station that still lacks `min_frames` of evidence
+//!   `start_trial` after its start goes on a trial: its packets are queued
+//!   in the frame *and* still sent by unicast ([`Mux::set_trial`]), so the
+//!   AP sends frames it can measure while no packet depends on them. The
+//!   trial costs the frames' airtime on top of the unicast cell, so it
+//!   starts only while the whole cell on unicast plus the trial frames
+//!   (priced as one frame per mux interval carrying a [`PRIOR_IP_BYTES`]
+//!   packet per stream on trial, at the multicast rate) fits the budget;
+//!   otherwise the waiting stations return to the frame at once (`shed`,
+//!   as the start guard does: the frame costs less than their unicast).
+//!   The trial ends at the station's first report with `min_frames` of
+//!   evidence: below `clear` it joins the frame (`start_cleared`), else it
+//!   stays on unicast as an ordinary lossy station (probe timer). A
+//!   station without downlink traffic stays on its trial at no cost (no
+//!   frame carries anything for it) until its packets come; one that gets
+//!   no report with evidence to the AP within [`LossConfig::trial_len`]
+//!   while at least `min_frames` frames were sent (a station that does not
+//!   report) cannot be measured: it returns to the frame (counted as a
+//!   probe), as it would be without the rule.
 //! * Bounded: one record per station that reported while it held a lease
 //!   (at most [`LossConfig::max_stations`]; reports beyond are rejected and
 //!   counted); the record goes with the lease ([`LossControl::forget`]).
@@ -117,13 +138,19 @@ pub struct LossConfig {
     /// limit (ns-3's cells carry up to ~1.2 of it).
     pub airtime_budget: f64,
     /// New stations ([`LossControl::admit`]) start on unicast until a
-    /// clean report (module doc). Off by default: a cell whose stations
-    /// all fit on unicast then sends no frame, so multiplexing starts only
-    /// at the first probe (`probe` later).
+    /// clean report (module doc); on by default. While every station fits
+    /// on unicast no frame would carry anything: the trial
+    /// (`start_trial`) sends one the new stations can measure.
     pub start_unicast: bool,
     /// When a new station's start is decided (after its lease), and how
     /// often its price is re-measured while it waits on unicast (µs).
     pub start_check: Micros,
+    /// A new station on unicast without evidence this long after its
+    /// start goes on a trial (module doc), µs; 0: no trial (it waits for
+    /// its probe).
+    pub start_trial: Micros,
+    /// Longest trial without a report with evidence, µs.
+    pub trial_len: Micros,
 }
 
 impl Default for LossConfig {
@@ -138,8 +165,10 @@ impl Default for LossConfig {
             max_probe: 240_000_000,
             max_stations: 256,
             airtime_budget: 1.0,
-            start_unicast: false,
+            start_unicast: true,
             start_check: 200_000,
+            start_trial: 1_000_000,
+            trial_len: 5_000_000,
         }
     }
 }
@@ -173,6 +202,8 @@ pub struct LossStats {
     pub start_held: u64,
     /// New stations moved to the frame by a clean report.
     pub start_cleared: u64,
+    /// Trials started (new stations' packets in the frame and by unicast).
+    pub start_trials: u64,
 }
 
 /// One station as [`LossControl::stations`] shows it.
@@ -188,6 +219,8 @@ pub struct StationLoss {
     pub reports: u64,
     /// New and still waiting for a clean report (on unicast).
     pub fresh: bool,
+    /// On a trial (its packets in the frame and by unicast).
+    pub trial: bool,
     /// Smoothed expected frames (the evidence behind `loss`).
     pub evidence: f64,
 }
@@ -213,6 +246,13 @@ struct Record {
     pending: bool,
     /// Its next price check while pending or fresh.
     check_at: Micros,
+    /// Fresh: when its trial starts if it still lacks evidence; on a
+    /// trial: when the trial ends without a report.
+    trial_at: Micros,
+    /// On a trial (module doc).
+    trial: bool,
+    /// The mux's frames sent when its trial started (or was extended).
+    trial_mark: u64,
 }
 
 impl Record {
@@ -232,6 +272,9 @@ impl Record {
             fresh: false,
             pending: false,
             check_at: 0,
+            trial_at: 0,
+            trial: false,
+            trial_mark: 0,
         }
     }
 
@@ -305,6 +348,7 @@ impl LossControl {
             unicast: r.unicast,
             reports: r.reports,
             fresh: r.fresh,
+            trial: r.trial,
             evidence: r.expected,
         })
     }
@@ -382,6 +426,7 @@ impl LossControl {
         }
         if rec.unicast && load > cfg.airtime_budget {
             rec.fresh = false;
+            rec.trial = false;
             rec.unicast = false;
             rec.probe_wait = cfg.probe;
             self.stats.shed += 1;
@@ -401,6 +446,7 @@ impl LossControl {
             mux.set_unicast(addr, true);
         } else if rec.unicast && loss < cfg.clear {
             rec.unicast = false;
+            rec.trial = false;
             rec.probe_wait = cfg.probe;
             if rec.fresh {
                 rec.fresh = false;
@@ -409,10 +455,15 @@ impl LossControl {
                 self.stats.to_multicast += 1;
             }
             mux.set_unicast(addr, false);
-        } else if loss > cfg.limit {
+        } else if loss > cfg.limit || rec.trial {
             // A new station whose first reports are lossy stays, as any
-            // lossy station (probe timer).
+            // lossy station (probe timer); a trial ends at its first
+            // report with evidence.
             rec.fresh = false;
+            if rec.trial {
+                rec.trial = false;
+                mux.set_trial(addr, false);
+            }
         }
     }
 
@@ -455,15 +506,48 @@ impl LossControl {
         self.records.iter().map(|r| 2.0 * r.air_rate).sum::<f64>() / 1e6
     }
 
+    /// The trial frames' price (module doc), share of the channel: one
+    /// frame per mux interval carrying a prior packet per stream of the
+    /// stations on a trial and of those `also` selects (0 without the
+    /// airtime rule or without such a stream).
+    fn trial_load(&self, mux: &Mux, also: impl Fn(&Record) -> bool) -> f64 {
+        let streams: usize = self
+            .records
+            .iter()
+            .filter(|r| r.trial || also(r))
+            .map(|r| mux.station_streams(r.addr))
+            .sum();
+        match (mux.config().airtime, streams) {
+            (Some(phy), 1..) => {
+                let per_s = 1e6 / mux.config().interval.max(1) as f64;
+                let bytes = mux.config().frame_overhead
+                    + super::compact::HEADER_LEN as u32
+                    + streams as u32 * PRIOR_IP_BYTES;
+                per_s * phy.multicast_us(bytes) / 1e6
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// The start guard's estimate: the whole cell on unicast plus the
+    /// trial frames of the new stations (those waiting, and with
+    /// `pending` those whose start is being decided).
+    fn start_load(&self, mux: &Mux, pending: bool) -> f64 {
+        let trials = self.cfg.start_trial > 0;
+        self.all_unicast_load()
+            + self.trial_load(mux, |r| trials && (r.fresh || (pending && r.pending)))
+    }
+
     /// Returns every new station on unicast to the frame when the whole
-    /// cell would not fit on unicast (module doc).
+    /// cell would not fit on unicast, trial frames included (module doc).
     fn shed_fresh(&mut self, mux: &mut Mux) {
-        if self.all_unicast_load() <= self.cfg.airtime_budget {
+        if self.start_load(mux, false) <= self.cfg.airtime_budget {
             return;
         }
         for rec in &mut self.records {
             if rec.fresh {
                 rec.fresh = false;
+                rec.trial = false;
                 rec.unicast = false;
                 self.stats.shed += 1;
                 mux.set_unicast(rec.addr, false);
@@ -490,8 +574,9 @@ impl LossControl {
         }
         if due {
             self.shed_fresh(mux);
-            // Every station's uplink and downlink as unicast.
-            let fits = self.all_unicast_load() <= self.cfg.airtime_budget;
+            // Every station's uplink and downlink as unicast, and the
+            // new stations' trial frames.
+            let fits = self.start_load(mux, true) <= self.cfg.airtime_budget;
             for rec in &mut self.records {
                 if !is_due(rec) {
                     continue;
@@ -506,6 +591,7 @@ impl LossControl {
                 } else if fits && self.cfg.enabled {
                     rec.unicast = true;
                     rec.fresh = true;
+                    rec.trial_at = now + self.cfg.start_trial;
                     rec.probe_at = now + rec.probe_wait;
                     self.stats.start_unicast += 1;
                     mux.set_unicast(rec.addr, true);
@@ -514,9 +600,11 @@ impl LossControl {
                 }
             }
         }
+        self.trials(now, mux);
         for rec in &mut self.records {
             if rec.unicast && rec.probe_at <= now {
                 rec.fresh = false;
+                rec.trial = false;
                 rec.unicast = false;
                 rec.expected = 0.0;
                 rec.lost = 0.0;
@@ -528,9 +616,61 @@ impl LossControl {
         }
     }
 
-    /// The next probe.
+    /// Trials due (module doc): fresh stations without evidence start one
+    /// if the guard allows it (else every fresh station returns to the
+    /// frame); trials without a report end in the frame.
+    fn trials(&mut self, now: Micros, mux: &mut Mux) {
+        let (min, step) = (f64::from(self.cfg.min_frames), self.cfg.start_trial);
+        let due =
+            |r: &Record| r.fresh && !r.trial && step > 0 && r.trial_at <= now && r.expected < min;
+        let sent = mux.stats().frames_sent();
+        if self.records.iter().any(due) {
+            let load = self.all_unicast_load() + self.trial_load(mux, due);
+            let fits = load <= self.cfg.airtime_budget;
+            for rec in &mut self.records {
+                if !due(rec) {
+                    continue;
+                }
+                if fits {
+                    rec.trial = true;
+                    rec.trial_at = now + self.cfg.trial_len;
+                    rec.trial_mark = sent;
+                    self.stats.start_trials += 1;
+                    mux.set_trial(rec.addr, true);
+                } else {
+                    rec.fresh = false;
+                    rec.unicast = false;
+                    self.stats.shed += 1;
+                    mux.set_unicast(rec.addr, false);
+                }
+            }
+        }
+        for rec in &mut self.records {
+            if rec.trial && rec.trial_at <= now && sent < rec.trial_mark + min as u64 {
+                // Nothing to measure yet (no traffic): wait on.
+                rec.trial_at = now + self.cfg.trial_len;
+                rec.trial_mark = sent;
+            } else if rec.trial && rec.trial_at <= now {
+                // Frames were sent, no report with evidence: cannot be measured.
+                rec.trial = false;
+                rec.fresh = false;
+                rec.unicast = false;
+                self.stats.probes += 1;
+                mux.set_unicast(rec.addr, false);
+            }
+        }
+    }
+
+    /// The next probe, price check or trial event.
     pub fn poll_timeout(&self) -> Option<Micros> {
-        self.records
+        let min = f64::from(self.cfg.min_frames);
+        let trial = |r: &Record| {
+            let waits = r.fresh && self.cfg.start_trial > 0 && r.expected < min;
+            (r.trial || waits).then_some(r.trial_at)
+        };
+        let t = self.records.iter().filter_map(trial).min();
+        let p = self
+            .records
             .iter()
             .filter_map(|r| match (r.unicast, r.fresh || r.pending) {
                 (true, true) => Some(r.probe_at.min(r.check_at)),
@@ -538,7 +678,11 @@ impl LossControl {
                 (false, true) => Some(r.check_at),
                 (false, false) => None,
             })
-            .min()
+            .min();
+        match (t, p) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Station `addr`'s lease ended: its record goes and its streams (if any
@@ -571,6 +715,7 @@ impl LossControl {
         if !on {
             for rec in &mut self.records {
                 rec.fresh = false;
+                rec.trial = false;
                 rec.pending = false;
                 if rec.unicast {
                     rec.unicast = false;
@@ -803,8 +948,11 @@ mod tests {
         lc.report(3 * SEC, sta(7), &rep(45, 5), 50, &mut mux);
         assert!(mux.is_unicast(sta(7)));
         assert!(!lc.stations().any(|s| s.fresh));
-        // Off (the default): nothing happens before the first report.
-        let mut off = LossControl::new(LossConfig::default());
+        // Off: nothing happens before the first report.
+        let mut off = LossControl::new(LossConfig {
+            start_unicast: false,
+            ..LossConfig::default()
+        });
         off.admit(0, sta(8), &mut mux);
         off.handle_timeout(SEC, &mut mux);
         assert!(!mux.is_unicast(sta(8)));
@@ -830,9 +978,11 @@ mod tests {
         // Prior: 50 packets/s of 60 bytes, 835 µs each at 11 Mbit/s: 0.042.
         let prior = 50.0 * phy.unicast_us(PRIOR_IP_BYTES) / 1e6;
         assert!((prior - 0.04175).abs() < 1e-9, "{prior}");
+        // The trial's frames are priced by their own test.
         let mut lc = LossControl::new(LossConfig {
             airtime_budget: 0.1,
             start_unicast: true,
+            start_trial: 0,
             ..LossConfig::default()
         });
         lc.admit(0, sta(9), &mut mux);
@@ -856,6 +1006,7 @@ mod tests {
         let mut lc = LossControl::new(LossConfig {
             airtime_budget: 4.0 * prior + 1e-9,
             start_unicast: true,
+            start_trial: 0,
             ..LossConfig::default()
         });
         lc.admit(0, sta(11), &mut mux);
@@ -876,6 +1027,115 @@ mod tests {
         lc2.admit(300_000, sta(13), &mut mux);
         assert!(!mux.is_unicast(sta(11)) && !mux.is_unicast(sta(12)), "shed");
         assert_eq!(lc2.stats().shed, 2);
+    }
+
+    #[test]
+    fn waiting_station_gets_a_trial_and_joins_or_stays_by_its_report() {
+        use crate::downlink::airtime::{CellPhy, Rate};
+        let mut mux = Mux::new(MuxConfig {
+            idle_release: false,
+            ..MuxConfig::default()
+        });
+        for n in 20..=22 {
+            mux.add_stream(sta(n), 4000, u16::from(n)).unwrap();
+        }
+        let mut lc = LossControl::new(LossConfig::default());
+        for n in 20..=22 {
+            lc.admit(0, sta(n), &mut mux);
+        }
+        lc.handle_timeout(200_000, &mut mux);
+        assert_eq!(lc.on_unicast(), 3, "all fit: all on unicast");
+        assert!(!mux.is_trial(sta(20)));
+        let v = mux.handle_packet(300_000, &voip_to(sta(20), 4000, 1));
+        assert_eq!(v, Verdict::Unicast(UnicastReason::Loss), "no frame yet");
+        // Its trial is due 1 s after its start (checks every 200 ms).
+        let mut t = 400_000;
+        while t < 1_200_000 {
+            assert_eq!(lc.poll_timeout(), Some(t));
+            lc.handle_timeout(t, &mut mux);
+            assert!(!mux.is_trial(sta(20)), "t {t}");
+            t += 200_000;
+        }
+        assert_eq!(lc.poll_timeout(), Some(1_200_000));
+        lc.handle_timeout(1_200_000, &mut mux);
+        assert!(mux.is_trial(sta(20)) && mux.is_unicast(sta(20)));
+        assert_eq!(lc.stats().start_trials, 3);
+        assert!(lc.stations().all(|s| s.trial && s.fresh && s.unicast));
+        // Its packets now go in the frame and by unicast.
+        let v = mux.handle_packet(1_210_000, &voip_to(sta(20), 4000, 2));
+        assert_eq!(v, Verdict::Trial(20));
+        mux.flush();
+        let mut buf = vec![0u8; 2048];
+        let t = mux.poll_transmit(1_210_000, &mut buf).unwrap();
+        assert!(!t.unicast && t.packets == 1);
+        assert_eq!((mux.stats().trial, mux.stats().queued), (1, 1));
+        // Too little evidence: the trial goes on.
+        lc.report(1_500_000, sta(20), &rep(15, 0), 15, &mut mux);
+        assert!(mux.is_trial(sta(20)));
+        // Clean: joins. Lossy (between clear and limit): stays on unicast.
+        lc.report(2_000_000, sta(20), &rep(50, 0), 65, &mut mux);
+        assert!(!mux.is_unicast(sta(20)) && !mux.is_trial(sta(20)));
+        assert_eq!(lc.stats().start_cleared, 1);
+        lc.report(2_000_000, sta(21), &rep(129, 1), 65, &mut mux);
+        assert!(mux.is_unicast(sta(21)) && !mux.is_trial(sta(21)));
+        assert!(!lc
+            .stations()
+            .any(|s| s.addr == sta(21) && (s.fresh || s.trial)));
+        // No traffic: sta 22's trial waits on (1 frame sent in 5 s).
+        lc.handle_timeout(6_200_000, &mut mux);
+        assert!(mux.is_trial(sta(22)));
+        // Frames sent, no report with evidence: the trial ends in the frame.
+        for k in 0..20u16 {
+            let _ = mux.handle_packet(
+                7_000_000 + u64::from(k) * 20_000,
+                &voip_to(sta(22), 4000, k),
+            );
+            mux.flush();
+            while mux.poll_transmit(7_000_000, &mut buf).is_some() {}
+        }
+        lc.handle_timeout(11_199_999, &mut mux);
+        assert!(mux.is_trial(sta(22)));
+        lc.handle_timeout(11_200_000, &mut mux);
+        assert!(!mux.is_unicast(sta(22)));
+        assert_eq!(lc.stats().probes, 1);
+        assert_eq!(lc.poll_timeout(), Some(30_200_000), "sta 21's probe");
+
+        // The guard prices the trial frames: a budget the unicast cell
+        // fits but not with the frames sheds the waiting stations.
+        let phy = CellPhy {
+            unicast: Rate::of(11.0, false).unwrap(),
+            multicast: Rate::of(11.0, false).unwrap(),
+        };
+        let mut mux = Mux::new(MuxConfig {
+            airtime: Some(phy),
+            idle_release: false,
+            ..MuxConfig::default()
+        });
+        mux.add_stream(sta(23), 4000, 1).unwrap();
+        let prior = 50.0 * phy.unicast_us(PRIOR_IP_BYTES) / 1e6;
+        let frames = 50.0 * phy.multicast_us(28 + 4 + PRIOR_IP_BYTES) / 1e6;
+        assert_eq!(crate::downlink::compact::HEADER_LEN, 4);
+        let cfg = LossConfig {
+            airtime_budget: 2.0 * prior + frames + 1e-9,
+            ..LossConfig::default()
+        };
+        let mut lc = LossControl::new(cfg.clone());
+        lc.admit(0, sta(23), &mut mux);
+        lc.handle_timeout(200_000, &mut mux);
+        lc.handle_timeout(1_200_000, &mut mux);
+        assert!(mux.is_trial(sta(23)), "fits with its frames");
+        let mut lc = LossControl::new(LossConfig {
+            airtime_budget: 2.0 * prior + frames - 1e-6,
+            ..cfg
+        });
+        mux.set_unicast(sta(23), false);
+        lc.admit(0, sta(23), &mut mux);
+        lc.handle_timeout(200_000, &mut mux);
+        assert!(
+            !mux.is_unicast(sta(23)),
+            "the start counts the trial frames"
+        );
+        assert_eq!(lc.stats().start_held, 1);
     }
 
     #[test]

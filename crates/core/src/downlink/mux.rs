@@ -61,6 +61,14 @@
 //!   [`Mux::set_unicast`] are handed back as [`UnicastReason::Loss`] (the
 //!   driver forwards the original packet as usual); when the station
 //!   returns, each of its streams starts over with a full entry.
+//! * Trial ([`Mux::set_trial`], the loss rule's first probe of a new
+//!   station): a station on unicast by loss whose trial is on has its
+//!   packets both queued in the frame and handed back for unicast
+//!   ([`Verdict::Trial`]), so the station can measure the frames while no
+//!   packet depends on them. Trial entries are not priced by the airtime
+//!   rule and a frame holding one is never closed as unicast (its packets
+//!   already went by unicast). The station's socket receives each of
+//!   these packets twice (RTP receivers drop duplicates by sequence number).
 //! * The mux stands in for the AP's forwarding step: TTL / hop limit is
 //!   decremented by `ttl_decrement` (1 by default; 0 when the driver hands
 //!   packets the kernel has already forwarded); a packet that would expire
@@ -241,6 +249,10 @@ pub enum Verdict {
     Unicast(UnicastReason),
     /// Queued in a frame (stream id given).
     Queued(StreamId),
+    /// Queued in a frame (stream id given) and also to be forwarded
+    /// unchanged: its station is on a trial ([`Mux::set_trial`]). Counted
+    /// in [`MuxStats::queued`] and [`MuxStats::trial`].
+    Trial(StreamId),
 }
 
 /// One frame ready to leave: `buf[..len]`; or, with `unicast`, one
@@ -251,6 +263,9 @@ pub struct Transmit {
     pub len: usize,
     /// Packets inside (1 for a unicast packet).
     pub packets: usize,
+    /// Of those, trial copies ([`Verdict::Trial`]: the packet also went
+    /// by unicast, so a driver's accounting does not count them again).
+    pub trial: usize,
     /// `buf[..len]` is an original IP packet, not a frame.
     pub unicast: bool,
     /// Frame sequence number (compact; 0 for the seed layout).
@@ -311,6 +326,11 @@ pub struct MuxStats {
     /// Frames that carried part of the previous frame's entries
     /// ([`MuxConfig::partial_repeat`]).
     pub partial_repeats: u64,
+    /// Packets queued on a trial and also handed back for unicast
+    /// ([`Verdict::Trial`]; part of `queued`).
+    pub trial: u64,
+    /// Of `dropped`, trial copies.
+    pub trial_dropped: u64,
 }
 
 impl MuxStats {
@@ -331,6 +351,8 @@ struct Stream {
     ctx: Ctx,
     /// Its station is on unicast by loss ([`Mux::set_unicast`]).
     by_loss: bool,
+    /// ... and on a trial ([`Mux::set_trial`]).
+    trial: bool,
     addr: IpAddr,
     /// Airtime rule only: airtime of its packets as unicast exchanges so
     /// far (multiplexed or not), µs ([`Mux::station_unicast_us`]).
@@ -356,6 +378,8 @@ struct FrameBuf {
     /// Closed as unicast: `poll_transmit` hands out the copies from `cursor`.
     unicast: bool,
     cursor: usize,
+    /// Trial entries inside (never closed as unicast).
+    trial: usize,
 }
 
 /// Bytes of the record header in [`FrameBuf::orig`].
@@ -398,6 +422,8 @@ pub struct Mux {
     stats: MuxStats,
     /// Stations served by unicast because of their loss (at most `max_streams`).
     unicast_addrs: Vec<IpAddr>,
+    /// Those of them on a trial (a subset).
+    trial_addrs: Vec<IpAddr>,
 }
 
 impl Mux {
@@ -429,6 +455,7 @@ impl Mux {
                 unicast_us: 0.0,
                 unicast: false,
                 cursor: 0,
+                trial: 0,
             })
             .collect();
         Mux {
@@ -453,6 +480,7 @@ impl Mux {
             now: 0,
             stats: MuxStats::default(),
             unicast_addrs: Vec::new(),
+            trial_addrs: Vec::new(),
             cfg,
         }
     }
@@ -473,6 +501,16 @@ impl Mux {
         let n = self.frames.len();
         (0..=self.ready)
             .map(|k| self.frames[(self.head + k) % n].count)
+            .sum()
+    }
+
+    /// Of [`Mux::pending`], trial copies ([`Verdict::Trial`]).
+    pub fn pending_trial(&self) -> usize {
+        let n = self.frames.len();
+        (0..=self.ready)
+            .map(|k| &self.frames[(self.head + k) % n])
+            .filter(|f| f.count > 0)
+            .map(|f| f.trial)
             .sum()
     }
 
@@ -498,6 +536,7 @@ impl Mux {
             sid,
             ctx: Ctx::new(),
             by_loss: self.unicast_addrs.contains(&addr),
+            trial: self.trial_addrs.contains(&addr),
             addr,
             air_us: 0.0,
         };
@@ -536,6 +575,7 @@ impl Mux {
             }
             (false, Some(i)) => {
                 self.unicast_addrs.swap_remove(i);
+                self.trial_addrs.retain(|a| *a != addr);
             }
             _ => return false,
         }
@@ -543,11 +583,42 @@ impl Mux {
             if s.addr == addr {
                 s.by_loss = on;
                 if !on {
+                    s.trial = false;
                     s.ctx.restart();
                 }
             }
         }
         true
+    }
+
+    /// Starts (`on`) or ends a trial of station `addr`, which must be on
+    /// unicast by loss ([`Mux::set_unicast`]; else nothing happens): its
+    /// packets are also queued in the frame ([`Verdict::Trial`]), each
+    /// stream starting with a full entry. Returns whether it changed.
+    /// Leaving unicast ends the trial. Called on a state change only.
+    pub fn set_trial(&mut self, addr: IpAddr, on: bool) -> bool {
+        let known = self.trial_addrs.iter().position(|a| *a == addr);
+        match (on, known) {
+            (true, None) if self.unicast_addrs.contains(&addr) => self.trial_addrs.push(addr),
+            (false, Some(i)) => {
+                self.trial_addrs.swap_remove(i);
+            }
+            _ => return false,
+        }
+        for s in self.streams.iter_mut().flatten() {
+            if s.addr == addr {
+                s.trial = on;
+                if on {
+                    s.ctx.restart();
+                }
+            }
+        }
+        true
+    }
+
+    /// Whether station `addr` is on a trial ([`Mux::set_trial`]).
+    pub fn is_trial(&self, addr: IpAddr) -> bool {
+        self.trial_addrs.contains(&addr)
     }
 
     /// Airtime rule only (else 0): the airtime the packets of station
@@ -599,8 +670,11 @@ impl Mux {
         match v {
             Verdict::Pass => self.stats.passed += 1,
             Verdict::Unicast(r) => self.stats.unicast[r as usize] += 1,
-            Verdict::Queued(_) => {
+            Verdict::Queued(_) | Verdict::Trial(_) => {
                 self.stats.queued += 1;
+                if let Verdict::Trial(_) = v {
+                    self.stats.trial += 1;
+                }
                 if self.cfg.idle_release && !self.busy && self.open().count == 1 && self.ready == 0
                 {
                     self.close(FrameReason::Idle);
@@ -635,13 +709,18 @@ impl Mux {
         if let Some(s) = self.streams[slot].as_mut() {
             s.air_us += air;
         }
-        if stream.by_loss {
+        if stream.by_loss && !stream.trial {
             return Verdict::Unicast(UnicastReason::Loss);
         }
         let v = match self.cfg.format {
             Format::Seed => self.queue_seed(&udp, info.dst, dport, stream.sid, bytes),
             Format::Compact => self.queue_compact(&udp, slot, bytes),
         };
+        if let (Verdict::Queued(sid), true) = (v, stream.trial) {
+            // Also forwarded as unicast: neither copied nor priced (module doc).
+            self.open_mut().trial += 1;
+            return Verdict::Trial(sid);
+        }
         if let (Verdict::Queued(_), Some(_)) = (v, self.cfg.airtime) {
             let f = self.open_mut();
             let at = f.orig_len;
@@ -759,6 +838,7 @@ impl Mux {
             f.unicast_us = 0.0;
             f.unicast = false;
             f.cursor = 0;
+            f.trial = 0;
             f.seq = seq;
             f.len = match format {
                 Format::Compact => {
@@ -788,7 +868,7 @@ impl Mux {
             let idx = (self.head + self.ready) % self.frames.len();
             let f = &mut self.frames[idx];
             let frame_us = cell.multicast_us(f.len as u32 + overhead);
-            if frame_us >= f.unicast_us {
+            if frame_us >= f.unicast_us && f.trial == 0 {
                 // Unicast: the stations never see this frame (module doc).
                 f.unicast = true;
                 let seq = f.seq;
@@ -811,6 +891,8 @@ impl Mux {
         if self.ready == self.cfg.queue_frames {
             let old = &mut self.frames[self.head];
             self.stats.dropped += old.count as u64;
+            self.stats.trial_dropped += old.trial as u64;
+            old.trial = 0;
             self.stats.dropped_frames += 1;
             old.count = 0;
             old.len = 0;
@@ -1003,6 +1085,7 @@ impl Mux {
             let t = Transmit {
                 len,
                 packets: 1,
+                trial: 0,
                 unicast: true,
                 seq: 0,
                 reason: f.reason,
@@ -1025,6 +1108,7 @@ impl Mux {
         let t = Transmit {
             len: f.len,
             packets: f.count,
+            trial: f.trial,
             unicast: false,
             seq: if self.cfg.format == Format::Compact {
                 f.seq
@@ -1039,6 +1123,7 @@ impl Mux {
         self.stats.bytes_out += f.len as u64;
         f.count = 0;
         f.len = 0;
+        f.trial = 0;
         self.head = (self.head + 1) % n;
         self.ready -= 1;
         Some(t)

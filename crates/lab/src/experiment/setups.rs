@@ -55,6 +55,10 @@ pub enum Setup {
     /// `ap.multicast_rate`, `ap.preamble`: a frame is sent only when it
     /// costs less airtime than unicast).
     DownlinkMuxRed,
+    /// As [`Setup::DownlinkMuxRed`] with the loss rule on (what the daemon's
+    /// defaults plus `ap.redundancy = true` do): the rule then judges a
+    /// station's loss after recovery from the redundant copies.
+    DownlinkMuxRedLoss,
     /// `downlink-mux-red` plus uplink aggregation: each station bundles its
     /// calls' uplink packets to the AP (`crate::cell::station_uplink_agg`).
     DownlinkMuxAgg,
@@ -99,6 +103,7 @@ impl Setup {
             "downlink-mux-loss" | "mux-loss" => Setup::DownlinkMuxLoss,
             "downlink-mux-interval" | "mux-interval" => Setup::DownlinkMuxInterval,
             "downlink-mux-red" | "mux-red" => Setup::DownlinkMuxRed,
+            "downlink-mux-red-loss" | "mux-red-loss" => Setup::DownlinkMuxRedLoss,
             "downlink-mux-agg" | "mux-agg" => Setup::DownlinkMuxAgg,
             "downlink-mux-red2" | "mux-red2" => Setup::DownlinkMuxRed2,
             "downlink-mux-agg-partial" | "mux-agg-partial" => Setup::DownlinkMuxAggPartial,
@@ -108,7 +113,7 @@ impl Setup {
             "pacer" => Setup::Pacer,
             "pacer-tim" => Setup::PacerTim,
             "pacer-agg" => Setup::PacerAgg,
-            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-loss, downlink-mux-interval, downlink-mux-red, downlink-mux-red2, downlink-mux-agg, downlink-mux-agg-partial; gateway presets: no-control, voice-priority, fixed-shaper, pacer, pacer-tim, pacer-agg)"),
+            o => bail!("unknown setup {o:?} (off, hop-by-hop, end-to-end, hold-while-busy, adaptive, link-adaptive, downlink-mux, downlink-mux-loss, downlink-mux-interval, downlink-mux-red, downlink-mux-red-loss, downlink-mux-red2, downlink-mux-agg, downlink-mux-agg-partial; gateway presets: no-control, voice-priority, fixed-shaper, pacer, pacer-tim, pacer-agg)"),
         })
     }
     /// Its name.
@@ -124,6 +129,7 @@ impl Setup {
             Setup::DownlinkMuxLoss => "downlink-mux-loss",
             Setup::DownlinkMuxInterval => "downlink-mux-interval",
             Setup::DownlinkMuxRed => "downlink-mux-red",
+            Setup::DownlinkMuxRedLoss => "downlink-mux-red-loss",
             Setup::DownlinkMuxAgg => "downlink-mux-agg",
             Setup::DownlinkMuxRed2 => "downlink-mux-red2",
             Setup::DownlinkMuxAggPartial => "downlink-mux-agg-partial",
@@ -155,6 +161,7 @@ impl Setup {
                 | Setup::DownlinkMuxLoss
                 | Setup::DownlinkMuxInterval
                 | Setup::DownlinkMuxRed
+                | Setup::DownlinkMuxRedLoss
                 | Setup::DownlinkMuxAgg
                 | Setup::DownlinkMuxRed2
                 | Setup::DownlinkMuxAggPartial
@@ -198,6 +205,7 @@ pub fn daemon_config(
         | Setup::DownlinkMuxLoss
         | Setup::DownlinkMuxInterval
         | Setup::DownlinkMuxRed
+        | Setup::DownlinkMuxRedLoss
         | Setup::DownlinkMuxAgg
         | Setup::DownlinkMuxRed2
         | Setup::DownlinkMuxAggPartial => {
@@ -214,6 +222,7 @@ pub fn daemon_config(
                 let red = matches!(
                     setup,
                     Setup::DownlinkMuxRed
+                        | Setup::DownlinkMuxRedLoss
                         | Setup::DownlinkMuxAgg
                         | Setup::DownlinkMuxRed2
                         | Setup::DownlinkMuxAggPartial
@@ -228,7 +237,9 @@ pub fn daemon_config(
                     ..crate::cell::Redundancy::of(&cfg.medium.phy, topo.wifi.multicast_mbit)
                 });
                 let mut s = crate::cell::ap_config(&sock, f.as_deref(), release, red);
-                if setup == Setup::DownlinkMuxLoss {
+                if setup == Setup::DownlinkMuxRedLoss {
+                    // the rates came with the redundancy; the rule stays on
+                } else if setup == Setup::DownlinkMuxLoss {
                     // The rates price unicast for the loss rule's airtime guard.
                     let r = crate::cell::Redundancy::of(&cfg.medium.phy, topo.wifi.multicast_mbit);
                     s.push_str(&format!(
@@ -240,6 +251,7 @@ pub fn daemon_config(
                 } else {
                     s.push_str("loss_aware = false\n");
                 }
+                crate::cell::apply_ap_settings(&mut s, &topo.wifi.ap_set);
                 if agg {
                     let st: Vec<String> = topo
                         .neighbours(ap)
@@ -536,6 +548,66 @@ mod tests {
             let ap = daemon_config(&c, setup, "AP", 3, s, Some(f)).unwrap();
             let v = toml::from_str::<toml::Value>(&ap).unwrap();
             assert_eq!(v["ap"]["loss_aware"].as_bool(), Some(false), "{ap}");
+        }
+        // redundancy with the loss rule: downlink-mux-red's AP config
+        // without `loss_aware = false` (the daemon's default rule, judged
+        // after recovery), the same stations
+        for n in ["downlink-mux-red-loss", "mux-red-loss"] {
+            assert_eq!(Setup::parse(n).unwrap(), Setup::DownlinkMuxRedLoss);
+        }
+        assert_eq!(Setup::DownlinkMuxRedLoss.name(), "downlink-mux-red-loss");
+        assert!(Setup::DownlinkMuxRedLoss.downlink());
+        let rl = daemon_config(&c, Setup::DownlinkMuxRedLoss, "AP", 3, s, Some(f)).unwrap();
+        let red = daemon_config(&c, Setup::DownlinkMuxRed, "AP", 3, s, Some(f)).unwrap();
+        assert_eq!(
+            rl.replace("downlink-mux-red-loss", "downlink-mux-red"),
+            red.replace("loss_aware = false\n", ""),
+            "{rl}"
+        );
+        let v = toml::from_str::<toml::Value>(&rl).unwrap();
+        assert_eq!(v["ap"].get("loss_aware"), None, "{rl}");
+        assert_eq!(v["ap"]["redundancy"].as_bool(), Some(true), "{rl}");
+        assert_eq!(v["ap"]["multicast_rate"].as_float(), Some(11.0), "{rl}");
+        assert_eq!(
+            daemon_config(&c, Setup::DownlinkMuxRedLoss, "S1", 3, s, None),
+            daemon_config(&c, Setup::DownlinkMux, "S1", 3, s, None)
+        );
+        // --ap-set: added to [ap], replacing the setup's own key, stations untouched
+        let mut c2 = c.clone();
+        c2.topo.wifi.ap_set = crate::cell::ap_settings(&[
+            "loss_aware=true".into(),
+            "loss_airtime_budget = 0.8".into(),
+        ])
+        .unwrap();
+        let ap = daemon_config(&c2, Setup::DownlinkMux, "AP", 3, s, Some(f)).unwrap();
+        let v = toml::from_str::<toml::Value>(&ap).expect("one loss_aware key");
+        assert_eq!(v["ap"]["loss_aware"].as_bool(), Some(true), "{ap}");
+        assert_eq!(v["ap"]["loss_airtime_budget"].as_float(), Some(0.8), "{ap}");
+        assert_eq!(
+            v["medium"]["file"].as_str(),
+            Some("/dev/shm/x/AP.air"),
+            "{ap}"
+        );
+        assert_eq!(
+            daemon_config(&c2, Setup::DownlinkMux, "S1", 3, s, None),
+            daemon_config(&c, Setup::DownlinkMux, "S1", 3, s, None)
+        );
+        let agg = daemon_config(&c2, Setup::DownlinkMuxAgg, "AP", 3, s, Some(f)).unwrap();
+        let v = toml::from_str::<toml::Value>(&agg).unwrap();
+        assert_eq!(
+            v["ap"]["loss_airtime_budget"].as_float(),
+            Some(0.8),
+            "{agg}"
+        );
+        for bad in [
+            "key=\"x\"",
+            "enabled=false",
+            "a.b=1",
+            "loss_limit_pct",
+            "x=[1]",
+            "x=bare",
+        ] {
+            assert!(crate::cell::ap_settings(&[bad.into()]).is_err(), "{bad}");
         }
         // stations are those of downlink-mux (they recover without a key of their own)
         assert_eq!(

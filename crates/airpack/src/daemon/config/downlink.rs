@@ -126,12 +126,21 @@ pub struct ApSection {
     pub loss_airtime_budget: f64,
     /// A newly leased station starts on unicast (if the airtime guard
     /// allows it) and joins the frame after a clean loss report (ignored
-    /// without `loss_aware`).
+    /// without `loss_aware`). On by default: a station still unmeasured
+    /// 1 s after its start gets a trial (its packets in the frame and by
+    /// unicast) so it can report; `false` starts new stations in the frame.
     pub loss_start_unicast: bool,
     /// DSCP (0-63) of the frames (and SO_PRIORITY 256 + its 802.11 user
     /// priority on the frame and fallback sockets, unless 0): 46 = EF, which
     /// a WMM AP sends on its AC_VO queue (`crate::linux::wmm`).
     pub frame_dscp: u8,
+    /// Share of its smoothed loss sums a station keeps at each report
+    /// (0 ..< 1; about 1 / (1 - keep) reports of memory): higher values
+    /// let a short burst move a station less easily.
+    pub loss_keep: f64,
+    /// Frames of evidence (smoothed expected frames) before the rule
+    /// decides for a station (1-100000).
+    pub loss_min_frames: u32,
 }
 
 /// `ap.redundancy` as written: `false` / `true` (depth 0 / 1, the first
@@ -205,6 +214,8 @@ impl Default for ApSection {
             loss_airtime_budget: LossConfig::default().airtime_budget,
             loss_start_unicast: LossConfig::default().start_unicast,
             frame_dscp: DEFAULT_FRAME_DSCP,
+            loss_keep: LossConfig::default().keep,
+            loss_min_frames: LossConfig::default().min_frames,
         }
     }
 }
@@ -609,6 +620,18 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
             format!("{} must be in 0-63 (46 = EF, voice)", s.frame_dscp),
         ));
     }
+    if !(s.loss_keep >= 0.0 && s.loss_keep < 1.0) {
+        return Err(e(
+            "loss_keep",
+            format!("{} must be at least 0 and below 1", s.loss_keep),
+        ));
+    }
+    if !(1..=100_000).contains(&s.loss_min_frames) {
+        return Err(e(
+            "loss_min_frames",
+            format!("{} must be in 1-100000", s.loss_min_frames),
+        ));
+    }
     let probe = u64::from(s.loss_probe_secs) * 1_000_000;
     let loss = LossConfig {
         enabled: s.loss_aware,
@@ -619,6 +642,8 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
         max_stations: s.max_stations,
         airtime_budget: s.loss_airtime_budget,
         start_unicast: s.loss_start_unicast,
+        keep: s.loss_keep,
+        min_frames: s.loss_min_frames,
         ..LossConfig::default()
     };
     Ok(Some(ApPlan {

@@ -225,12 +225,12 @@ fn loss_rule_defaults_and_limits() {
     assert_eq!(ap.loss.max_probe, 240_000_000);
     assert_eq!(ap.loss.airtime_budget, LossConfig::default().airtime_budget);
     assert!(
-        !ap.loss.start_unicast,
-        "new stations start in the frame by default"
+        ap.loss.start_unicast && ap.loss.start_trial > 0,
+        "new stations start on unicast, with a trial, by default"
     );
-    let t = format!("{base}loss_start_unicast = true\n");
+    let t = format!("{base}loss_start_unicast = false\n");
     assert!(
-        parse("t.toml", &t, &[], &[])
+        !parse("t.toml", &t, &[], &[])
             .unwrap()
             .ap
             .unwrap()
@@ -244,6 +244,15 @@ fn loss_rule_defaults_and_limits() {
         (ap.loss.limit, ap.loss.clear, ap.loss.probe),
         (0.03, 0.015, 10_000_000)
     );
+    let t = format!("{base}loss_keep = 0.9\nloss_min_frames = 200\n");
+    let ap = parse("t.toml", &t, &[], &[]).unwrap().ap.unwrap();
+    assert_eq!((ap.loss.keep, ap.loss.min_frames), (0.9, 200));
+    let ap = parse("t.toml", &base, &[], &[]).unwrap().ap.unwrap();
+    assert_eq!(
+        (ap.loss.keep, ap.loss.min_frames),
+        (0.5, 20),
+        "the defaults"
+    );
     for (k, v) in [
         ("loss_limit_pct", "0"),
         ("loss_limit_pct", "101"),
@@ -252,6 +261,9 @@ fn loss_rule_defaults_and_limits() {
         ("loss_probe_secs", "0"),
         ("loss_airtime_budget", "0"),
         ("loss_airtime_budget", "5"),
+        ("loss_keep", "1.0"),
+        ("loss_keep", "-0.1"),
+        ("loss_min_frames", "0"),
     ] {
         let e = err(&format!("{base}{k} = {v}\n"));
         assert!(e.contains(&format!("ap.{k}")), "{k} = {v}: {e}");

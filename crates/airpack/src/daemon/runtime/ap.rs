@@ -9,6 +9,8 @@
 //! requests, never answered) feed the core's `LossControl`, which serves a
 //! station above `ap.loss_limit_pct` by unicast: the mux then hands its
 //! packets back (`UnicastReason::Loss`) and they take the normal path.
+//! A new station starts that way; on its trial (`Verdict::Trial`) its
+//! packets are queued in a frame and also take the normal path.
 //!
 //! Interception: the whole configured `ap.media_ports` range (UDP
 //! destination ports) is steered into the TUN by a steering rule placed
@@ -309,10 +311,13 @@ impl Ap {
                     }
                 }
             }
+            // Trial copies: the packet also took the normal path, which
+            // counts it.
+            let own = (t.packets - t.trial) as u64;
             if taken {
-                self.packets_out += t.packets as u64;
+                self.packets_out += own;
             } else {
-                self.packets_send_failed += t.packets as u64;
+                self.packets_send_failed += own;
             }
         }
     }
@@ -423,6 +428,8 @@ impl Ap {
                 "started_unicast": ls.start_unicast,
                 "start_held_by_airtime": ls.start_held,
                 "start_cleared": ls.start_cleared,
+                "start_trials": ls.start_trials,
+                "trial_packets": m.trial,
                 "estimated_load": self.loss.load(),
             },
             "registrations": {
@@ -439,13 +446,14 @@ impl Ap {
     }
 
     /// This role's packets in the send-side accounting: multiplexed (or
-    /// forwarded by the airtime rule), waiting in the mux, or lost.
+    /// forwarded by the airtime rule), waiting in the mux, or lost. Trial
+    /// copies are not counted (their packets took the normal path too).
     fn account(&self, a: &mut crate::daemon::accounting::Extra) {
         let m = self.mux.stats();
         a.send_out += self.packets_out + self.fallback_sent;
-        a.send_queued += self.mux.pending() as u64;
+        a.send_queued += (self.mux.pending() - self.mux.pending_trial()) as u64;
         for (k, v) in [
-            ("downlink_queue_full", m.dropped),
+            ("downlink_queue_full", m.dropped - m.trial_dropped),
             ("downlink_frame_send_failed", self.packets_send_failed),
             ("downlink_unicast_send_failed", self.fallback_failed),
         ] {
@@ -477,6 +485,7 @@ impl Ap {
                     "station": l.addr.to_string(),
                     "auto": l.auto,
                     "unicast_by_loss": loss.is_some_and(|s| s.unicast),
+                    "loss_trial": loss.is_some_and(|s| s.trial),
                     "multicast_loss_pct": loss.and_then(|s| s.loss).map(|x| x * 100.0),
                     "lease_left_s": l.expires.saturating_sub(now) as f64 / 1e6,
                     "streams": l.runs.iter().zip(l.live).filter(|(_, v)| **v).map(|(r, _)| u64::from(r.count)).sum::<u64>(),
@@ -534,6 +543,11 @@ impl Daemon {
                 false
             }
             Verdict::Unicast(_) => false,
+            Verdict::Trial(_) => {
+                // In a frame for the station to measure, and by unicast.
+                ap.transmit(now);
+                false
+            }
         }
     }
 
