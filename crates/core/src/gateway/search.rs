@@ -61,6 +61,7 @@
 //!    start (rule 4; with `start_per_call_bps` 0, to at most `initial_bps`):
 //!    without calls the rate grows freely (nothing to protect), which says
 //!    nothing about the calls.
+//!    Calls joining also end a cut's hold-off (rule 3): they are new load.
 //!    Within two `settle_us` after calls joined, the MOS window holds the
 //!    new calls' first packets (with the worst call as the network MOS one
 //!    lost packet of a new call's first 50 reads as choke; measured: 16
@@ -370,6 +371,11 @@ impl Search {
         // 5. Calls joining and leaving.
         if calls > self.calls {
             self.good = None;
+            // A cut's hold-off waits out the loss from before it; calls
+            // joining are new load, not that loss: it ends (measured on the
+            // air: 8 -> 16 calls one second after a cut read choke for 4 s
+            // at the 8 calls' rate, held off, and failed rejoining calls).
+            self.cut = None;
             // Calls appearing from none, or more of them while the start
             // holds (they need not all show in the same step).
             let starting = self.calls == 0

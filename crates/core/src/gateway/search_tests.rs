@@ -588,3 +588,28 @@ fn the_window_after_calls_left_is_not_remembered_as_a_bad_rate() {
     rc.on_timeout(t, Some(3.5), 8);
     assert!(rc.search_view().bad_bps.is_some());
 }
+
+#[test]
+fn calls_joining_end_a_cuts_hold_off() {
+    let (mut rc, t0) = warm(800_000);
+    let mut t = t0;
+    // A poor reading cuts; one second later calls join and the reading is
+    // choke: new load, cut at once (not held off as the first cut's loss).
+    t += 1_000_000;
+    rc.on_timeout(t, Some(3.5), 3);
+    let after_cut = rc.rate_bps();
+    assert!(after_cut < 800_000);
+    t += 1_000_000;
+    rc.on_timeout(t, Some(3.1), 6);
+    assert!(
+        rc.rate_bps() < after_cut,
+        "{} not cut below {after_cut}",
+        rc.rate_bps()
+    );
+    // Without the join the same reading is held off (the first cut's loss).
+    let (mut rc, t0) = warm(800_000);
+    rc.on_timeout(t0 + 1_000_000, Some(3.5), 3);
+    let after_cut = rc.rate_bps();
+    rc.on_timeout(t0 + 2_000_000, Some(3.1), 3);
+    assert_eq!(rc.rate_bps(), after_cut);
+}
