@@ -19,6 +19,8 @@
 use std::io;
 use std::os::fd::RawFd;
 
+use super::mcast::set_int;
+
 /// The 802.11 user priority (0-7) mac80211 gives an IP packet of DSCP
 /// `dscp` (0-63) without a QoS map: RFC 8325's mapping as
 /// `cfg80211_classify8021d` implements it.
@@ -40,24 +42,6 @@ pub fn access_category(up: u8) -> &'static str {
         4 | 5 => "AC_VI",
         6 | 7 => "AC_VO",
         _ => "AC_BE",
-    }
-}
-
-fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
-    // SAFETY: setsockopt(2) with a valid c_int option value.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 
