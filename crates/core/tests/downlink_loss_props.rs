@@ -31,6 +31,24 @@ fn sta(i: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 0, 10 + i as u8))
 }
 
+/// An 802.11b cell at 11 Mbit/s (unicast and multicast) and a mux with
+/// one stream for each of `stations` (the airtime rule on if `airtime`).
+fn cell(stations: usize, airtime: bool) -> Mux {
+    let phy = CellPhy {
+        unicast: Rate::of(11.0, false).unwrap(),
+        multicast: Rate::of(11.0, false).unwrap(),
+    };
+    let mut mux = Mux::new(MuxConfig {
+        idle_release: false,
+        airtime: airtime.then_some(phy),
+        ..MuxConfig::default()
+    });
+    for i in 0..stations {
+        mux.add_stream(sta(i), 4000, i as u16).unwrap();
+    }
+    mux
+}
+
 /// RFC 1071 sum.
 fn csum(b: &[u8]) -> u16 {
     let mut s: u32 = b
@@ -172,18 +190,7 @@ proptest! {
         budget_pct in 5u32..120,
         lossy_mask in any::<u16>(),
     ) {
-        let phy = CellPhy {
-            unicast: Rate::of(11.0, false).unwrap(),
-            multicast: Rate::of(11.0, false).unwrap(),
-        };
-        let mut mux = Mux::new(MuxConfig {
-            idle_release: false,
-            airtime: Some(phy),
-            ..MuxConfig::default()
-        });
-        for i in 0..stations {
-            mux.add_stream(sta(i), 4000, i as u16).unwrap();
-        }
+        let mut mux = cell(stations, true);
         let budget = f64::from(budget_pct) / 100.0;
         let mut lc = LossControl::new(LossConfig { airtime_budget: budget, ..LossConfig::default() });
         let mut buf = vec![0u8; 2048];
@@ -228,18 +235,7 @@ proptest! {
         budget_pct in prop_oneof![Just(400u32), 5u32..150],
         airtime in any::<bool>(),
     ) {
-        let phy = CellPhy {
-            unicast: Rate::of(11.0, false).unwrap(),
-            multicast: Rate::of(11.0, false).unwrap(),
-        };
-        let mut mux = Mux::new(MuxConfig {
-            idle_release: false,
-            airtime: airtime.then_some(phy),
-            ..MuxConfig::default()
-        });
-        for i in 0..stations {
-            mux.add_stream(sta(i), 4000, i as u16).unwrap();
-        }
+        let mut mux = cell(stations, airtime);
         let budget = f64::from(budget_pct) / 100.0;
         let cfg = LossConfig { airtime_budget: budget, start_unicast: true, ..LossConfig::default() };
         let (clear, min_frames, check_us) = (cfg.clear, f64::from(cfg.min_frames), cfg.start_check);
@@ -331,18 +327,7 @@ proptest! {
         airtime in any::<bool>(),
         report_late in 0u64..15,
     ) {
-        let phy = CellPhy {
-            unicast: Rate::of(11.0, false).unwrap(),
-            multicast: Rate::of(11.0, false).unwrap(),
-        };
-        let mut mux = Mux::new(MuxConfig {
-            idle_release: false,
-            airtime: airtime.then_some(phy),
-            ..MuxConfig::default()
-        });
-        for i in 0..stations {
-            mux.add_stream(sta(i), 4000, i as u16).unwrap();
-        }
+        let mut mux = cell(stations, airtime);
         // The default rule, with room for the whole cell on unicast and
         // its trial frames (so the guard never decides).
         let cfg = LossConfig { airtime_budget: 4.0, ..LossConfig::default() };

@@ -2,23 +2,13 @@
 //! point 8): RTCP BYE, the silence limit and its VAD/RTCP exemptions, and the
 //! minimum of packets in a call's window. Simulated time, hand-built packets.
 
+use super::tests::{key, DOWN, UP};
 use super::*;
 use crate::rtcp::{ReportBlock, Writer};
 use crate::rtp::RtpHeader;
 
-const UP: u32 = 0x1111;
-const DOWN: u32 = 0x2222;
 /// G.729 packet interval (µs).
 const T: u64 = 20_000;
-
-fn key(n: u8) -> CallKey {
-    CallKey {
-        mesh: IpAddr::from([10, 0, 0, n]),
-        mesh_port: 16000,
-        wired: IpAddr::from([192, 0, 2, 1]),
-        wired_port: 20000,
-    }
-}
 
 fn rtp_m(ssrc: u32, seq: u16, marker: bool) -> Vec<u8> {
     let mut out = [0u8; 64];

@@ -4,10 +4,10 @@ use super::*;
 use crate::rtcp::{ReportBlock, SenderInfo, Writer};
 use crate::rtp::RtpHeader;
 
-const UP: u32 = 0x1111;
-const DOWN: u32 = 0x2222;
+pub(super) const UP: u32 = 0x1111;
+pub(super) const DOWN: u32 = 0x2222;
 
-fn key(n: u8) -> CallKey {
+pub(super) fn key(n: u8) -> CallKey {
     CallKey {
         mesh: IpAddr::from([10, 0, 0, n]),
         mesh_port: 16000,

@@ -775,6 +775,22 @@ mod tests {
         IpAddr::V4(Ipv4Addr::new(10, 0, 0, n))
     }
 
+    /// An 802.11b cell at 11 Mbit/s (unicast and multicast) and a mux with
+    /// its airtime rule on, without streams.
+    fn b11_airtime_mux() -> (crate::downlink::airtime::CellPhy, Mux) {
+        use crate::downlink::airtime::{CellPhy, Rate};
+        let phy = CellPhy {
+            unicast: Rate::of(11.0, false).unwrap(),
+            multicast: Rate::of(11.0, false).unwrap(),
+        };
+        let mux = Mux::new(MuxConfig {
+            airtime: Some(phy),
+            idle_release: false,
+            ..MuxConfig::default()
+        });
+        (phy, mux)
+    }
+
     fn rep(received: u32, missed: u32) -> LossReport {
         LossReport {
             received,
@@ -962,16 +978,7 @@ mod tests {
 
     #[test]
     fn start_guard_prices_new_stations_and_sheds_when_the_cell_does_not_fit() {
-        use crate::downlink::airtime::{CellPhy, Rate};
-        let phy = CellPhy {
-            unicast: Rate::of(11.0, false).unwrap(),
-            multicast: Rate::of(11.0, false).unwrap(),
-        };
-        let mut mux = Mux::new(MuxConfig {
-            airtime: Some(phy),
-            idle_release: false,
-            ..MuxConfig::default()
-        });
+        let (phy, mut mux) = b11_airtime_mux();
         for n in 9..=13 {
             mux.add_stream(sta(n), 4000, u16::from(n)).unwrap();
         }
@@ -1031,7 +1038,6 @@ mod tests {
 
     #[test]
     fn waiting_station_gets_a_trial_and_joins_or_stays_by_its_report() {
-        use crate::downlink::airtime::{CellPhy, Rate};
         let mut mux = Mux::new(MuxConfig {
             idle_release: false,
             ..MuxConfig::default()
@@ -1102,15 +1108,7 @@ mod tests {
 
         // The guard prices the trial frames: a budget the unicast cell
         // fits but not with the frames sheds the waiting stations.
-        let phy = CellPhy {
-            unicast: Rate::of(11.0, false).unwrap(),
-            multicast: Rate::of(11.0, false).unwrap(),
-        };
-        let mut mux = Mux::new(MuxConfig {
-            airtime: Some(phy),
-            idle_release: false,
-            ..MuxConfig::default()
-        });
+        let (phy, mut mux) = b11_airtime_mux();
         mux.add_stream(sta(23), 4000, 1).unwrap();
         let prior = 50.0 * phy.unicast_us(PRIOR_IP_BYTES) / 1e6;
         let frames = 50.0 * phy.multicast_us(28 + 4 + PRIOR_IP_BYTES) / 1e6;
