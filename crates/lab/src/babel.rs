@@ -95,7 +95,10 @@ pub struct Babel {
 
 impl std::fmt::Debug for Babel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Babel").field("dir", &self.dir).field("daemons", &self.daemons.len()).finish()
+        f.debug_struct("Babel")
+            .field("dir", &self.dir)
+            .field("daemons", &self.daemons.len())
+            .finish()
     }
 }
 
@@ -104,25 +107,48 @@ impl Babel {
     /// files under `<tmp>/airpack-babel-<prefix>`.
     pub fn start(prefix: &str, nodes: &[(&str, &Netns, usize)]) -> Result<Babel> {
         check_available()?;
-        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}", prefix.trim_end_matches('-')));
+        let dir =
+            std::env::temp_dir().join(format!("{DIR_PREFIX}{}", prefix.trim_end_matches('-')));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-        let mut b = Babel { daemons: Vec::new(), dir, converged_in: None };
+        let mut b = Babel {
+            daemons: Vec::new(),
+            dir,
+            converged_in: None,
+        };
         for (name, ns, i) in nodes {
             let conf = b.dir.join(format!("{name}.conf"));
             std::fs::write(&conf, config(*i))?;
             let log = b.dir.join(format!("{name}.log"));
-            let p = |ext: &str| b.dir.join(format!("{name}.{ext}")).to_string_lossy().into_owned();
+            let p = |ext: &str| {
+                b.dir
+                    .join(format!("{name}.{ext}"))
+                    .to_string_lossy()
+                    .into_owned()
+            };
             let out = std::fs::File::create(b.dir.join(format!("{name}.out")))?;
             let child = ns
                 .command(Path::new("babeld"))
-                .args(["-I", &p("pid"), "-S", &p("state"), "-L", &log.to_string_lossy(), "-c", &conf.to_string_lossy()])
+                .args([
+                    "-I",
+                    &p("pid"),
+                    "-S",
+                    &p("state"),
+                    "-L",
+                    &log.to_string_lossy(),
+                    "-c",
+                    &conf.to_string_lossy(),
+                ])
                 .stdin(Stdio::null())
                 .stdout(out.try_clone()?)
                 .stderr(out)
                 .spawn()
                 .with_context(|| format!("spawn babeld on {name}"))?;
-            b.daemons.push(Daemon { node: name.to_string(), child, log });
+            b.daemons.push(Daemon {
+                node: name.to_string(),
+                child,
+                log,
+            });
         }
         Ok(b)
     }
@@ -200,12 +226,20 @@ pub fn parse_routes(out: &str) -> BTreeMap<String, String> {
 /// Remove per-mesh directories of lab processes that are gone (or all).
 pub fn clean_dirs(all: bool) -> Vec<PathBuf> {
     let mut gone = Vec::new();
-    let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) else { return gone };
+    let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) else {
+        return gone;
+    };
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(ns_prefix) = name.strip_prefix(DIR_PREFIX) else { continue };
-        let Some(pid) = crate::netns::owner_pid(ns_prefix) else { continue };
-        if (all || !Path::new(&format!("/proc/{pid}")).exists()) && std::fs::remove_dir_all(e.path()).is_ok() {
+        let Some(ns_prefix) = name.strip_prefix(DIR_PREFIX) else {
+            continue;
+        };
+        let Some(pid) = crate::netns::owner_pid(ns_prefix) else {
+            continue;
+        };
+        if (all || !Path::new(&format!("/proc/{pid}")).exists())
+            && std::fs::remove_dir_all(e.path()).is_ok()
+        {
             gone.push(e.path());
         }
     }
@@ -219,8 +253,14 @@ mod tests {
     #[test]
     fn config_announces_only_own_address() {
         let c = config(2);
-        assert!(c.contains("interface radio0 type wireless hello-interval 1 update-interval 4"), "{c}");
-        assert!(c.contains("redistribute local ip 10.201.0.3/32 allow"), "{c}");
+        assert!(
+            c.contains("interface radio0 type wireless hello-interval 1 update-interval 4"),
+            "{c}"
+        );
+        assert!(
+            c.contains("redistribute local ip 10.201.0.3/32 allow"),
+            "{c}"
+        );
         let allow = c.lines().filter(|l| l.contains("allow")).count();
         assert_eq!(allow, 1);
         // the catch-all denies come after the allow

@@ -48,11 +48,27 @@ fn ctrl_port(k: u32) -> u16 {
 
 /// Whether baresip with the modules the lab uses is installed.
 pub fn check_available() -> std::result::Result<(), String> {
-    let ok = Command::new("baresip").arg("-h").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    let ok = Command::new("baresip")
+        .arg("-h")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
     if !ok {
-        return Err("baresip is not installed (Debian package baresip-core; scripts/setup.sh installs it)".into());
+        return Err(
+            "baresip is not installed (Debian package baresip-core; scripts/setup.sh installs it)"
+                .into(),
+        );
     }
-    for m in ["g711.so", "aufile.so", "aubridge.so", "ctrl_tcp.so", "rtcpsummary.so", "account.so", "menu.so"] {
+    for m in [
+        "g711.so",
+        "aufile.so",
+        "aubridge.so",
+        "ctrl_tcp.so",
+        "rtcpsummary.so",
+        "account.so",
+        "menu.so",
+    ] {
         if !Path::new(MODULES).join(m).exists() {
             return Err(format!("baresip module {MODULES}/{m} is missing"));
         }
@@ -77,14 +93,25 @@ pub fn write_wav(path: &Path, seconds: u32) -> Result<()> {
         x ^= x >> 17;
         x ^= x << 5;
         let noise = f64::from(x) / f64::from(u32::MAX) - 0.5;
-        let v = env * (0.3 * (2.0 * std::f64::consts::PI * 440.0 * t).sin() + 0.2 * (2.0 * std::f64::consts::PI * 1230.0 * t).sin() + 0.1 * noise);
+        let v = env
+            * (0.3 * (2.0 * std::f64::consts::PI * 440.0 * t).sin()
+                + 0.2 * (2.0 * std::f64::consts::PI * 1230.0 * t).sin()
+                + 0.1 * noise);
         data.extend_from_slice(&((v * 20000.0) as i16).to_le_bytes());
     }
     let mut out = Vec::with_capacity(44 + data.len());
     out.extend_from_slice(b"RIFF");
     out.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
     out.extend_from_slice(b"WAVEfmt ");
-    for v in [16u32.to_le_bytes().as_slice(), &1u16.to_le_bytes(), &1u16.to_le_bytes(), &sr.to_le_bytes(), &(sr * 2).to_le_bytes(), &2u16.to_le_bytes(), &16u16.to_le_bytes()] {
+    for v in [
+        16u32.to_le_bytes().as_slice(),
+        &1u16.to_le_bytes(),
+        &1u16.to_le_bytes(),
+        &sr.to_le_bytes(),
+        &(sr * 2).to_le_bytes(),
+        &2u16.to_le_bytes(),
+        &16u16.to_le_bytes(),
+    ] {
         out.extend_from_slice(v);
     }
     out.extend_from_slice(b"data");
@@ -141,7 +168,10 @@ fn netstring(s: &str) -> Vec<u8> {
 fn take_netstrings(buf: &mut Vec<u8>) -> Vec<String> {
     let mut out = Vec::new();
     while let Some(colon) = buf.iter().position(|&b| b == b':') {
-        let Some(len) = std::str::from_utf8(&buf[..colon]).ok().and_then(|s| s.parse::<usize>().ok()) else {
+        let Some(len) = std::str::from_utf8(&buf[..colon])
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+        else {
             buf.clear();
             break;
         };
@@ -295,7 +325,13 @@ fn udp_of(p: &[u8]) -> Option<Udp<'_>> {
 fn packet_socket() -> std::io::Result<OwnedFd> {
     let proto = (nix::libc::ETH_P_ALL as u16).to_be();
     // SAFETY: plain socket(2); checked below.
-    let fd = unsafe { nix::libc::socket(nix::libc::AF_PACKET, nix::libc::SOCK_DGRAM, nix::libc::c_int::from(proto)) };
+    let fd = unsafe {
+        nix::libc::socket(
+            nix::libc::AF_PACKET,
+            nix::libc::SOCK_DGRAM,
+            nix::libc::c_int::from(proto),
+        )
+    };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -303,12 +339,33 @@ fn packet_socket() -> std::io::Result<OwnedFd> {
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let on: nix::libc::c_int = 1;
     let big: nix::libc::c_int = 8 << 20;
-    let tv = nix::libc::timeval { tv_sec: 0, tv_usec: 200_000 };
+    let tv = nix::libc::timeval {
+        tv_sec: 0,
+        tv_usec: 200_000,
+    };
     // SAFETY: valid option values of the given sizes.
     unsafe {
-        nix::libc::setsockopt(fd.as_raw_fd(), nix::libc::SOL_SOCKET, nix::libc::SO_TIMESTAMPNS, (&on as *const nix::libc::c_int).cast(), 4);
-        nix::libc::setsockopt(fd.as_raw_fd(), nix::libc::SOL_SOCKET, nix::libc::SO_RCVBUFFORCE, (&big as *const nix::libc::c_int).cast(), 4);
-        nix::libc::setsockopt(fd.as_raw_fd(), nix::libc::SOL_SOCKET, nix::libc::SO_RCVTIMEO, (&tv as *const nix::libc::timeval).cast(), std::mem::size_of::<nix::libc::timeval>() as u32);
+        nix::libc::setsockopt(
+            fd.as_raw_fd(),
+            nix::libc::SOL_SOCKET,
+            nix::libc::SO_TIMESTAMPNS,
+            (&on as *const nix::libc::c_int).cast(),
+            4,
+        );
+        nix::libc::setsockopt(
+            fd.as_raw_fd(),
+            nix::libc::SOL_SOCKET,
+            nix::libc::SO_RCVBUFFORCE,
+            (&big as *const nix::libc::c_int).cast(),
+            4,
+        );
+        nix::libc::setsockopt(
+            fd.as_raw_fd(),
+            nix::libc::SOL_SOCKET,
+            nix::libc::SO_RCVTIMEO,
+            (&tv as *const nix::libc::timeval).cast(),
+            std::mem::size_of::<nix::libc::timeval>() as u32,
+        );
     }
     Ok(fd)
 }
@@ -323,7 +380,10 @@ impl Capture {
             let mut seen = Vec::new();
             let mut frame = [0u8; 2048];
             while !stop2.load(Ordering::Relaxed) && seen.len() < 4_000_000 {
-                let mut iov = nix::libc::iovec { iov_base: frame.as_mut_ptr().cast(), iov_len: frame.len() };
+                let mut iov = nix::libc::iovec {
+                    iov_base: frame.as_mut_ptr().cast(),
+                    iov_len: frame.len(),
+                };
                 let mut cbuf = [0u64; 16];
                 // SAFETY: plain data; the pointers below outlive the call.
                 let mut from: nix::libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -346,8 +406,12 @@ impl Capture {
                     let mut c = nix::libc::CMSG_FIRSTHDR(&msg);
                     let mut ts = None;
                     while !c.is_null() {
-                        if (*c).cmsg_level == nix::libc::SOL_SOCKET && (*c).cmsg_type == nix::libc::SCM_TIMESTAMPNS {
-                            let t = std::ptr::read_unaligned(nix::libc::CMSG_DATA(c) as *const nix::libc::timespec);
+                        if (*c).cmsg_level == nix::libc::SOL_SOCKET
+                            && (*c).cmsg_type == nix::libc::SCM_TIMESTAMPNS
+                        {
+                            let t = std::ptr::read_unaligned(
+                                nix::libc::CMSG_DATA(c) as *const nix::libc::timespec
+                            );
                             ts = Some(t.tv_sec as u64 * 1_000_000 + t.tv_nsec as u64 / 1000);
                         }
                         c = nix::libc::CMSG_NXTHDR(&msg, c);
@@ -356,10 +420,24 @@ impl Capture {
                 };
                 let Some(ts) = ts else { continue };
                 let p = &frame[..(len as usize).min(frame.len())];
-                let Some((src, dst, udp)) = udp_of(p) else { continue };
-                let Some((call, dir)) = classify(&spec, src, dst) else { continue };
-                let Ok(rtp) = airpack_voice::rtp::parse(udp) else { continue };
-                seen.push((call, dir, out, rtp.header.sequence, rtp.header.timestamp, rtp.header.marker, ts));
+                let Some((src, dst, udp)) = udp_of(p) else {
+                    continue;
+                };
+                let Some((call, dir)) = classify(&spec, src, dst) else {
+                    continue;
+                };
+                let Ok(rtp) = airpack_voice::rtp::parse(udp) else {
+                    continue;
+                };
+                seen.push((
+                    call,
+                    dir,
+                    out,
+                    rtp.header.sequence,
+                    rtp.header.timestamp,
+                    rtp.header.marker,
+                    ts,
+                ));
             }
             seen
         });
@@ -379,14 +457,26 @@ impl Capture {
 pub fn node_results(spec: &Spec, captures: &BTreeMap<String, Vec<Seen>>) -> Vec<NodeResult> {
     let mut results: BTreeMap<&str, NodeResult> = BTreeMap::new();
     for node in captures.keys() {
-        results.insert(node, NodeResult { node: node.clone(), start_late_ms: 0.0, streams: Vec::new(), rx: RxCounters::default(), rtcp: None });
+        results.insert(
+            node,
+            NodeResult {
+                node: node.clone(),
+                start_late_ms: 0.0,
+                streams: Vec::new(),
+                rx: RxCounters::default(),
+                rtcp: None,
+            },
+        );
     }
     let empty = Vec::new();
     for c in &spec.calls {
         for (dir, from, to) in [(Direction::AToB, &c.a, &c.b), (Direction::BToA, &c.b, &c.a)] {
             let sent_seen = captures.get(&from.node).unwrap_or(&empty);
             let mut sent: HashMap<u16, u64> = HashMap::new();
-            for s in sent_seen.iter().filter(|s| s.0 == c.id && s.1 == dir && s.2) {
+            for s in sent_seen
+                .iter()
+                .filter(|s| s.0 == c.id && s.1 == dir && s.2)
+            {
                 sent.entry(s.3).or_insert(s.6);
             }
             // How far the phone fell behind its own packet clock: the spread
@@ -394,7 +484,10 @@ pub fn node_results(spec: &Spec, captures: &BTreeMap<String, Vec<Seen>>) -> Vec<
             // starved phone or host sends late; the lab re-measures such
             // points, as it does for `airpack voip` senders that lagged).
             let interval_us = i64::from(spec.interval_ms) * 1000;
-            let first = sent_seen.iter().find(|s| s.0 == c.id && s.1 == dir && s.2).map(|s| s.3);
+            let first = sent_seen
+                .iter()
+                .find(|s| s.0 == c.id && s.1 == dir && s.2)
+                .map(|s| s.3);
             let (mut lo, mut hi) = (i64::MAX, i64::MIN);
             for (&seq, &t) in &sent {
                 let k = i64::from(seq.wrapping_sub(first.unwrap_or(seq)));
@@ -416,7 +509,8 @@ pub fn node_results(spec: &Spec, captures: &BTreeMap<String, Vec<Seen>>) -> Vec<
                 });
             }
             let clock = 8000;
-            let mut st = StreamStats::new(clock, spec.playout_ms).with_timestamp_step(clock / 1000 * spec.interval_ms);
+            let mut st = StreamStats::new(clock, spec.playout_ms)
+                .with_timestamp_step(clock / 1000 * spec.interval_ms);
             let mut got: HashMap<u16, ()> = HashMap::new();
             let rx_seen = captures.get(&to.node).unwrap_or(&empty);
             let mut accepted = 0;
@@ -424,8 +518,16 @@ pub fn node_results(spec: &Spec, captures: &BTreeMap<String, Vec<Seen>>) -> Vec<
                 if got.insert(s.3, ()).is_some() {
                     continue;
                 }
-                let Some(&send_us) = sent.get(&s.3) else { continue };
-                st.on_packet(&RxPacket { seq: s.3, rtp_ts: s.4, marker: s.5, send_us, recv_us: s.6 });
+                let Some(&send_us) = sent.get(&s.3) else {
+                    continue;
+                };
+                st.on_packet(&RxPacket {
+                    seq: s.3,
+                    rtp_ts: s.4,
+                    marker: s.5,
+                    send_us,
+                    recv_us: s.6,
+                });
                 accepted += 1;
             }
             if let Some(r) = results.get_mut(to.node.as_str()) {
@@ -466,9 +568,18 @@ pub struct CallSignalling {
 /// dialled at `spec.start_at_unix_ms`, hung up after `spec.duration_s`.
 /// Returns the per-node results (as `airpack voip` writes them) and the
 /// phones' own view of each call.
-pub fn run_calls(mesh: &Mesh, spec: &Spec, dir: &Path) -> Result<(Vec<NodeResult>, Vec<CallSignalling>)> {
+pub fn run_calls(
+    mesh: &Mesh,
+    spec: &Spec,
+    dir: &Path,
+) -> Result<(Vec<NodeResult>, Vec<CallSignalling>)> {
     check_available().map_err(|e| anyhow::anyhow!(e))?;
-    if !matches!(spec.codec, airpack_voice::codec::Codec::G711 | airpack_voice::codec::Codec::G711NoPlc) || spec.interval_ms != 20 || spec.vad {
+    if !matches!(
+        spec.codec,
+        airpack_voice::codec::Codec::G711 | airpack_voice::codec::Codec::G711NoPlc
+    ) || spec.interval_ms != 20
+        || spec.vad
+    {
         bail!("baresip calls are G.711 µ-law at 20 ms without voice activity (--codec g711 --vad off)");
     }
     let wav = dir.join("voice.wav");
@@ -493,9 +604,15 @@ pub fn run_calls(mesh: &Mesh, spec: &Spec, dir: &Path) -> Result<(Vec<NodeResult
         for (role, ep) in [("callee", &c.b), ("caller", &c.a)] {
             let d = dir.join(format!("baresip-{}-{role}", c.id));
             std::fs::create_dir_all(&d)?;
-            std::fs::write(d.join("config"), config_text(ep.addr, sip_port(c.id), ep.port, ctrl_port(c.id), &wav))?;
+            std::fs::write(
+                d.join("config"),
+                config_text(ep.addr, sip_port(c.id), ep.port, ctrl_port(c.id), &wav),
+            )?;
             let user = format!("{role}{}", c.id);
-            std::fs::write(d.join("accounts"), accounts_text(&user, ep.addr, sip_port(c.id)))?;
+            std::fs::write(
+                d.join("accounts"),
+                accounts_text(&user, ep.addr, sip_port(c.id)),
+            )?;
             let log = d.join("log");
             let f = std::fs::File::create(&log)?;
             let node = mesh.node(&ep.node).context("unknown node")?;
@@ -514,7 +631,12 @@ pub fn run_calls(mesh: &Mesh, spec: &Spec, dir: &Path) -> Result<(Vec<NodeResult
                 .stderr(f)
                 .spawn()
                 .context("spawn baresip")?;
-            pair.push(Agent { child, log, ctrl: None, pending: Vec::new() });
+            pair.push(Agent {
+                child,
+                log,
+                ctrl: None,
+                pending: Vec::new(),
+            });
         }
         let caller = pair.pop().expect("two agents");
         let callee = pair.pop().expect("two agents");
@@ -528,28 +650,44 @@ pub fn run_calls(mesh: &Mesh, spec: &Spec, dir: &Path) -> Result<(Vec<NodeResult
             let t = Instant::now();
             loop {
                 if let Ok(Some(st)) = agent.child.try_wait() {
-                    bail!("baresip for call {} exited at start ({st}): see {}", c.id, agent.log.display());
+                    bail!(
+                        "baresip for call {} exited at start ({st}): see {}",
+                        c.id,
+                        agent.log.display()
+                    );
                 }
-                let conn = node.ns.run_in(move || TcpStream::connect(("127.0.0.1", port)))?;
+                let conn = node
+                    .ns
+                    .run_in(move || TcpStream::connect(("127.0.0.1", port)))?;
                 if let Ok(s) = conn {
                     agent.ctrl = Some(s);
                     break;
                 }
                 if t.elapsed() > Duration::from_secs(10) {
-                    bail!("baresip for call {} did not open its control port: see {}", c.id, agent.log.display());
+                    bail!(
+                        "baresip for call {} did not open its control port: see {}",
+                        c.id,
+                        agent.log.display()
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
     }
     if let Some(at) = spec.start_at_unix_ms {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
         std::thread::sleep(Duration::from_millis(at.saturating_sub(now)));
     }
     let mut signalling = Vec::new();
     let mut dialled = Vec::new();
     for (c, (_, caller)) in spec.calls.iter().zip(agents.iter_mut()) {
-        caller.command("dial", &format!("sip:callee{}@{}:{}", c.id, c.b.addr, sip_port(c.id)))?;
+        caller.command(
+            "dial",
+            &format!("sip:callee{}@{}:{}", c.id, c.b.addr, sip_port(c.id)),
+        )?;
         dialled.push(Instant::now());
     }
     // Every caller's events are read on its own thread, so each setup time
@@ -559,15 +697,25 @@ pub fn run_calls(mesh: &Mesh, spec: &Spec, dir: &Path) -> Result<(Vec<NodeResult
             .iter_mut()
             .zip(&dialled)
             .map(|((_, caller), t)| {
-                scope.spawn(move || caller.wait_event("CALL_ESTABLISHED", *t + Duration::from_secs(10)).map(|_| t.elapsed().as_secs_f64() * 1000.0))
+                scope.spawn(move || {
+                    caller
+                        .wait_event("CALL_ESTABLISHED", *t + Duration::from_secs(10))
+                        .map(|_| t.elapsed().as_secs_f64() * 1000.0)
+                })
             })
             .collect();
         waits.into_iter().map(|w| w.join().ok().flatten()).collect()
     });
     for (c, setup_ms) in spec.calls.iter().zip(established) {
-        signalling.push(CallSignalling { call: c.id, setup_ms, rtcp_caller: None, rtcp_callee: None });
+        signalling.push(CallSignalling {
+            call: c.id,
+            setup_ms,
+            rtcp_caller: None,
+            rtcp_callee: None,
+        });
     }
-    let end = dialled.first().copied().unwrap_or_else(Instant::now) + Duration::from_secs_f64(spec.duration_s);
+    let end = dialled.first().copied().unwrap_or_else(Instant::now)
+        + Duration::from_secs_f64(spec.duration_s);
     while Instant::now() < end {
         if crate::netns::interrupted() {
             bail!("interrupted");
@@ -599,7 +747,10 @@ mod tests {
     #[test]
     fn netstrings_split_and_keep_partial_tails() {
         let mut b = b"5:hello,3:abc,7:par".to_vec();
-        assert_eq!(take_netstrings(&mut b), vec!["hello".to_string(), "abc".to_string()]);
+        assert_eq!(
+            take_netstrings(&mut b),
+            vec!["hello".to_string(), "abc".to_string()]
+        );
         assert_eq!(b, b"7:par".to_vec());
         b.extend_from_slice(b"tial,");
         assert_eq!(take_netstrings(&mut b), vec!["partial".to_string()]);
@@ -620,7 +771,10 @@ mod tests {
         assert_eq!(u16::from_le_bytes([b[22], b[23]]), 1, "mono");
         assert_eq!(u32::from_le_bytes(b[24..28].try_into().unwrap()), 8000);
         assert_eq!(u16::from_le_bytes([b[34], b[35]]), 16);
-        assert_eq!(u32::from_le_bytes(b[40..44].try_into().unwrap()) as usize, b.len() - 44);
+        assert_eq!(
+            u32::from_le_bytes(b[40..44].try_into().unwrap()) as usize,
+            b.len() - 44
+        );
         assert_eq!(b.len() - 44, 2 * 8000 * 2);
     }
 
@@ -638,9 +792,25 @@ mod tests {
         let mut d = Vec::new();
         for i in 0..50u16 {
             let t = 1_000_000 + u64::from(i) * 20_000;
-            a.push((0, Direction::AToB, true, 100 + i, 160 * u32::from(i), i == 0, t));
+            a.push((
+                0,
+                Direction::AToB,
+                true,
+                100 + i,
+                160 * u32::from(i),
+                i == 0,
+                t,
+            ));
             if i < 49 {
-                d.push((0, Direction::AToB, false, 100 + i, 160 * u32::from(i), i == 0, t + 5_000));
+                d.push((
+                    0,
+                    Direction::AToB,
+                    false,
+                    100 + i,
+                    160 * u32::from(i),
+                    i == 0,
+                    t + 5_000,
+                ));
             }
         }
         // a duplicate sighting at the receiver counts once
@@ -655,12 +825,20 @@ mod tests {
         assert!((q.loss_pct - 2.0).abs() < 1e-9, "{q:?}");
         assert!((q.delay_ms.unwrap() - 5.0).abs() < 1e-6, "{q:?}");
         assert_eq!(merged[0].b_to_a.sent, 0);
-        let lag = res.iter().flat_map(|r| &r.streams).filter_map(|s| s.max_send_lag_ms).fold(0.0, f64::max);
+        let lag = res
+            .iter()
+            .flat_map(|r| &r.streams)
+            .filter_map(|s| s.max_send_lag_ms)
+            .fold(0.0, f64::max);
         assert_eq!(lag, 0.0, "evenly spaced sends");
         // one send 75 ms late: the phone lagged 55 ms behind its 20 ms clock
         caps.get_mut("A").unwrap()[10].6 += 75_000;
         let res = node_results(&spec, &caps);
-        let lag = res.iter().flat_map(|r| &r.streams).filter_map(|s| s.max_send_lag_ms).fold(0.0, f64::max);
+        let lag = res
+            .iter()
+            .flat_map(|r| &r.streams)
+            .filter_map(|s| s.max_send_lag_ms)
+            .fold(0.0, f64::max);
         assert!((lag - 75.0).abs() < 1e-9, "{lag}");
     }
 
@@ -674,9 +852,19 @@ mod tests {
         .unwrap();
         let a: IpAddr = "10.9.0.1".parse().unwrap();
         let d: IpAddr = "10.9.0.4".parse().unwrap();
-        assert_eq!(classify(&spec, (a, 16014), (d, 16014)), Some((7, Direction::AToB)));
-        assert_eq!(classify(&spec, (d, 16014), (a, 16014)), Some((7, Direction::BToA)));
-        assert_eq!(classify(&spec, (a, 16015), (d, 16015)), None, "RTCP is not RTP");
+        assert_eq!(
+            classify(&spec, (a, 16014), (d, 16014)),
+            Some((7, Direction::AToB))
+        );
+        assert_eq!(
+            classify(&spec, (d, 16014), (a, 16014)),
+            Some((7, Direction::BToA))
+        );
+        assert_eq!(
+            classify(&spec, (a, 16015), (d, 16015)),
+            None,
+            "RTCP is not RTP"
+        );
         assert_eq!(classify(&spec, (a, 5060), (d, 5060)), None);
     }
 }

@@ -19,8 +19,8 @@ pub mod cell;
 pub mod cell_sim;
 pub mod downlink_bound;
 pub mod experiment;
-pub mod link_size;
 pub mod gw;
+pub mod link_size;
 pub mod medium;
 pub mod netns;
 pub mod report;
@@ -243,9 +243,16 @@ pub fn choose_air(cli: Option<&str>, file: Option<&str>) -> Result<topology::Air
     Ok(DEFAULT_AIR)
 }
 
-fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) -> Result<ExperimentConfig> {
+fn build_config(
+    c: &Common,
+    duration: f64,
+    max_calls: u32,
+    work_dir: PathBuf,
+) -> Result<ExperimentConfig> {
     let text = match &c.topology {
-        Some(f) => Some(std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?),
+        Some(f) => {
+            Some(std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?)
+        }
         None => None,
     };
     let topo = match &text {
@@ -260,10 +267,16 @@ fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) ->
     if topo.routing == topology::Routing::Babel {
         babel::check_available()?;
         if !topo.routes.is_empty() {
-            eprintln!("lab: WARNING: the topology's explicit routes are ignored with babel routing");
+            eprintln!(
+                "lab: WARNING: the topology's explicit routes are ignored with babel routing"
+            );
         }
     }
-    for (a, b) in if topo.routing == topology::Routing::Static { topo.asymmetric_calls() } else { Vec::new() } {
+    for (a, b) in if topo.routing == topology::Routing::Static {
+        topo.asymmetric_calls()
+    } else {
+        Vec::new()
+    } {
         eprintln!(
             "lab: WARNING: the route {a} -> {b} is not the reverse of {b} -> {a}; with hop-by-hop aggregation the daemons' source check will drop that traffic"
         );
@@ -288,8 +301,13 @@ fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) ->
     if !topo.wifi.ap_set.is_empty() && topo.wifi.ap.is_none() {
         bail!("--ap-set needs a cell preset (--preset cell:...)");
     }
-    let phy_name = c.phy.clone().or_else(|| topo.phy.clone()).unwrap_or_else(|| "b2".into());
-    let phy = medium::preset(&phy_name).with_context(|| format!("unknown PHY preset {phy_name:?} (see `airpack lab presets`)"))?;
+    let phy_name = c
+        .phy
+        .clone()
+        .or_else(|| topo.phy.clone())
+        .unwrap_or_else(|| "b2".into());
+    let phy = medium::preset(&phy_name)
+        .with_context(|| format!("unknown PHY preset {phy_name:?} (see `airpack lab presets`)"))?;
     if !(0.0..=100.0).contains(&c.loss) {
         bail!("--loss must be a percentage");
     }
@@ -303,7 +321,11 @@ fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) ->
     Ok(ExperimentConfig {
         bin,
         topo,
-        medium: MediumOpts { phy, queue_limit: c.queue_limit, loss_pct: c.loss },
+        medium: MediumOpts {
+            phy,
+            queue_limit: c.queue_limit,
+            loss_pct: c.loss,
+        },
         codec: c.codec.clone(),
         interval_ms: c.interval_ms,
         vad: c.vad == "on",
@@ -321,11 +343,20 @@ fn build_config(c: &Common, duration: f64, max_calls: u32, work_dir: PathBuf) ->
 /// `--tcp-flows` outside the gateway presets: the common options without
 /// them (the gateway's flows stay with `gw:N`) and the TCP load of
 /// [`tcp_voice`] (None without flows or on a gateway preset).
-fn tcp_voice_split(c: &Common, class: &str, max_len: u16) -> Result<(Common, Option<tcp_voice::TcpLoad>)> {
+fn tcp_voice_split(
+    c: &Common,
+    class: &str,
+    max_len: u16,
+) -> Result<(Common, Option<tcp_voice::TcpLoad>)> {
     if c.gw.tcp_flows == 0 || (c.topology.is_none() && gw::GwSpec::parse(&c.preset).is_some()) {
         return Ok((c.clone(), None));
     }
-    let load = tcp_voice::TcpLoad { flows: c.gw.tcp_flows, cc: c.gw.tcp_cc.clone(), class: tcp_voice::TcpClass::parse(class)?, max_len };
+    let load = tcp_voice::TcpLoad {
+        flows: c.gw.tcp_flows,
+        cc: c.gw.tcp_cc.clone(),
+        class: tcp_voice::TcpClass::parse(class)?,
+        max_len,
+    };
     let mut rest = c.clone();
     rest.gw.tcp_flows = 0;
     Ok((rest, Some(load)))
@@ -338,7 +369,10 @@ fn prepare() -> Result<()> {
     netns::catch_interrupts();
     let gone = netns::clean(false)?;
     if !gone.is_empty() {
-        eprintln!("lab: removed {} namespaces left by earlier runs", gone.len());
+        eprintln!(
+            "lab: removed {} namespaces left by earlier runs",
+            gone.len()
+        );
     }
     babel::clean_dirs(false);
     Ok(())
@@ -367,13 +401,19 @@ pub fn main(args: LabArgs) -> Result<()> {
         LabCmd::Point(p) => {
             prepare()?;
             let setup = Setup::parse(&p.setup)?;
-            let work = p.work.clone().unwrap_or_else(|| PathBuf::from(format!("/tmp/airpack-lab-{}", std::process::id())));
+            let work = p.work.clone().unwrap_or_else(|| {
+                PathBuf::from(format!("/tmp/airpack-lab-{}", std::process::id()))
+            });
             // outside the gateway presets, --tcp-flows are tcp-voice's downloads between the call endpoints
             let (common, tcp) = tcp_voice_split(&p.common, "opportunistic", 750)?;
             let mut cfg = build_config(&common, p.common.duration.unwrap_or(10.0), p.calls, work)?;
             if !p.calls_at.is_empty() {
                 let s = experiment::Schedule::parse(p.calls, &p.calls_at, cfg.duration_s)?;
-                cfg.topo.gw.as_mut().context("--calls-at needs a gateway preset (--preset gw:N)")?.schedule = Some(s);
+                cfg.topo
+                    .gw
+                    .as_mut()
+                    .context("--calls-at needs a gateway preset (--preset gw:N)")?
+                    .schedule = Some(s);
             }
             let point = experiment::run_point_with(&cfg, setup, p.calls, tcp.as_ref())?;
             eprintln!("{}", experiment::point_line(&point));
@@ -384,7 +424,9 @@ pub fn main(args: LabArgs) -> Result<()> {
         LabCmd::TcpVoice(t) => {
             prepare()?;
             let (common, tcp) = tcp_voice_split(&t.common, &t.opts.tcp_class, t.opts.tcp_max_len)?;
-            let tcp = tcp.context("tcp-voice needs --tcp-flows M on a topology without a gateway (not gw:N)")?;
+            let tcp = tcp.context(
+                "tcp-voice needs --tcp-flows M on a topology without a gateway (not gw:N)",
+            )?;
             let work = std::fs::canonicalize(".")?.join(&t.opts.out).join("work");
             let cfg = build_config(&common, t.common.duration.unwrap_or(20.0), 0, work)?;
             let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -400,26 +442,52 @@ pub fn main(args: LabArgs) -> Result<()> {
 
 fn run(r: RunArgs) -> Result<()> {
     prepare()?;
-    let setups: Vec<Setup> = r.setups.split(',').filter(|s| !s.trim().is_empty()).map(Setup::parse).collect::<Result<_>>()?;
+    let setups: Vec<Setup> = r
+        .setups
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(Setup::parse)
+        .collect::<Result<_>>()?;
     if setups.is_empty() {
         bail!("--setups is empty");
     }
     let duration = r.common.duration.unwrap_or(if r.quick { 4.0 } else { 8.0 });
     let max_calls = r.max_calls.unwrap_or(if r.quick { 16 } else { 64 });
     let topo_name = match &r.common.topology {
-        Some(f) => f.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "topology".into()),
+        Some(f) => f
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "topology".into()),
         None => r.common.preset.replace(':', ""),
     };
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let out = r.out.clone().unwrap_or_else(|| PathBuf::from(format!("results/{topo_name}-{secs}")));
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let out = r
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("results/{topo_name}-{secs}")));
     let work = out.join("work");
-    let cfg = build_config(&r.common, duration, max_calls, std::fs::canonicalize(".")?.join(&work))?;
+    let cfg = build_config(
+        &r.common,
+        duration,
+        max_calls,
+        std::fs::canonicalize(".")?.join(&work),
+    )?;
     let info = report::RunInfo {
-        command: std::env::args().map(|a| if a.contains(' ') { format!("'{a}'") } else { a }).collect::<Vec<_>>().join(" "),
+        command: std::env::args()
+            .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
+            .collect::<Vec<_>>()
+            .join(" "),
         topology: match cfg.topo.routing {
             topology::Routing::Static => cfg.topo.name.clone(),
             r => format!("{} ({} routing)", cfg.topo.name, r.name()),
-        } + if cfg.topo.air == topology::Air::Ns3 { " on the ns-3 air" } else { " on the tc air" },
+        } + if cfg.topo.air == topology::Air::Ns3 {
+            " on the ns-3 air"
+        } else {
+            " on the tc air"
+        },
         phy: experiment::phy_label(&cfg.medium.phy),
         codec: match cfg.client {
             experiment::Client::Airpack => cfg.codec.clone(),
@@ -441,7 +509,11 @@ fn run(r: RunArgs) -> Result<()> {
         cfg.codec,
         if cfg.vad { " + VAD" } else { " CBR" },
         duration,
-        setups.iter().map(|s| s.name()).collect::<Vec<_>>().join(","),
+        setups
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(","),
         out.display()
     );
     if let Some(c) = &cfg.topo.cell {
@@ -464,11 +536,21 @@ fn run(r: RunArgs) -> Result<()> {
         report::write(&out, &info, &results)?; // keep partial results
     }
     let files = report::write(&out, &info, &results)?;
-    println!("\nCapacity ({} on {}, {}{}):\n", cfg.topo.name, info.phy, cfg.codec, if cfg.vad { " + VAD" } else { " CBR" });
+    println!(
+        "\nCapacity ({} on {}, {}{}):\n",
+        cfg.topo.name,
+        info.phy,
+        cfg.codec,
+        if cfg.vad { " + VAD" } else { " CBR" }
+    );
     print!("{}", report::capacity_table(&results));
     println!("\nAdded one-way delay at one call:\n");
     print!("{}", report::one_call_delays(&results));
-    println!("\nReport: {} ({:.0} s)", files[0].display(), started.elapsed().as_secs_f64());
+    println!(
+        "\nReport: {} ({:.0} s)",
+        files[0].display(),
+        started.elapsed().as_secs_f64()
+    );
     if results.iter().any(|r| r.error.is_some()) {
         bail!("some setups stopped on errors (see the report)");
     }
@@ -484,17 +566,32 @@ mod tests {
     fn tcp_flows_outside_a_gateway_preset_are_tcp_voice_downloads() {
         let c = |args: &[&str]| Common::try_parse_from([&["lab"], args].concat()).unwrap();
         // seed001: the flows move to tcp-voice's load, the rest of the options stay
-        let (rest, load) = tcp_voice_split(&c(&["--tcp-flows", "3", "--tcp-cc", "reno"]), "bundle", 200).unwrap();
+        let (rest, load) =
+            tcp_voice_split(&c(&["--tcp-flows", "3", "--tcp-cc", "reno"]), "bundle", 200).unwrap();
         let load = load.unwrap();
-        assert_eq!((load.flows, load.cc.as_str(), load.class, load.max_len), (3, "reno", tcp_voice::TcpClass::Bundle, 200));
-        assert_eq!(rest.gw.tcp_flows, 0, "build_config would refuse flows without a gateway preset");
+        assert_eq!(
+            (load.flows, load.cc.as_str(), load.class, load.max_len),
+            (3, "reno", tcp_voice::TcpClass::Bundle, 200)
+        );
+        assert_eq!(
+            rest.gw.tcp_flows, 0,
+            "build_config would refuse flows without a gateway preset"
+        );
         assert_eq!(rest.preset, "seed001");
         // a gateway preset keeps its own flows (S -> MN)
-        let (rest, load) = tcp_voice_split(&c(&["--preset", "gw:2", "--tcp-flows", "3"]), "opportunistic", 750).unwrap();
+        let (rest, load) = tcp_voice_split(
+            &c(&["--preset", "gw:2", "--tcp-flows", "3"]),
+            "opportunistic",
+            750,
+        )
+        .unwrap();
         assert!(load.is_none());
         assert_eq!(rest.gw.tcp_flows, 3);
         // no flows, no load; a bad class is an error
-        assert!(tcp_voice_split(&c(&[]), "opportunistic", 750).unwrap().1.is_none());
+        assert!(tcp_voice_split(&c(&[]), "opportunistic", 750)
+            .unwrap()
+            .1
+            .is_none());
         assert!(tcp_voice_split(&c(&["--tcp-flows", "1"]), "bypass", 750).is_err());
     }
 

@@ -47,15 +47,51 @@ pub struct Phy {
 
 /// All presets, slowest first within a family.
 pub const PRESETS: &[Phy] = &[
-    Phy { name: "b1", kind: PhyKind::DsssLong, rate_mbps: 1.0 },
-    Phy { name: "b2", kind: PhyKind::DsssLong, rate_mbps: 2.0 },
-    Phy { name: "b5.5", kind: PhyKind::DsssLong, rate_mbps: 5.5 },
-    Phy { name: "b11", kind: PhyKind::DsssLong, rate_mbps: 11.0 },
-    Phy { name: "b11s", kind: PhyKind::DsssShort, rate_mbps: 11.0 },
-    Phy { name: "a6", kind: PhyKind::Ofdm, rate_mbps: 6.0 },
-    Phy { name: "a12", kind: PhyKind::Ofdm, rate_mbps: 12.0 },
-    Phy { name: "a24", kind: PhyKind::Ofdm, rate_mbps: 24.0 },
-    Phy { name: "a54", kind: PhyKind::Ofdm, rate_mbps: 54.0 },
+    Phy {
+        name: "b1",
+        kind: PhyKind::DsssLong,
+        rate_mbps: 1.0,
+    },
+    Phy {
+        name: "b2",
+        kind: PhyKind::DsssLong,
+        rate_mbps: 2.0,
+    },
+    Phy {
+        name: "b5.5",
+        kind: PhyKind::DsssLong,
+        rate_mbps: 5.5,
+    },
+    Phy {
+        name: "b11",
+        kind: PhyKind::DsssLong,
+        rate_mbps: 11.0,
+    },
+    Phy {
+        name: "b11s",
+        kind: PhyKind::DsssShort,
+        rate_mbps: 11.0,
+    },
+    Phy {
+        name: "a6",
+        kind: PhyKind::Ofdm,
+        rate_mbps: 6.0,
+    },
+    Phy {
+        name: "a12",
+        kind: PhyKind::Ofdm,
+        rate_mbps: 12.0,
+    },
+    Phy {
+        name: "a24",
+        kind: PhyKind::Ofdm,
+        rate_mbps: 24.0,
+    },
+    Phy {
+        name: "a54",
+        kind: PhyKind::Ofdm,
+        rate_mbps: 54.0,
+    },
 ];
 
 /// Look a preset up by name (`b2`, `a54`, ...); also accepts `g6`.. as an
@@ -126,7 +162,11 @@ impl Phy {
     /// Airtime of one whole exchange (DIFS, mean backoff, data, SIFS, ACK)
     /// for an IP packet of `ip_bytes` bytes.
     pub fn exchange_us(&self, ip_bytes: u32) -> f64 {
-        self.difs_us() + self.mean_backoff_us() + self.data_frame_us(ip_bytes) + self.sifs_us() + self.ack_us()
+        self.difs_us()
+            + self.mean_backoff_us()
+            + self.data_frame_us(ip_bytes)
+            + self.sifs_us()
+            + self.ack_us()
     }
 
     /// Same without the backoff (a frame sent on an idle medium).
@@ -268,7 +308,11 @@ mod tests {
                     PhyKind::Ofdm => 4.0,
                     _ => 8.0 * 0.5 / p.rate_mbps + 1.0,
                 };
-                assert!((exact - emu).abs() <= tol, "{} L={l}: {exact} vs {emu}", p.name);
+                assert!(
+                    (exact - emu).abs() <= tol,
+                    "{} L={l}: {exact} vs {emu}",
+                    p.name
+                );
             }
         }
         assert_eq!(preset("b2").unwrap().stab_overhead_bytes(), 225);

@@ -47,7 +47,11 @@ pub fn run_stdin(prog: &str, args: &[&str], input: &str) -> Result<String> {
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot run {prog} (is it installed?)"))?;
-    child.stdin.take().expect("piped").write_all(input.as_bytes())?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(input.as_bytes())?;
     let out = child.wait_with_output()?;
     if !out.status.success() {
         bail!(
@@ -77,7 +81,10 @@ impl Netns {
             let _ = run("ip", &["netns", "del", name]);
         }
         run("ip", &["netns", "add", name])?;
-        let ns = Netns { name: name.to_string(), owned: true };
+        let ns = Netns {
+            name: name.to_string(),
+            owned: true,
+        };
         ns.ip(&["link", "set", "lo", "up"])?;
         Ok(ns)
     }
@@ -110,7 +117,12 @@ impl Netns {
 
     /// Load an nftables ruleset (`nft -f -`) inside the namespace.
     pub fn nft(&self, ruleset: &str) -> Result<()> {
-        run_stdin("ip", &["netns", "exec", &self.name, "nft", "-f", "-"], ruleset).map(|_| ())
+        run_stdin(
+            "ip",
+            &["netns", "exec", &self.name, "nft", "-f", "-"],
+            ruleset,
+        )
+        .map(|_| ())
     }
 
     /// Set sysctls (`key=value`) inside the namespace.
@@ -157,12 +169,20 @@ impl Drop for Netns {
 /// Names of all network namespaces (`ip netns list`).
 pub fn list() -> Result<Vec<String>> {
     let out = run("ip", &["netns", "list"])?;
-    Ok(out.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_string).collect())
+    Ok(out
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect())
 }
 
 /// The pid encoded in a lab namespace name `ap-<pid>-...`.
 pub fn owner_pid(name: &str) -> Option<u32> {
-    name.strip_prefix(NS_PREFIX)?.split('-').next()?.parse().ok()
+    name.strip_prefix(NS_PREFIX)?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Delete lab namespaces: those of dead owners (leftovers of crashed runs),
@@ -175,8 +195,14 @@ pub fn clean(all: bool) -> Result<Vec<String>> {
         if all || !alive {
             // processes a crashed run left inside (its daemons, voip tools)
             if let Ok(pids) = run("ip", &["netns", "pids", &n]) {
-                for pid in pids.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
-                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                for pid in pids
+                    .split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
                 }
             }
             run("ip", &["netns", "del", &n])?;
@@ -200,7 +226,10 @@ pub fn catch_interrupts() {
         nix::sys::signal::SaFlags::empty(),
         nix::sys::signal::SigSet::empty(),
     );
-    for sig in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGTERM] {
+    for sig in [
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGTERM,
+    ] {
         // SAFETY: the handler only stores into an atomic.
         let _ = unsafe { nix::sys::signal::sigaction(sig, &act) };
     }
@@ -217,7 +246,12 @@ pub fn check_privileges() -> std::result::Result<(), String> {
     if !nix::unistd::Uid::effective().is_root() {
         return Err("not root".into());
     }
-    for (t, arg) in [("ip", "-V"), ("tc", "-V"), ("nft", "--version"), ("sysctl", "--version")] {
+    for (t, arg) in [
+        ("ip", "-V"),
+        ("tc", "-V"),
+        ("nft", "--version"),
+        ("sysctl", "--version"),
+    ] {
         let ok = Command::new(t)
             .arg(arg)
             .stdout(Stdio::null())

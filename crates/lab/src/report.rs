@@ -67,16 +67,34 @@ pub fn fonts_available() -> bool {
 
 /// The capacity table in markdown.
 pub fn capacity_table(setups: &[SetupResult]) -> String {
-    let off = setups.iter().find(|s| s.setup == crate::experiment::Setup::Off).map(|s| s.capacity);
+    let off = setups
+        .iter()
+        .find(|s| s.setup == crate::experiment::Setup::Off)
+        .map(|s| s.capacity);
     let mut t = String::from("| setup | capacity (calls, all supported) | vs off | points measured | note |\n| --- | --- | --- | --- | --- |\n");
     for s in setups {
-        let cap = format!("{}{}", if s.capacity_at_least { ">= " } else { "" }, s.capacity);
+        let cap = format!(
+            "{}{}",
+            if s.capacity_at_least { ">= " } else { "" },
+            s.capacity
+        );
         let ratio = match off {
             Some(o) if o > 0 => format!("{:.2}x", s.capacity as f64 / o as f64),
             _ => "-".into(),
         };
-        let note = s.error.clone().map(|e| format!("stopped: {}", first_line(&e))).unwrap_or_default();
-        t.push_str(&format!("| {} | {} | {} | {} | {} |\n", s.setup.name(), cap, ratio, s.points.len(), note));
+        let note = s
+            .error
+            .clone()
+            .map(|e| format!("stopped: {}", first_line(&e)))
+            .unwrap_or_default();
+        t.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            s.setup.name(),
+            cap,
+            ratio,
+            s.points.len(),
+            note
+        ));
     }
     t
 }
@@ -91,8 +109,14 @@ pub fn one_call_delays(setups: &[SetupResult]) -> String {
     fn one(s: &SetupResult) -> Vec<&Point> {
         s.points.iter().filter(|p| p.calls == 1).collect()
     }
-    let off: Vec<&Point> = setups.iter().filter(|s| s.setup == crate::experiment::Setup::Off).flat_map(one).collect();
-    let avg = |v: &[&Point], f: fn(&Point) -> f64| v.iter().map(|p| f(p)).sum::<f64>() / v.len().max(1) as f64;
+    let off: Vec<&Point> = setups
+        .iter()
+        .filter(|s| s.setup == crate::experiment::Setup::Off)
+        .flat_map(one)
+        .collect();
+    let avg = |v: &[&Point], f: fn(&Point) -> f64| {
+        v.iter().map(|p| f(p)).sum::<f64>() / v.len().max(1) as f64
+    };
     let off_mean = (!off.is_empty()).then(|| avg(&off, |p| p.delay_ms));
     let off_median = (!off.is_empty()).then(|| avg(&off, |p| p.delay_median_ms));
     let mut t = String::from(
@@ -104,7 +128,10 @@ pub fn one_call_delays(setups: &[SetupResult]) -> String {
             continue;
         }
         let (med, mean) = (avg(&pts, |p| p.delay_median_ms), avg(&pts, |p| p.delay_ms));
-        let add = |o: Option<f64>, d: f64| o.map(|o| format!("{:+.2}", d - o)).unwrap_or_else(|| "-".into());
+        let add = |o: Option<f64>, d: f64| {
+            o.map(|o| format!("{:+.2}", d - o))
+                .unwrap_or_else(|| "-".into())
+        };
         t.push_str(&format!(
             "| {} | {:.2} | {} | {:.2} | {} |\n",
             s.setup.name(),
@@ -156,7 +183,11 @@ pub fn tcp_table(setups: &[SetupResult]) -> String {
             if t.is_empty() {
                 t.push_str("| setup | calls | supported | MOS mean / min | TCP flows (cc) | goodput kbit/s per flow | goodput kbit/s total | throughput kbit/s total | mean RTT ms |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
             }
-            let per: Vec<String> = tcp.per_flow.iter().map(|f| format!("{:.0}", f.goodput_kbps)).collect();
+            let per: Vec<String> = tcp
+                .per_flow
+                .iter()
+                .map(|f| format!("{:.0}", f.goodput_kbps))
+                .collect();
             t.push_str(&format!(
                 "| {} | {} | {}/{} | {:.2} / {:.2} | {} ({}) | {} | {:.0} | {:.0} | {:.0} |\n",
                 s.setup.name(),
@@ -214,7 +245,13 @@ pub fn write(dir: &Path, info: &RunInfo, setups: &[SetupResult]) -> Result<Vec<P
     }
 
     let mut md = String::new();
-    md.push_str(&format!("# airpack lab: {} ({}), {}{}\n\n", info.topology, info.phy, info.codec, if info.vad { " + VAD" } else { " CBR" }));
+    md.push_str(&format!(
+        "# airpack lab: {} ({}), {}{}\n\n",
+        info.topology,
+        info.phy,
+        info.codec,
+        if info.vad { " + VAD" } else { " CBR" }
+    ));
     md.push_str(&format!("Command: `{}`\n\n", info.command));
     md.push_str(&format!(
         "{} s per point, criterion `{}`, MAC queue {} packets, frame loss {} %, hold time {} µs, search bound {} calls.\n\n",
@@ -245,13 +282,31 @@ pub fn write(dir: &Path, info: &RunInfo, setups: &[SetupResult]) -> Result<Vec<P
     Ok(written)
 }
 
-const COLORS: [RGBColor; 4] = [RGBColor(200, 40, 40), RGBColor(30, 100, 200), RGBColor(30, 150, 60), RGBColor(190, 120, 0)];
+const COLORS: [RGBColor; 4] = [
+    RGBColor(200, 40, 40),
+    RGBColor(30, 100, 200),
+    RGBColor(30, 150, 60),
+    RGBColor(190, 120, 0),
+];
 
-fn plot(path: &Path, label: &str, setups: &[SetupResult], f: fn(&Point) -> f64, fonts: bool) -> Result<()> {
+fn plot(
+    path: &Path,
+    label: &str,
+    setups: &[SetupResult],
+    f: fn(&Point) -> f64,
+    fonts: bool,
+) -> Result<()> {
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let xs: Vec<u32> = setups.iter().flat_map(|s| s.points.iter().map(|p| p.calls)).collect();
-    let ys: Vec<f64> = setups.iter().flat_map(|s| s.points.iter().map(f)).filter(|y| y.is_finite()).collect();
+    let xs: Vec<u32> = setups
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.calls))
+        .collect();
+    let ys: Vec<f64> = setups
+        .iter()
+        .flat_map(|s| s.points.iter().map(f))
+        .filter(|y| y.is_finite())
+        .collect();
     let xmax = xs.iter().copied().max().unwrap_or(1).max(1) as f64 + 1.0;
     let ymax = ys.iter().copied().fold(0.0f64, f64::max);
     let ymax = if ymax <= 0.0 { 1.0 } else { ymax * 1.1 };
@@ -260,17 +315,26 @@ fn plot(path: &Path, label: &str, setups: &[SetupResult], f: fn(&Point) -> f64, 
     if fonts {
         b.caption(format!("{label} vs calls"), ("sans-serif", 22));
     }
-    let mut chart = b.build_cartesian_2d(0.0..xmax, 0.0..ymax).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut chart = b
+        .build_cartesian_2d(0.0..xmax, 0.0..ymax)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut mesh = chart.configure_mesh();
     if fonts {
-        mesh.x_desc("simultaneous calls").y_desc(label).label_style(("sans-serif", 14));
+        mesh.x_desc("simultaneous calls")
+            .y_desc(label)
+            .label_style(("sans-serif", 14));
     } else {
         mesh.disable_x_mesh().x_labels(0).y_labels(0);
     }
     mesh.draw().map_err(|e| anyhow::anyhow!("{e}"))?;
     for (i, s) in setups.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let mut pts: Vec<(f64, f64)> = s.points.iter().map(|p| (p.calls as f64, f(p))).filter(|(_, y)| y.is_finite()).collect();
+        let mut pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .map(|p| (p.calls as f64, f(p)))
+            .filter(|(_, y)| y.is_finite())
+            .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         // repeated call counts (confirming runs): plot their mean on the line
         let mut line: Vec<(f64, f64)> = Vec::new();
@@ -284,12 +348,15 @@ fn plot(path: &Path, label: &str, setups: &[SetupResult], f: fn(&Point) -> f64, 
             .draw_series(LineSeries::new(line, color.stroke_width(2)))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         if fonts {
-            series
-                .label(s.setup.name())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            series.label(s.setup.name()).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
         }
         chart
-            .draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 3, color.filled())))
+            .draw_series(
+                pts.iter()
+                    .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
+            )
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     if fonts {
@@ -352,8 +419,28 @@ mod tests {
     #[test]
     fn writes_summary_json_and_plots() {
         let setups = vec![
-            SetupResult { setup: Setup::Off, capacity: 4, capacity_at_least: false, error: None, points: vec![pt(Setup::Off, 1, true, 4.1), pt(Setup::Off, 4, true, 3.9), pt(Setup::Off, 8, false, 2.0)] },
-            SetupResult { setup: Setup::HopByHop, capacity: 10, capacity_at_least: false, error: None, points: vec![pt(Setup::HopByHop, 1, true, 4.0), pt(Setup::HopByHop, 10, true, 3.7), pt(Setup::HopByHop, 16, false, 1.5)] },
+            SetupResult {
+                setup: Setup::Off,
+                capacity: 4,
+                capacity_at_least: false,
+                error: None,
+                points: vec![
+                    pt(Setup::Off, 1, true, 4.1),
+                    pt(Setup::Off, 4, true, 3.9),
+                    pt(Setup::Off, 8, false, 2.0),
+                ],
+            },
+            SetupResult {
+                setup: Setup::HopByHop,
+                capacity: 10,
+                capacity_at_least: false,
+                error: None,
+                points: vec![
+                    pt(Setup::HopByHop, 1, true, 4.0),
+                    pt(Setup::HopByHop, 10, true, 3.7),
+                    pt(Setup::HopByHop, 16, false, 1.5),
+                ],
+            },
         ];
         let info = RunInfo {
             command: "airpack lab run".into(),
@@ -373,11 +460,25 @@ mod tests {
         let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
         assert!(md.contains("| off | 4 | 1.00x |"), "{md}");
         assert!(md.contains("| hop-by-hop | 10 | 2.50x |"), "{md}");
-        assert!(md.contains("| hop-by-hop | 1.00 | +0.00 | 1.00 | +0.00 |"), "{md}");
-        let j: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+        assert!(
+            md.contains("| hop-by-hop | 1.00 | +0.00 | 1.00 | +0.00 |"),
+            "{md}"
+        );
+        let j: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
         assert_eq!(j["capacity"]["hop-by-hop"], 10);
         assert_eq!(j["points"].as_array().unwrap().len(), 6);
-        for k in ["setup", "calls", "supported", "mos", "loss", "delay_ms", "jitter_ms", "aggregation_ratio", "frames_on_air"] {
+        for k in [
+            "setup",
+            "calls",
+            "supported",
+            "mos",
+            "loss",
+            "delay_ms",
+            "jitter_ms",
+            "aggregation_ratio",
+            "frames_on_air",
+        ] {
             assert!(j["points"][0].get(k).is_some(), "{k}");
         }
         for f in ["mos.png", "loss.png", "delay.png", "aggregation.png"] {
@@ -391,13 +492,37 @@ mod tests {
     #[test]
     fn tcp_table_lists_points_with_flows_only() {
         let mut with = pt(Setup::Pacer, 7, true, 3.9);
-        let f = |g: f64| crate::tcp_bulk::FlowResult { goodput_kbps: g, throughput_kbps: g, rtt_mean_ms: 80.0, connected: true, ..Default::default() };
-        with.tcp = Some(crate::tcp_bulk::TcpSummary::of("reno", vec![f(100.0), f(250.0)]));
-        let none = SetupResult { setup: Setup::Off, capacity: 1, capacity_at_least: false, error: None, points: vec![pt(Setup::Off, 1, true, 4.0)] };
+        let f = |g: f64| crate::tcp_bulk::FlowResult {
+            goodput_kbps: g,
+            throughput_kbps: g,
+            rtt_mean_ms: 80.0,
+            connected: true,
+            ..Default::default()
+        };
+        with.tcp = Some(crate::tcp_bulk::TcpSummary::of(
+            "reno",
+            vec![f(100.0), f(250.0)],
+        ));
+        let none = SetupResult {
+            setup: Setup::Off,
+            capacity: 1,
+            capacity_at_least: false,
+            error: None,
+            points: vec![pt(Setup::Off, 1, true, 4.0)],
+        };
         assert_eq!(tcp_table(std::slice::from_ref(&none)), "");
-        let s = SetupResult { setup: Setup::Pacer, capacity: 7, capacity_at_least: false, error: None, points: vec![with, pt(Setup::Pacer, 8, false, 3.0)] };
+        let s = SetupResult {
+            setup: Setup::Pacer,
+            capacity: 7,
+            capacity_at_least: false,
+            error: None,
+            points: vec![with, pt(Setup::Pacer, 8, false, 3.0)],
+        };
         let t = tcp_table(&[none, s]);
         assert_eq!(t.lines().count(), 3, "header, rule, one point: {t}");
-        assert!(t.contains("| pacer | 7 | 7/7 | 3.90 / 3.90 | 2 (reno) | 100 / 250 | 350 | 350 | 80 |"), "{t}");
+        assert!(
+            t.contains("| pacer | 7 | 7/7 | 3.90 / 3.90 | 2 (reno) | 100 / 250 | 350 | 350 | 80 |"),
+            "{t}"
+        );
     }
 }

@@ -182,7 +182,9 @@ impl Topology {
                     bail!("string:N supports 1 to 5 hops");
                 }
                 let nodes: Vec<String> = (0..=hops).map(|i| format!("N{i}")).collect();
-                let links = (0..hops).map(|i| [nodes[i].clone(), nodes[i + 1].clone()]).collect();
+                let links = (0..hops)
+                    .map(|i| [nodes[i].clone(), nodes[i + 1].clone()])
+                    .collect();
                 Topology {
                     name: format!("string{hops}"),
                     calls: vec![[nodes[0].clone(), nodes[hops].clone()]],
@@ -194,8 +196,8 @@ impl Topology {
                     air: Air::Tc,
                     wifi: Default::default(),
                     wired: vec![],
-                cell: None,
-                gw: None,
+                    cell: None,
+                    gw: None,
                 }
             }
         };
@@ -216,7 +218,10 @@ impl Topology {
             bail!("a topology needs 2 to 200 nodes");
         }
         for n in &self.nodes {
-            if n.is_empty() || n.len() > 10 || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            if n.is_empty()
+                || n.len() > 10
+                || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
                 bail!("bad node name {n:?} (letters, digits, _; at most 10)");
             }
             if n == "air" {
@@ -260,7 +265,11 @@ impl Topology {
     }
 
     fn index(&self) -> BTreeMap<&str, usize> {
-        self.nodes.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect()
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i))
+            .collect()
     }
 
     /// Neighbours of `node` on its radio (IP level: in infrastructure mode
@@ -299,7 +308,12 @@ impl Topology {
         let mut k = 0u32;
         // radio links at the IP level, then wired links (crate::air_opts)
         let wired = self.wired.iter().map(|w| [w.a.clone(), w.b.clone()]);
-        for [a, b] in &self.radio_links().into_iter().chain(wired).collect::<Vec<_>>() {
+        for [a, b] in &self
+            .radio_links()
+            .into_iter()
+            .chain(wired)
+            .collect::<Vec<_>>()
+        {
             let (x, y) = (idx[a.as_str()], idx[b.as_str()]);
             if x == y || !seen.insert((x.min(y), x.max(y))) {
                 continue;
@@ -316,7 +330,10 @@ impl Topology {
             let mut first = vec![usize::MAX; n];
             let mut done = vec![false; n];
             dist[s] = 0;
-            while let Some(u) = (0..n).filter(|&i| !done[i] && dist[i] != u128::MAX).min_by_key(|&i| (dist[i], i)) {
+            while let Some(u) = (0..n)
+                .filter(|&i| !done[i] && dist[i] != u128::MAX)
+                .min_by_key(|&i| (dist[i], i))
+            {
                 done[u] = true;
                 for &(v, w) in &adj[u] {
                     let nd = dist[u] + w;
@@ -328,7 +345,10 @@ impl Topology {
             }
             for (d, &via) in first.iter().enumerate() {
                 if d != s && via != usize::MAX {
-                    t.insert((self.nodes[s].clone(), self.nodes[d].clone()), self.nodes[via].clone());
+                    t.insert(
+                        (self.nodes[s].clone(), self.nodes[d].clone()),
+                        self.nodes[via].clone(),
+                    );
                 }
             }
         }
@@ -346,7 +366,9 @@ impl Topology {
         self.calls
             .iter()
             .filter(|[a, b]| {
-                let (Some(p), Some(mut q)) = (self.path(&nh, a, b), self.path(&nh, b, a)) else { return true };
+                let (Some(p), Some(mut q)) = (self.path(&nh, a, b), self.path(&nh, b, a)) else {
+                    return true;
+                };
                 q.reverse();
                 p != q
             })
@@ -355,7 +377,12 @@ impl Topology {
     }
 
     /// The node path from `a` to `b` under `nh` (None if unreachable/looping).
-    pub fn path(&self, nh: &BTreeMap<(String, String), String>, a: &str, b: &str) -> Option<Vec<String>> {
+    pub fn path(
+        &self,
+        nh: &BTreeMap<(String, String), String>,
+        a: &str,
+        b: &str,
+    ) -> Option<Vec<String>> {
         let mut p = vec![a.to_string()];
         let mut cur = a.to_string();
         while cur != b {
@@ -382,7 +409,10 @@ impl Topology {
 
 /// Format a MAC address.
 pub fn mac_str(m: [u8; 6]) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 /// Options of the emulated medium.
@@ -446,17 +476,47 @@ impl Mesh {
         let hub = Netns::create(&format!("{prefix}air"))?;
         if topo.air == Air::Ns3 {
             let (nodes, air) = crate::air_ns3::build_nodes(topo, opts, &prefix)?;
-            let mut mesh = Mesh { babel: None, ns3: Some(air), topo: topo.clone(), opts: opts.clone(), nodes, hub, prefix };
+            let mut mesh = Mesh {
+                babel: None,
+                ns3: Some(air),
+                topo: topo.clone(),
+                opts: opts.clone(),
+                nodes,
+                hub,
+                prefix,
+            };
             mesh.configure_nodes()?;
             mesh.start_routing()?;
             return Ok(mesh);
         }
         // no IPv6 chatter in the hub
-        hub.sysctl(&["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])?;
+        hub.sysctl(&[
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ])?;
         hub.ip(&["link", "add", "air", "type", "veth", "peer", "name", "airr"])?;
-        hub.ip(&["link", "add", "br0", "type", "bridge", "stp_state", "0", "forward_delay", "0"])?;
+        hub.ip(&[
+            "link",
+            "add",
+            "br0",
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+        ])?;
         hub.ip(&["link", "set", "airr", "master", "br0"])?;
-        hub.ip(&["link", "set", "dev", "airr", "type", "bridge_slave", "hairpin", "on"])?;
+        hub.ip(&[
+            "link",
+            "set",
+            "dev",
+            "airr",
+            "type",
+            "bridge_slave",
+            "hairpin",
+            "on",
+        ])?;
         for d in ["br0", "airr", "air"] {
             hub.ip(&["link", "set", d, "up"])?;
         }
@@ -468,8 +528,14 @@ impl Mesh {
         // once, every further frame waits for its airtime.
         let burst = format!("{}b", 74 + phy.stab_overhead_bytes());
         let n = topo.nodes.len();
-        hub.tc(&["qdisc", "add", "dev", "air", "root", "handle", "1:", "stab", "overhead", &overhead, "htb", "default", "ffff"])?;
-        hub.tc(&["class", "add", "dev", "air", "parent", "1:", "classid", "1:1", "htb", "rate", &rate, "ceil", &rate, "burst", &burst, "cburst", &burst])?;
+        hub.tc(&[
+            "qdisc", "add", "dev", "air", "root", "handle", "1:", "stab", "overhead", &overhead,
+            "htb", "default", "ffff",
+        ])?;
+        hub.tc(&[
+            "class", "add", "dev", "air", "parent", "1:", "classid", "1:1", "htb", "rate", &rate,
+            "ceil", &rate, "burst", &burst, "cburst", &burst,
+        ])?;
         let share = format!("{}bit", (phy.rate_bps() / n as u64).max(8000));
         // DRR quantum of one full frame: backlogged nodes take turns frame by frame
         let quantum = (1514 + phy.stab_overhead_bytes()).to_string();
@@ -480,17 +546,67 @@ impl Mesh {
             for (i, name) in topo.nodes.iter().enumerate() {
                 let cid = format!("1:{:x}", i + 16);
                 let mac = Topology::mac_of(i);
-                hub.tc(&["class", "add", "dev", "air", "parent", "1:1", "classid", &cid, "htb", "rate", &share, "ceil", &rate, "burst", &burst, "cburst", &burst, "quantum", &quantum])?;
-                hub.tc(&["qdisc", "add", "dev", "air", "parent", &cid, "pfifo", "limit", &limit])?;
+                hub.tc(&[
+                    "class", "add", "dev", "air", "parent", "1:1", "classid", &cid, "htb", "rate",
+                    &share, "ceil", &rate, "burst", &burst, "cburst", &burst, "quantum", &quantum,
+                ])?;
+                hub.tc(&[
+                    "qdisc", "add", "dev", "air", "parent", &cid, "pfifo", "limit", &limit,
+                ])?;
                 let m4 = format!("0x{:02x}{:02x}{:02x}{:02x}", mac[0], mac[1], mac[2], mac[3]);
                 let m2 = format!("0x{:02x}{:02x}", mac[4], mac[5]);
-                hub.tc(&["filter", "add", "dev", "air", "parent", "1:", "protocol", "all", "prio", "1", "u32", "match", "u32", &m4, "0xffffffff", "at", "-8", "match", "u16", &m2, "0xffff", "at", "-4", "flowid", &cid])?;
+                hub.tc(&[
+                    "filter",
+                    "add",
+                    "dev",
+                    "air",
+                    "parent",
+                    "1:",
+                    "protocol",
+                    "all",
+                    "prio",
+                    "1",
+                    "u32",
+                    "match",
+                    "u32",
+                    &m4,
+                    "0xffffffff",
+                    "at",
+                    "-8",
+                    "match",
+                    "u16",
+                    &m2,
+                    "0xffff",
+                    "at",
+                    "-4",
+                    "flowid",
+                    &cid,
+                ])?;
                 let ns = Netns::create(&format!("{prefix}{name}"))?;
                 let tmp = format!("r{i}");
-                hub.ip(&["link", "add", "link", "air", "name", &tmp, "address", &mac_str(mac), "type", "macvlan", "mode", "vepa"])?;
+                hub.ip(&[
+                    "link",
+                    "add",
+                    "link",
+                    "air",
+                    "name",
+                    &tmp,
+                    "address",
+                    &mac_str(mac),
+                    "type",
+                    "macvlan",
+                    "mode",
+                    "vepa",
+                ])?;
                 hub.ip(&["link", "set", &tmp, "netns", ns.name()])?;
                 ns.ip(&["link", "set", &tmp, "name", RADIO])?;
-                nodes.push(MeshNode { name: name.clone(), ns, addr: Topology::addr_of(i), mac, classid: cid });
+                nodes.push(MeshNode {
+                    name: name.clone(),
+                    ns,
+                    addr: Topology::addr_of(i),
+                    mac,
+                    classid: cid,
+                });
             }
             Ok(())
         })();
@@ -500,7 +616,15 @@ impl Mesh {
             let _ = netns::run("ip", &["netns", "del", &format!("{prefix}air")]);
             return Err(e);
         }
-        let mut mesh = Mesh { babel: None, ns3: None, topo: topo.clone(), opts: opts.clone(), nodes, hub, prefix };
+        let mut mesh = Mesh {
+            babel: None,
+            ns3: None,
+            topo: topo.clone(),
+            opts: opts.clone(),
+            nodes,
+            hub,
+            prefix,
+        };
         mesh.configure_nodes()?;
         mesh.start_routing()?;
         Ok(mesh)
@@ -509,7 +633,12 @@ impl Mesh {
     fn start_routing(&mut self) -> Result<()> {
         let (topo, mesh) = (self.topo.clone(), self);
         if topo.routing == Routing::Babel {
-            let list: Vec<(&str, &Netns, usize)> = mesh.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), &n.ns, i)).collect();
+            let list: Vec<(&str, &Netns, usize)> = mesh
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.as_str(), &n.ns, i))
+                .collect();
             let b = crate::babel::Babel::start(&mesh.prefix, &list)?;
             mesh.babel = Some(b);
             let d = mesh.wait_converged(crate::babel::CONVERGE_TIMEOUT)?;
@@ -523,7 +652,13 @@ impl Mesh {
     fn configure_nodes(&mut self) -> Result<()> {
         let nh = self.topo.next_hops();
         let babel = self.topo.routing == Routing::Babel;
-        let idx: BTreeMap<&str, usize> = self.topo.nodes.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+        let idx: BTreeMap<&str, usize> = self
+            .topo
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i))
+            .collect();
         for node in &self.nodes {
             let ns = &node.ns;
             ns.sysctl(&[
@@ -554,11 +689,17 @@ impl Mesh {
             // Then the neighbour filter and optional random loss, before the
             // link comes up.
             let nbs = self.topo.neighbours(&node.name);
-            let macs: Vec<String> = nbs.iter().map(|n| mac_str(Topology::mac_of(idx[n.as_str()]))).collect();
+            let macs: Vec<String> = nbs
+                .iter()
+                .map(|n| mac_str(Topology::mac_of(idx[n.as_str()])))
+                .collect();
             let nb_rule = if macs.is_empty() {
                 "counter name nonneighbour drop".to_string()
             } else {
-                format!("ether saddr != {{ {} }} counter name nonneighbour drop", macs.join(", "))
+                format!(
+                    "ether saddr != {{ {} }} counter name nonneighbour drop",
+                    macs.join(", ")
+                )
             };
             let loss_rule = if self.opts.loss_pct > 0.0 {
                 let thr = (self.opts.loss_pct.clamp(0.0, 100.0) * 10_000.0).round() as u64;
@@ -575,11 +716,31 @@ impl Mesh {
             for nb in &nbs {
                 let j = idx[nb.as_str()];
                 let a = Topology::addr_of(j).to_string();
-                ns.ip(&["neigh", "replace", &a, "lladdr", &mac_str(Topology::mac_of(j)), "dev", RADIO, "nud", "permanent"])?;
+                ns.ip(&[
+                    "neigh",
+                    "replace",
+                    &a,
+                    "lladdr",
+                    &mac_str(Topology::mac_of(j)),
+                    "dev",
+                    RADIO,
+                    "nud",
+                    "permanent",
+                ])?;
                 if babel {
                     continue;
                 }
-                ns.ip(&["route", "add", &format!("{a}/32"), "dev", RADIO, "scope", "link", "src", &node.addr.to_string()])?;
+                ns.ip(&[
+                    "route",
+                    "add",
+                    &format!("{a}/32"),
+                    "dev",
+                    RADIO,
+                    "scope",
+                    "link",
+                    "src",
+                    &node.addr.to_string(),
+                ])?;
             }
             // wired links (ns-3 air): an unnumbered point-to-point device
             // per cable, the peer on-link behind it (crate::air_opts)
@@ -589,17 +750,51 @@ impl Mesh {
                 let a = Topology::addr_of(idx[peer.as_str()]).to_string();
                 ns.sysctl(&[&format!("net.ipv6.conf.{dev}.disable_ipv6=1")])?;
                 ns.ip(&["link", "set", dev, "up"])?;
-                ns.ip(&["neigh", "replace", &a, "lladdr", &mac_str(Topology::wired_mac(*k, b_side)), "dev", dev, "nud", "permanent"])?;
-                ns.ip(&["route", "add", &format!("{a}/32"), "dev", dev, "scope", "link", "src", &node.addr.to_string()])?;
+                ns.ip(&[
+                    "neigh",
+                    "replace",
+                    &a,
+                    "lladdr",
+                    &mac_str(Topology::wired_mac(*k, b_side)),
+                    "dev",
+                    dev,
+                    "nud",
+                    "permanent",
+                ])?;
+                ns.ip(&[
+                    "route",
+                    "add",
+                    &format!("{a}/32"),
+                    "dev",
+                    dev,
+                    "scope",
+                    "link",
+                    "src",
+                    &node.addr.to_string(),
+                ])?;
             }
             for (j, d) in self.topo.nodes.iter().enumerate() {
-                if babel || *d == node.name || nbs.contains(d) || wired.iter().any(|(_, p, _)| p == d) {
+                if babel
+                    || *d == node.name
+                    || nbs.contains(d)
+                    || wired.iter().any(|(_, p, _)| p == d)
+                {
                     continue;
                 }
                 if let Some(h) = nh.get(&(node.name.clone(), d.clone())) {
                     let via = Topology::addr_of(idx[h.as_str()]).to_string();
                     let dev = self.topo.iface_to(&node.name, h);
-                    ns.ip(&["route", "add", &format!("{}/32", Topology::addr_of(j)), "via", &via, "dev", &dev, "src", &node.addr.to_string()])?;
+                    ns.ip(&[
+                        "route",
+                        "add",
+                        &format!("{}/32", Topology::addr_of(j)),
+                        "via",
+                        &via,
+                        "dev",
+                        &dev,
+                        "src",
+                        &node.addr.to_string(),
+                    ])?;
                 }
             }
         }
@@ -611,14 +806,23 @@ impl Mesh {
     /// lab nodes reached through a gateway that is a lab node's radio
     /// address. Errors on a gateway that is not (e.g. an IPv6 next hop).
     pub fn installed_next_hops(&self) -> Result<BTreeMap<(String, String), String>> {
-        let by_addr: BTreeMap<String, &str> = self.nodes.iter().map(|n| (n.addr.to_string(), n.name.as_str())).collect();
+        let by_addr: BTreeMap<String, &str> = self
+            .nodes
+            .iter()
+            .map(|n| (n.addr.to_string(), n.name.as_str()))
+            .collect();
         let mut t = BTreeMap::new();
         for n in &self.nodes {
             let out = n.ns.ip(&["-4", "route", "show", "dev", RADIO])?;
             for (dest, via) in crate::babel::parse_routes(&out) {
-                let Some(d) = by_addr.get(&dest) else { continue };
+                let Some(d) = by_addr.get(&dest) else {
+                    continue;
+                };
                 let Some(v) = by_addr.get(&via) else {
-                    bail!("{}: route to {dest} via {via}, not a lab node's radio address", n.name);
+                    bail!(
+                        "{}: route to {dest} via {via}, not a lab node's radio address",
+                        n.name
+                    );
                 };
                 t.insert((n.name.clone(), d.to_string()), v.to_string());
             }
@@ -651,7 +855,13 @@ impl Mesh {
             }
             if t0.elapsed() > timeout {
                 let logs = match &self.babel {
-                    Some(b) => self.topo.nodes.iter().map(|n| format!("--- babeld on {n}:\n{}", b.log_tail(n))).collect::<Vec<_>>().join(""),
+                    Some(b) => self
+                        .topo
+                        .nodes
+                        .iter()
+                        .map(|n| format!("--- babeld on {n}:\n{}", b.log_tail(n)))
+                        .collect::<Vec<_>>()
+                        .join(""),
                     None => String::new(),
                 };
                 bail!(
@@ -699,7 +909,12 @@ impl Mesh {
         Ok(self
             .nodes
             .iter()
-            .map(|n| (n.name.clone(), per_class.get(&n.classid).copied().unwrap_or(0)))
+            .map(|n| {
+                (
+                    n.name.clone(),
+                    per_class.get(&n.classid).copied().unwrap_or(0),
+                )
+            })
             .collect())
     }
 
@@ -713,7 +928,12 @@ impl Mesh {
         Ok(self
             .nodes
             .iter()
-            .map(|n| (n.name.clone(), per_class.get(&n.classid).copied().unwrap_or(0)))
+            .map(|n| {
+                (
+                    n.name.clone(),
+                    per_class.get(&n.classid).copied().unwrap_or(0),
+                )
+            })
             .collect())
     }
 }
@@ -735,7 +955,11 @@ pub fn parse_tc_class_packets(out: &str) -> BTreeMap<String, u64> {
 pub fn parse_tc_class_drops(out: &str) -> BTreeMap<String, u64> {
     parse_tc_class(out, |l| {
         let i = l.find("(dropped ")?;
-        l[i + 9..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+        l[i + 9..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
     })
 }
 
@@ -800,8 +1024,8 @@ mod tests {
             air: Air::Tc,
             wifi: Default::default(),
             wired: vec![],
-                cell: None,
-                gw: None,
+            cell: None,
+            gw: None,
         };
         let nh = t.next_hops();
         for a in &t.nodes {
@@ -813,8 +1037,14 @@ mod tests {
                 let mut q = t.path(&nh, b, a).unwrap();
                 q.reverse();
                 assert_eq!(p, q, "{a}->{b}");
-                assert_eq!(p.len(), 1 + (a[1..].parse::<i32>().unwrap() / 3 - b[1..].parse::<i32>().unwrap() / 3).unsigned_abs() as usize
-                    + (a[1..].parse::<i32>().unwrap() % 3 - b[1..].parse::<i32>().unwrap() % 3).unsigned_abs() as usize, "{a}->{b} not shortest");
+                assert_eq!(
+                    p.len(),
+                    1 + (a[1..].parse::<i32>().unwrap() / 3 - b[1..].parse::<i32>().unwrap() / 3)
+                        .unsigned_abs() as usize
+                        + (a[1..].parse::<i32>().unwrap() % 3 - b[1..].parse::<i32>().unwrap() % 3)
+                            .unsigned_abs() as usize,
+                    "{a}->{b} not shortest"
+                );
                 // every suffix of a route is the route of its ends
                 for w in 1..p.len() - 1 {
                     assert_eq!(t.path(&nh, &p[w], b).unwrap(), p[w..].to_vec());
@@ -823,13 +1053,19 @@ mod tests {
         }
         assert!(t.asymmetric_calls().is_empty());
         let mut forced = t.clone();
-        forced.routes = vec![["N0".into(), "N8".into(), "N3".into()], ["N8".into(), "N0".into(), "N7".into()]];
+        forced.routes = vec![
+            ["N0".into(), "N8".into(), "N3".into()],
+            ["N8".into(), "N0".into(), "N7".into()],
+        ];
         let nh = forced.next_hops();
         let p = forced.path(&nh, "N0", "N8").unwrap();
         let mut q = forced.path(&nh, "N8", "N0").unwrap();
         q.reverse();
         if p != q {
-            assert_eq!(forced.asymmetric_calls(), [("N0".to_string(), "N8".to_string())]);
+            assert_eq!(
+                forced.asymmetric_calls(),
+                [("N0".to_string(), "N8".to_string())]
+            );
         }
     }
 
@@ -851,9 +1087,17 @@ routes = [["X", "Z", "Y"]]
         assert_eq!(Routing::parse("babel").unwrap(), Routing::Babel);
         assert_eq!(Routing::parse("static").unwrap().name(), "static");
         assert!(Routing::parse("rip").is_err());
-        assert!(Topology::from_toml("name='a'\nnodes=['A','B']\nlinks=[]\ncalls=[['A','B']]").is_err());
-        assert!(Topology::from_toml("name='a'\nnodes=['A','B']\nlinks=[['A','B']]\ncalls=[['A','B']]\nbogus=1").is_err());
-        assert!(Topology::from_toml("name='a'\nnodes=['A','A']\nlinks=[['A','A']]\ncalls=[['A','A']]").is_err());
+        assert!(
+            Topology::from_toml("name='a'\nnodes=['A','B']\nlinks=[]\ncalls=[['A','B']]").is_err()
+        );
+        assert!(Topology::from_toml(
+            "name='a'\nnodes=['A','B']\nlinks=[['A','B']]\ncalls=[['A','B']]\nbogus=1"
+        )
+        .is_err());
+        assert!(Topology::from_toml(
+            "name='a'\nnodes=['A','A']\nlinks=[['A','A']]\ncalls=[['A','A']]"
+        )
+        .is_err());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use airpack_lab::babel;
 use airpack_lab::experiment::{point_line, run_point, ExperimentConfig, Setup};
 use airpack_lab::medium::preset;
 use airpack_lab::netns;
-use airpack_lab::topology::{Mesh, MediumOpts, Routing, Topology};
+use airpack_lab::topology::{MediumOpts, Mesh, Routing, Topology};
 
 fn chain() -> Topology {
     let mut t = Topology::preset("string:2").unwrap();
@@ -40,16 +40,33 @@ fn babel_routes_converge_symmetric_and_go_away_with_the_mesh() {
     if skip() {
         return;
     }
-    let opts = MediumOpts { phy: preset("a24").unwrap(), queue_limit: 50, loss_pct: 0.0 };
+    let opts = MediumOpts {
+        phy: preset("a24").unwrap(),
+        queue_limit: 50,
+        loss_pct: 0.0,
+    };
     let mesh = Mesh::build(&chain(), &opts).expect("mesh with babel converges");
     let nh = mesh.installed_next_hops().unwrap();
     let t = &mesh.topo;
-    assert_eq!(t.path(&nh, "N0", "N2").unwrap(), ["N0", "N1", "N2"], "{nh:?}");
-    assert_eq!(t.path(&nh, "N2", "N0").unwrap(), ["N2", "N1", "N0"], "{nh:?}");
+    assert_eq!(
+        t.path(&nh, "N0", "N2").unwrap(),
+        ["N0", "N1", "N2"],
+        "{nh:?}"
+    );
+    assert_eq!(
+        t.path(&nh, "N2", "N0").unwrap(),
+        ["N2", "N1", "N0"],
+        "{nh:?}"
+    );
     assert_eq!(nh[&("N1".to_string(), "N0".to_string())], "N0");
     assert!(mesh.asymmetric_installed_routes().unwrap().is_empty());
     // the routes are babeld's (no static route was added)
-    let r = mesh.node("N0").unwrap().ns.ip(&["-4", "route", "show", "proto", "babel"]).unwrap();
+    let r = mesh
+        .node("N0")
+        .unwrap()
+        .ns
+        .ip(&["-4", "route", "show", "proto", "babel"])
+        .unwrap();
     assert!(r.contains("10.201.0.3 via 10.201.0.2"), "{r}");
     let b = mesh.babel.as_ref().unwrap();
     let conv = b.converged_in.unwrap();
@@ -61,14 +78,20 @@ fn babel_routes_converge_symmetric_and_go_away_with_the_mesh() {
     std::thread::sleep(std::time::Duration::from_secs(4));
     let f1: u64 = mesh.frames_on_air().unwrap().values().sum();
     let per_node_s = (f1 - f0) as f64 / 3.0 / 4.0;
-    eprintln!("babel control frames on the idle air: {} in 4 s ({per_node_s:.2} per node per second)", f1 - f0);
+    eprintln!(
+        "babel control frames on the idle air: {} in 4 s ({per_node_s:.2} per node per second)",
+        f1 - f0
+    );
     assert!(per_node_s > 0.5 && per_node_s < 10.0, "{per_node_s}");
     let dir = b.dir().to_path_buf();
     assert!(dir.join("N0.pid").exists(), "pid file in {}", dir.display());
     let names: Vec<String> = mesh.nodes.iter().map(|n| n.ns.name().to_string()).collect();
     drop(mesh);
     let left = netns::list().unwrap();
-    assert!(names.iter().all(|n| !left.contains(n)), "namespaces left: {left:?}");
+    assert!(
+        names.iter().all(|n| !left.contains(n)),
+        "namespaces left: {left:?}"
+    );
     assert!(!dir.exists(), "babel dir left: {}", dir.display());
 }
 
@@ -85,7 +108,11 @@ fn calls_supported_and_aggregation_lowers_frames_with_babel() {
     let cfg = ExperimentConfig {
         bin,
         topo: chain(),
-        medium: MediumOpts { phy: preset("a24").unwrap(), queue_limit: 50, loss_pct: 0.0 },
+        medium: MediumOpts {
+            phy: preset("a24").unwrap(),
+            queue_limit: 50,
+            loss_pct: 0.0,
+        },
         codec: "g729".into(),
         interval_ms: 20,
         vad: false,
@@ -104,7 +131,11 @@ fn calls_supported_and_aggregation_lowers_frames_with_babel() {
     eprintln!("{}", point_line(&hbh));
     // 4 calls x 2 directions x 50 packets/s x 3 s x 2 hops = 2400, plus
     // babel's hellos/IHUs/updates (a few per node per second) over ~5 s
-    assert!(off.frames_on_air >= 2300 && off.frames_on_air <= 2600, "off frames {}", off.frames_on_air);
+    assert!(
+        off.frames_on_air >= 2300 && off.frames_on_air <= 2600,
+        "off frames {}",
+        off.frames_on_air
+    );
     assert!(off.supported, "off: {}", point_line(&off));
     assert!(hbh.supported, "hop-by-hop: {}", point_line(&hbh));
     assert!(
@@ -113,7 +144,11 @@ fn calls_supported_and_aggregation_lowers_frames_with_babel() {
         hbh.frames_on_air,
         off.frames_on_air
     );
-    assert!(hbh.aggregation_ratio > 1.2, "ratio {}", hbh.aggregation_ratio);
+    assert!(
+        hbh.aggregation_ratio > 1.2,
+        "ratio {}",
+        hbh.aggregation_ratio
+    );
     assert!(off.loss_max < 1.0 && hbh.loss_max < 1.0);
     std::fs::remove_dir_all(&work).ok();
 }

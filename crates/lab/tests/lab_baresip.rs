@@ -34,7 +34,11 @@ fn baresip_calls_cross_the_daemons() {
     let cfg = ExperimentConfig {
         bin,
         topo: Topology::preset("string:1").unwrap(),
-        medium: MediumOpts { phy: preset("a24").unwrap(), queue_limit: 50, loss_pct: 0.0 },
+        medium: MediumOpts {
+            phy: preset("a24").unwrap(),
+            queue_limit: 50,
+            loss_pct: 0.0,
+        },
         codec: "g711".into(),
         interval_ms: 20,
         vad: false,
@@ -54,20 +58,33 @@ fn baresip_calls_cross_the_daemons() {
     assert_eq!(calls.len(), 2, "{sig}");
     for c in calls {
         let setup = c["setup_ms"].as_f64();
-        assert!(setup.is_some_and(|ms| ms < 10_000.0), "call not established: {c}");
+        assert!(
+            setup.is_some_and(|ms| ms < 10_000.0),
+            "call not established: {c}"
+        );
         for side in ["rtcp_caller", "rtcp_callee"] {
             // printed at every call's end: the figures, or an ERROR when no
             // RTCP report had arrived yet
-            assert_eq!(c[side]["EX"], "BareSip", "no RTCP summary from the {side}: {c}");
+            assert_eq!(
+                c[side]["EX"], "BareSip",
+                "no RTCP summary from the {side}: {c}"
+            );
         }
     }
-    assert!(p.aggregation_ratio > 1.5, "the phones' RTP was not bundled: ratio {}", p.aggregation_ratio);
+    assert!(
+        p.aggregation_ratio > 1.5,
+        "the phones' RTP was not bundled: ratio {}",
+        p.aggregation_ratio
+    );
     for c in p.call_results.as_array().unwrap() {
         for d in ["a_to_b", "b_to_a"] {
             let q = &c[d];
             let sent = q["sent"].as_u64().unwrap();
             // 6 s at 50 packets/s from the moment the call was established
-            assert!(sent >= 250, "{d}: only {sent} RTP packets seen leaving the phone: {c}");
+            assert!(
+                sent >= 250,
+                "{d}: only {sent} RTP packets seen leaving the phone: {c}"
+            );
             assert_eq!(q["received"].as_u64(), Some(sent), "{d}: {c}");
             assert!(q["delay_ms"].as_f64().unwrap() < 40.0, "{d}: {c}");
         }

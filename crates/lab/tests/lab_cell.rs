@@ -121,7 +121,11 @@ fn check_accounting(p: &Point) {
         let st = &p.downlink[&format!("{s}.station")];
         let (sent, lost) = (downlink_sent(p, k), downlink_lost(p, k));
         let rebuilt = st["packets"].as_u64().unwrap();
-        assert_eq!(sent - lost, rebuilt, "{s}'s call got what {s} rebuilt: {st}");
+        assert_eq!(
+            sent - lost,
+            rebuilt,
+            "{s}'s call got what {s} rebuilt: {st}"
+        );
         if st["lost_frames"] == 0 {
             assert_eq!(lost, 0, "{s} lost packets but no frame: {st}");
         }

@@ -32,7 +32,11 @@ fn aggregation_lowers_frames_on_air_and_calls_are_supported() {
         bin,
         topo,
         // 24 Mbit/s OFDM: 4 calls over 2 hops use about 30 % of the air
-        medium: MediumOpts { phy: preset("a24").unwrap(), queue_limit: 50, loss_pct: 0.0 },
+        medium: MediumOpts {
+            phy: preset("a24").unwrap(),
+            queue_limit: 50,
+            loss_pct: 0.0,
+        },
         codec: "g729".into(),
         interval_ms: 20,
         vad: false,
@@ -50,16 +54,32 @@ fn aggregation_lowers_frames_on_air_and_calls_are_supported() {
     let hbh = run_point(&cfg, Setup::HopByHop, 4).expect("hop-by-hop point");
     eprintln!("{}", airpack_lab::experiment::point_line(&hbh));
     // 4 calls x 2 directions x 50 packets/s x 3 s x 2 hops
-    assert!(off.frames_on_air >= 2300 && off.frames_on_air <= 2500, "off frames {}", off.frames_on_air);
-    assert!(off.supported, "off: {}", airpack_lab::experiment::point_line(&off));
-    assert!(hbh.supported, "hop-by-hop: {}", airpack_lab::experiment::point_line(&hbh));
+    assert!(
+        off.frames_on_air >= 2300 && off.frames_on_air <= 2500,
+        "off frames {}",
+        off.frames_on_air
+    );
+    assert!(
+        off.supported,
+        "off: {}",
+        airpack_lab::experiment::point_line(&off)
+    );
+    assert!(
+        hbh.supported,
+        "hop-by-hop: {}",
+        airpack_lab::experiment::point_line(&hbh)
+    );
     assert!(
         (hbh.frames_on_air as f64) < 0.8 * off.frames_on_air as f64,
         "aggregation did not lower frames on air: {} vs {}",
         hbh.frames_on_air,
         off.frames_on_air
     );
-    assert!(hbh.aggregation_ratio > 1.2, "ratio {}", hbh.aggregation_ratio);
+    assert!(
+        hbh.aggregation_ratio > 1.2,
+        "ratio {}",
+        hbh.aggregation_ratio
+    );
     assert!(off.loss_max < 1.0 && hbh.loss_max < 1.0);
     std::fs::remove_dir_all(&work).ok();
 }

@@ -12,7 +12,13 @@ const G711_IP: u32 = 200; // 160 B payload + 40
 #[test]
 fn published_single_hop_capacities() {
     // (preset, G.711 calls, G.729 calls)
-    let table = [("b1", 3, 6), ("b2", 5, 8), ("b5.5", 8, 10), ("b11", 10, 11), ("b11s", 13, 15)];
+    let table = [
+        ("b1", 3, 6),
+        ("b2", 5, 8),
+        ("b5.5", 8, 10),
+        ("b11", 10, 11),
+        ("b11s", 13, 15),
+    ];
     for (name, g711, g729) in table {
         let p = preset(name).unwrap();
         assert_eq!(p.cell_capacity(G711_IP, 20_000.0), g711, "{name} G.711");
@@ -62,14 +68,16 @@ fn topology_files_parse_and_match_presets() {
         if p.extension().and_then(|x| x.to_str()) != Some("toml") {
             continue;
         }
-        let t = Topology::from_toml(&std::fs::read_to_string(&p).unwrap()).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+        let t = Topology::from_toml(&std::fs::read_to_string(&p).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
         if let Ok(preset) = Topology::preset(&t.name) {
             assert_eq!(t, preset, "{} differs from the preset", p.display());
         }
         n += 1;
     }
     assert!(n >= 3, "expected topology files in {}", dir.display());
-    let g = Topology::from_toml(&std::fs::read_to_string(dir.join("grid2x3.toml")).unwrap()).unwrap();
+    let g =
+        Topology::from_toml(&std::fs::read_to_string(dir.join("grid2x3.toml")).unwrap()).unwrap();
     let nh = g.next_hops();
     let there = g.path(&nh, "G1", "G6").unwrap();
     let mut back = g.path(&nh, "G6", "G1").unwrap();

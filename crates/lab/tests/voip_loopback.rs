@@ -18,7 +18,10 @@ struct Bound {
 }
 
 fn opts(bound: Vec<UdpSocket>) -> RunOptions {
-    RunOptions { bound, ..RunOptions::default() }
+    RunOptions {
+        bound,
+        ..RunOptions::default()
+    }
 }
 
 /// A spec with `calls` calls between nodes A and B on 127.0.0.1, on ports the
@@ -26,10 +29,19 @@ fn opts(bound: Vec<UdpSocket>) -> RunOptions {
 /// (two nodes started on a loaded machine may begin a little apart).
 fn spec(calls: usize, duration_s: f64, vad: bool, start_in_ms: u64) -> (Spec, Bound) {
     let bind = || UdpSocket::bind("127.0.0.1:0").unwrap();
-    let bound = Bound { a: (0..calls).map(|_| bind()).collect(), b: (0..calls).map(|_| bind()).collect() };
+    let bound = Bound {
+        a: (0..calls).map(|_| bind()).collect(),
+        b: (0..calls).map(|_| bind()).collect(),
+    };
     let port = |s: &UdpSocket| s.local_addr().unwrap().port();
-    let ports: Vec<u16> = (0..calls).flat_map(|i| [port(&bound.a[i]), port(&bound.b[i])]).collect();
-    let start = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64 + start_in_ms;
+    let ports: Vec<u16> = (0..calls)
+        .flat_map(|i| [port(&bound.a[i]), port(&bound.b[i])])
+        .collect();
+    let start = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + start_in_ms;
     let calls: Vec<_> = (0..calls)
         .map(|i| {
             serde_json::json!({
@@ -66,12 +78,18 @@ fn cbr_g729_calls_all_arrive_with_high_mos() {
     let took = t.elapsed();
     // Each node waits for the start, sends for 2 s and receives 1 s more:
     // at least 3.5 s (the mechanism); the upper bound only says it ends.
-    assert!(took >= Duration::from_millis(3400) && took < Duration::from_secs(60), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(3400) && took < Duration::from_secs(60),
+        "{took:?}"
+    );
     for r in &results {
         assert_eq!(r.rx.rejected(), 0, "{:?}", r.rx);
         assert_eq!(r.streams.len(), 6, "3 sent + 3 received per node");
         // Every datagram is timed, by the kernel when it gives a timestamp.
-        assert_eq!(r.rx.kernel_timestamps + r.rx.user_timestamps, r.rx.datagrams);
+        assert_eq!(
+            r.rx.kernel_timestamps + r.rx.user_timestamps,
+            r.rx.datagrams
+        );
         eprintln!("node {}: {:?}", r.node, r.rx);
     }
     let calls = merge(&spec, &results);
@@ -81,7 +99,10 @@ fn cbr_g729_calls_all_arrive_with_high_mos() {
             // 2 s at 20 ms from a phase offset in [0, 20 ms): exactly 100.
             assert_eq!(q.sent, 100, "call {}: {q:?}", c.call);
             assert_eq!(q.received, 100, "call {}: {q:?}", c.call);
-            assert_eq!((q.loss_pct, q.late_pct, q.duplicates, q.reordered), (0.0, 0.0, 0, 0));
+            assert_eq!(
+                (q.loss_pct, q.late_pct, q.duplicates, q.reordered),
+                (0.0, 0.0, 0, 0)
+            );
             assert!(q.delay_ms.unwrap() < 20.0, "{q:?}");
             assert!(q.delay_max_ms.unwrap() >= q.delay_ms.unwrap());
             assert!(q.mos > 4.0, "call {}: {q:?}", c.call);
@@ -114,12 +135,21 @@ fn vad_calls_send_talk_spurts_only() {
         .filter_map(|s| s.received.as_ref())
         .map(|r| r.talk_spurts)
         .sum();
-    assert!(spurts >= 4, "every direction that sent has at least one spurt: {spurts}");
+    assert!(
+        spurts >= 4,
+        "every direction that sent has at least one spurt: {spurts}"
+    );
 }
 
 #[test]
 fn malformed_and_foreign_datagrams_are_counted_and_ignored() {
-    let (spec, Bound { a: bound_a, b: bound_b }) = spec(1, 1.5, false, 500);
+    let (
+        spec,
+        Bound {
+            a: bound_a,
+            b: bound_b,
+        },
+    ) = spec(1, 1.5, false, 500);
     let target = std::net::SocketAddr::new(spec.calls[0].b.addr, spec.calls[0].b.port);
     let results = std::thread::scope(|s| {
         let a = s.spawn(|| voip::run_with(&spec, "A", opts(bound_a)));
@@ -132,11 +162,11 @@ fn malformed_and_foreign_datagrams_are_counted_and_ignored() {
             good[0] = 0x80;
             good[1] = 18;
             let sends: [&[u8]; 5] = [
-                &[1, 2, 3],             // truncated
-                &[0x40; 32],            // version 1
-                &[0x8f; 32],            // CSRC count past the end
+                &[1, 2, 3],                                  // truncated
+                &[0x40; 32],                                 // version 1
+                &[0x8f; 32],                                 // CSRC count past the end
                 &[0x80, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], // PCMU, wrong type
-                &good,                  // right type, foreign SSRC
+                &good,                                       // right type, foreign SSRC
             ];
             for d in sends {
                 junk.send_to(d, target).unwrap();
@@ -160,7 +190,11 @@ fn malformed_and_foreign_datagrams_are_counted_and_ignored() {
 #[test]
 fn other_codecs_and_intervals() {
     // (codec, interval, expected packets per direction in 1 s, payload bytes on the wire)
-    let cases = [("g723", 30u32, 33..=34u64, 24usize), ("g729", 10, 100..=100, 12), ("g711", 30, 33..=34, 240)];
+    let cases = [
+        ("g723", 30u32, 33..=34u64, 24usize),
+        ("g729", 10, 100..=100, 12),
+        ("g711", 30, 33..=34, 240),
+    ];
     let (specs, bounds): (Vec<Spec>, Vec<Bound>) = cases
         .iter()
         .map(|(codec, interval, _, _)| {
@@ -171,7 +205,11 @@ fn other_codecs_and_intervals() {
         })
         .unzip();
     let all: Vec<Vec<NodeResult>> = std::thread::scope(|sc| {
-        let hs: Vec<_> = specs.iter().zip(bounds).map(|(s, b)| sc.spawn(move || run_both(s, b))).collect();
+        let hs: Vec<_> = specs
+            .iter()
+            .zip(bounds)
+            .map(|(s, b)| sc.spawn(move || run_both(s, b)))
+            .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     for ((spec, results), (codec, _, expect, _)) in specs.iter().zip(&all).zip(&cases) {
@@ -188,9 +226,14 @@ fn other_codecs_and_intervals() {
     // Payload sizes: checked by the receiver (wrong_payload_size would be
     // non-zero otherwise); the profile agrees with the table.
     for (codec, interval, _, bytes) in cases {
-        let c: airpack_voice::codec::Codec = serde_json::from_value(serde_json::json!(codec)).unwrap();
+        let c: airpack_voice::codec::Codec =
+            serde_json::from_value(serde_json::json!(codec)).unwrap();
         let p = c.profile(interval).unwrap();
-        assert_eq!(airpack_voice::rtp::probe_payload_len(p.payload_bytes()), bytes, "{codec}");
+        assert_eq!(
+            airpack_voice::rtp::probe_payload_len(p.payload_bytes()),
+            bytes,
+            "{codec}"
+        );
     }
 }
 
@@ -203,13 +246,22 @@ fn unknown_node_and_late_start_are_reported() {
     spec.start_at_unix_ms = Some(spec.start_at_unix_ms.unwrap() - 400);
     spec.grace_ms = 0;
     let r = voip::run_with(&spec, "A", opts(bound.a)).unwrap();
-    assert!(r.start_late_ms >= 400.0 && r.start_late_ms < 5000.0, "{}", r.start_late_ms);
+    assert!(
+        r.start_late_ms >= 400.0 && r.start_late_ms < 5000.0,
+        "{}",
+        r.start_late_ms
+    );
 }
 
 #[test]
 fn tshark_decodes_the_rtp_if_installed() {
-    let Ok(out) = std::process::Command::new("tshark").arg("--version").output() else {
-        eprintln!("SKIP tshark_decodes_the_rtp_if_installed: tshark is not installed (bonus check only)");
+    let Ok(out) = std::process::Command::new("tshark")
+        .arg("--version")
+        .output()
+    else {
+        eprintln!(
+            "SKIP tshark_decodes_the_rtp_if_installed: tshark is not installed (bonus check only)"
+        );
         return;
     };
     if !out.status.success() {
@@ -246,16 +298,35 @@ fn tshark_decodes_the_rtp_if_installed() {
         return;
     }
     let drain = std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-    spec.start_at_unix_ms = Some(SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64 + 300);
+    spec.start_at_unix_ms = Some(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+            + 300,
+    );
     let _ = run_both(&spec, bound);
     // SIGINT: tshark writes out what it captured and exits.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(cap.id() as i32), nix::sys::signal::SIGINT).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(cap.id() as i32),
+        nix::sys::signal::SIGINT,
+    )
+    .unwrap();
     let _ = cap.wait();
     let _ = drain.join();
     let out = std::process::Command::new("tshark")
         .args(["-r"])
         .arg(&pcap)
-        .args(["-d", &format!("udp.port=={port},rtp"), "-T", "fields", "-e", "rtp.p_type", "-e", "rtp.version"])
+        .args([
+            "-d",
+            &format!("udp.port=={port},rtp"),
+            "-T",
+            "fields",
+            "-e",
+            "rtp.p_type",
+            "-e",
+            "rtp.version",
+        ])
         .output()
         .expect("tshark -r");
     let _ = std::fs::remove_file(&pcap);
@@ -266,5 +337,10 @@ fn tshark_decodes_the_rtp_if_installed() {
         return;
     }
     assert_eq!(lines.len(), 50, "{text}");
-    assert!(lines.iter().all(|l| l.split_whitespace().collect::<Vec<_>>() == ["18", "2"]), "{text}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.split_whitespace().collect::<Vec<_>>() == ["18", "2"]),
+        "{text}"
+    );
 }

@@ -22,7 +22,11 @@ impl Drop for Netns {
 }
 
 fn ip(args: &[&str]) -> bool {
-    Command::new("ip").args(args).status().map(|s| s.success()).unwrap_or(false)
+    Command::new("ip")
+        .args(args)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
 }
 
 /// Run `f` on a thread that has joined the named network namespace.
@@ -52,8 +56,13 @@ fn calls_between_two_namespaces() {
     let (a, b) = (format!("apv{pid}a"), format!("apv{pid}b"));
     let _guard = Netns(vec![a.clone(), b.clone()]);
     let (va, vb) = (format!("apv{pid}x"), format!("apv{pid}y"));
-    assert!(ip(&["netns", "add", &a]) && ip(&["netns", "add", &b]), "netns add");
-    assert!(ip(&["link", "add", &va, "netns", &a, "type", "veth", "peer", "name", &vb, "netns", &b]));
+    assert!(
+        ip(&["netns", "add", &a]) && ip(&["netns", "add", &b]),
+        "netns add"
+    );
+    assert!(ip(&[
+        "link", "add", &va, "netns", &a, "type", "veth", "peer", "name", &vb, "netns", &b
+    ]));
     assert!(ip(&["-n", &a, "addr", "add", "10.77.0.1/24", "dev", &va]));
     assert!(ip(&["-n", &b, "addr", "add", "10.77.0.2/24", "dev", &vb]));
     for (n, d) in [(&a, &va), (&b, &vb)] {
@@ -61,7 +70,11 @@ fn calls_between_two_namespaces() {
         assert!(ip(&["-n", n, "link", "set", "lo", "up"]));
     }
 
-    let start = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64 + 500;
+    let start = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 500;
     let calls: Vec<_> = (0..4u32)
         .map(|i| {
             serde_json::json!({"id": i,
@@ -83,13 +96,20 @@ fn calls_between_two_namespaces() {
     for r in &results {
         assert_eq!(r.rx.rejected(), 0, "{:?}", r.rx);
         assert_eq!(r.rx.accepted, 400, "{:?}", r.rx);
-        assert_eq!(r.rx.kernel_timestamps, r.rx.datagrams, "kernel timestamps through veth: {:?}", r.rx);
+        assert_eq!(
+            r.rx.kernel_timestamps, r.rx.datagrams,
+            "kernel timestamps through veth: {:?}",
+            r.rx
+        );
     }
     let calls = merge(&spec, &results);
     for c in &calls {
         for q in [&c.a_to_b, &c.b_to_a] {
             assert_eq!((q.sent, q.received, q.late_pct), (100, 100, 0.0), "{q:?}");
-            assert!(q.delay_ms.unwrap() < 20.0 && q.delay_ms.unwrap() >= 0.0, "{q:?}");
+            assert!(
+                q.delay_ms.unwrap() < 20.0 && q.delay_ms.unwrap() >= 0.0,
+                "{q:?}"
+            );
             // G.711 with PLC, no loss, d ~ 80 ms: MOS ~ 4.37
             assert!(q.mos > 4.3, "{q:?}");
         }

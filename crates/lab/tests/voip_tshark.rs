@@ -41,7 +41,11 @@ impl Drop for Netns {
 }
 
 fn ok(cmd: &str, args: &[&str]) -> bool {
-    Command::new(cmd).args(args).status().map(|s| s.success()).unwrap_or(false)
+    Command::new(cmd)
+        .args(args)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
 }
 
 /// Run `f` on a thread that has joined the named network namespace.
@@ -74,14 +78,24 @@ fn parse_streams(text: &str) -> Vec<TsharkStream> {
     let mut out = Vec::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
-        let Some(i) = f.iter().position(|t| t.starts_with("0x")) else { continue };
-        let Ok(ssrc) = u32::from_str_radix(&f[i][2..], 16) else { continue };
+        let Some(i) = f.iter().position(|t| t.starts_with("0x")) else {
+            continue;
+        };
+        let Ok(ssrc) = u32::from_str_radix(&f[i][2..], 16) else {
+            continue;
+        };
         // After the SSRC: payload name (one or more words), then numbers.
-        let Some(p) = (i + 1..f.len()).find(|&k| f[k].parse::<u64>().is_ok()) else { continue };
+        let Some(p) = (i + 1..f.len()).find(|&k| f[k].parse::<u64>().is_ok()) else {
+            continue;
+        };
         let num = |k: usize| f.get(k).and_then(|t| t.parse::<f64>().ok());
         // packets, lost, "(x%)", min/mean/max delta, min/mean/max jitter
-        let (Some(packets), Some(lost)) = (num(p), num(p + 1)) else { continue };
-        let (Some(mean_j), Some(max_j)) = (num(p + 7), num(p + 8)) else { continue };
+        let (Some(packets), Some(lost)) = (num(p), num(p + 1)) else {
+            continue;
+        };
+        let (Some(mean_j), Some(max_j)) = (num(p + 7), num(p + 8)) else {
+            continue;
+        };
         out.push(TsharkStream {
             ssrc,
             packets: packets as u64,
@@ -101,8 +115,19 @@ fn loss_and_jitter_agree_with_tshark_rtp_streams() {
         return;
     }
     // (`tshark -V` would start a capture: ask each tool for its version.)
-    for (tool, arg) in [("ip", "-V"), ("tc", "-V"), ("nft", "-v"), ("tshark", "--version")] {
-        if Command::new(tool).arg(arg).stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+    for (tool, arg) in [
+        ("ip", "-V"),
+        ("tc", "-V"),
+        ("nft", "-v"),
+        ("tshark", "--version"),
+    ] {
+        if Command::new(tool)
+            .arg(arg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_err()
+        {
             eprintln!("SKIP {name}: `{tool}` not installed (scripts/setup.sh installs it)");
             return;
         }
@@ -111,10 +136,22 @@ fn loss_and_jitter_agree_with_tshark_rtp_streams() {
     let (a, b) = (format!("apt{pid}a"), format!("apt{pid}b"));
     let _guard = Netns(vec![a.clone(), b.clone()]);
     let (va, vb) = (format!("apt{pid}x"), format!("apt{pid}y"));
-    assert!(ok("ip", &["netns", "add", &a]) && ok("ip", &["netns", "add", &b]), "netns add");
-    assert!(ok("ip", &["link", "add", &va, "netns", &a, "type", "veth", "peer", "name", &vb, "netns", &b]));
-    assert!(ok("ip", &["-n", &a, "addr", "add", "10.78.0.1/24", "dev", &va]));
-    assert!(ok("ip", &["-n", &b, "addr", "add", "10.78.0.2/24", "dev", &vb]));
+    assert!(
+        ok("ip", &["netns", "add", &a]) && ok("ip", &["netns", "add", &b]),
+        "netns add"
+    );
+    assert!(ok(
+        "ip",
+        &["link", "add", &va, "netns", &a, "type", "veth", "peer", "name", &vb, "netns", &b]
+    ));
+    assert!(ok(
+        "ip",
+        &["-n", &a, "addr", "add", "10.78.0.1/24", "dev", &va]
+    ));
+    assert!(ok(
+        "ip",
+        &["-n", &b, "addr", "add", "10.78.0.2/24", "dev", &vb]
+    ));
     for (n, d) in [(&a, &va), (&b, &vb)] {
         assert!(ok("ip", &["-n", n, "link", "set", d, "up"]));
         assert!(ok("ip", &["-n", n, "link", "set", "lo", "up"]));
@@ -123,7 +160,10 @@ fn loss_and_jitter_agree_with_tshark_rtp_streams() {
     // 3 % random loss of voice before it leaves A. B -> A: clean.
     assert!(ok(
         "ip",
-        &["netns", "exec", &a, "tc", "qdisc", "add", "dev", &va, "root", "tbf", "rate", "2mbit", "burst", "3000", "limit", "200000"]
+        &[
+            "netns", "exec", &a, "tc", "qdisc", "add", "dev", &va, "root", "tbf", "rate", "2mbit",
+            "burst", "3000", "limit", "200000"
+        ]
     ));
     for cmd in [
         "add table inet apt",
@@ -153,7 +193,10 @@ fn loss_and_jitter_agree_with_tshark_rtp_streams() {
             if line.contains("Capturing on") {
                 break;
             }
-            assert!(n > 0 && t0.elapsed() < Duration::from_secs(60), "tshark did not start: {line}");
+            assert!(
+                n > 0 && t0.elapsed() < Duration::from_secs(60),
+                "tshark did not start: {line}"
+            );
         }
         // Keep draining stderr so tshark never blocks on it.
         std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
@@ -162,7 +205,11 @@ fn loss_and_jitter_agree_with_tshark_rtp_streams() {
     let (cap_b, pcap_b) = capture(&b, &vb, "b.pcap");
     let (cap_a, pcap_a) = capture(&a, &va, "a.pcap");
 
-    let start = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64 + 500;
+    let start = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 500;
     let calls: Vec<_> = (0..2u32)
         .map(|i| {
             serde_json::json!({"id": i,
@@ -197,21 +244,39 @@ fn loss_and_jitter_agree_with_tshark_rtp_streams() {
         r
     });
     for (mut child, _) in [(cap_a, ()), (cap_b, ())] {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::SIGINT).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::SIGINT,
+        )
+        .unwrap();
         child.wait().unwrap();
     }
     let calls = merge(&spec, &results);
     let summary = summarize(&calls);
     eprintln!("summary: {}", serde_json::to_string(&summary).unwrap());
     // The one-way loss shows per direction, not halved by the mean.
-    assert!(summary.loss_a_to_b_pct > 0.0 && summary.loss_b_to_a_pct == 0.0, "{summary:?}");
-    assert_eq!(summary.loss_max_pct, calls.iter().map(|c| c.a_to_b.loss_pct).fold(0.0, f64::max));
+    assert!(
+        summary.loss_a_to_b_pct > 0.0 && summary.loss_b_to_a_pct == 0.0,
+        "{summary:?}"
+    );
+    assert_eq!(
+        summary.loss_max_pct,
+        calls.iter().map(|c| c.a_to_b.loss_pct).fold(0.0, f64::max)
+    );
 
     let streams_of = |pcap: &std::path::Path| {
         let out = Command::new("tshark")
             .arg("-r")
             .arg(pcap)
-            .args(["-q", "-d", "udp.port==16000,rtp", "-d", "udp.port==16002,rtp", "-z", "rtp,streams"])
+            .args([
+                "-q",
+                "-d",
+                "udp.port==16000,rtp",
+                "-d",
+                "udp.port==16002,rtp",
+                "-z",
+                "rtp,streams",
+            ])
             .output()
             .expect("tshark -r");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -226,10 +291,12 @@ fn loss_and_jitter_agree_with_tshark_rtp_streams() {
             (Direction::BToA, &c.b_to_a, &at_a, &text_a),
         ] {
             let ssrc = voip::ssrc_of(spec.seed, c.call, dir);
-            let t = rows
-                .iter()
-                .find(|r| r.ssrc == ssrc)
-                .unwrap_or_else(|| panic!("call {} {dir:?}: SSRC {ssrc:#x} not in tshark output:\n{text}", c.call));
+            let t = rows.iter().find(|r| r.ssrc == ssrc).unwrap_or_else(|| {
+                panic!(
+                    "call {} {dir:?}: SSRC {ssrc:#x} not in tshark output:\n{text}",
+                    c.call
+                )
+            });
             let rx = results
                 .iter()
                 .flat_map(|r| &r.streams)
@@ -245,9 +312,18 @@ fn loss_and_jitter_agree_with_tshark_rtp_streams() {
                 rx.jitter_rtp_max_ms,
                 rx.jitter_rtp_ms
             );
-            assert_eq!(q.received, t.packets, "call {} {dir:?}: packets received", c.call);
+            assert_eq!(
+                q.received, t.packets,
+                "call {} {dir:?}: packets received",
+                c.call
+            );
             let lost = (q.sent - q.received) as i64;
-            assert!(t.lost <= lost && lost <= t.lost + 3, "call {} {dir:?}: lost {lost} vs tshark {}", c.call, t.lost);
+            assert!(
+                t.lost <= lost && lost <= t.lost + 3,
+                "call {} {dir:?}: lost {lost} vs tshark {}",
+                c.call,
+                t.lost
+            );
             let close = |ours: f64, theirs: f64| (ours - theirs).abs() <= 0.05 + 0.03 * theirs;
             assert!(
                 close(rx.jitter_rtp_mean_ms, t.mean_jitter_ms),
@@ -269,7 +345,10 @@ fn loss_and_jitter_agree_with_tshark_rtp_streams() {
     assert_eq!(compared, 4);
     // The delay spikes show in the A -> B jitter, mean and max.
     assert!(
-        calls.iter().all(|c| c.a_to_b.jitter_mean_ms > 1.0 && c.a_to_b.jitter_max_ms > c.a_to_b.jitter_mean_ms),
+        calls
+            .iter()
+            .all(|c| c.a_to_b.jitter_mean_ms > 1.0
+                && c.a_to_b.jitter_max_ms > c.a_to_b.jitter_mean_ms),
         "{calls:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -126,9 +126,15 @@ impl Codec {
     pub fn profile(self, interval_ms: u32) -> Result<Profile, BadInterval> {
         let p = self.params();
         if interval_ms == 0 || interval_ms % p.frame_ms != 0 || interval_ms > MAX_INTERVAL_MS {
-            return Err(BadInterval { codec: self, interval_ms });
+            return Err(BadInterval {
+                codec: self,
+                interval_ms,
+            });
         }
-        Ok(Profile { codec: self, interval_ms })
+        Ok(Profile {
+            codec: self,
+            interval_ms,
+        })
     }
 }
 

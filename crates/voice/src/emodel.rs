@@ -22,7 +22,11 @@ pub const R0_DEFAULT: f64 = 93.2;
 
 /// Delay impairment Id (Cole & Rosenbluth) for a mouth-to-ear delay in ms.
 pub fn delay_impairment(d_ms: f64) -> f64 {
-    let d = if d_ms.is_finite() { d_ms.max(0.0) } else { f64::MAX };
+    let d = if d_ms.is_finite() {
+        d_ms.max(0.0)
+    } else {
+        f64::MAX
+    };
     if d == f64::MAX {
         return 1e9;
     }
@@ -33,8 +37,16 @@ pub fn delay_impairment(d_ms: f64) -> f64 {
 /// Effective equipment impairment Ie,eff (G.107 eq. 7-29) for a loss in
 /// percent; BurstR = 1 for random loss. Inputs are clamped to valid ranges.
 pub fn effective_ie(ie: f64, bpl: f64, ppl_pct: f64, burst_r: f64) -> f64 {
-    let ppl = if ppl_pct.is_finite() { ppl_pct.clamp(0.0, 100.0) } else { 100.0 };
-    let burst_r = if burst_r.is_finite() && burst_r >= 1.0 { burst_r } else { 1.0 };
+    let ppl = if ppl_pct.is_finite() {
+        ppl_pct.clamp(0.0, 100.0)
+    } else {
+        100.0
+    };
+    let burst_r = if burst_r.is_finite() && burst_r >= 1.0 {
+        burst_r
+    } else {
+        1.0
+    };
     if ppl == 0.0 {
         return ie;
     }
@@ -75,7 +87,14 @@ pub fn r_factor(r0: f64, imp: &Impairments) -> f64 {
 
 /// The largest packet loss (percent) that keeps R >= `r_min` at a given
 /// delay: Ie,eff inverted. `None` if even zero loss does not reach `r_min`.
-pub fn max_loss_pct(r0: f64, r_min: f64, delay_ms: f64, ie: f64, bpl: f64, burst_r: f64) -> Option<f64> {
+pub fn max_loss_pct(
+    r0: f64,
+    r_min: f64,
+    delay_ms: f64,
+    ie: f64,
+    bpl: f64,
+    burst_r: f64,
+) -> Option<f64> {
     let budget = r0 - delay_impairment(delay_ms) - r_min; // allowed Ie,eff
     let x = budget - ie;
     if x < 0.0 {
@@ -203,11 +222,19 @@ pub mod g107 {
             0.0
         } else {
             let x = lg(p.Ta / 100.0) / lg(2.0);
-            25.0 * ((1.0 + x.powi(6)).powf(1.0 / 6.0) - 3.0 * (1.0 + (x / 3.0).powi(6)).powf(1.0 / 6.0) + 2.0)
+            25.0 * ((1.0 + x.powi(6)).powf(1.0 / 6.0)
+                - 3.0 * (1.0 + (x / 3.0).powi(6)).powf(1.0 / 6.0)
+                + 2.0)
         };
         let id = idte + idle + idd;
         let ie_eff = super::effective_ie(p.Ie, p.Bpl, p.Ppl, p.BurstR);
-        Rating { ro, is, id, ie_eff, r: ro - is - id - ie_eff + p.A }
+        Rating {
+            ro,
+            is,
+            id,
+            ie_eff,
+            r: ro - is - id - ie_eff + p.A,
+        }
     }
 }
 
@@ -234,7 +261,12 @@ mod tests {
     #[test]
     fn g107_delay_terms_grow_with_delay() {
         let base = g107::rating(&g107::Params::default());
-        let p = g107::Params { T: 150.0, Ta: 150.0, Tr: 300.0, ..Default::default() };
+        let p = g107::Params {
+            T: 150.0,
+            Ta: 150.0,
+            Tr: 300.0,
+            ..Default::default()
+        };
         let slow = g107::rating(&p);
         assert!(slow.id > base.id + 1.0, "{slow:?}");
         assert_eq!(slow.ro, base.ro);
@@ -244,14 +276,18 @@ mod tests {
     fn mos_reference_points() {
         assert!(close(mos_from_r(93.2), 4.41, 0.005));
         assert!(close(mos_from_r(70.0), 3.60, 0.005));
-        assert!(close(mos_from_r(70.0), 1.0 + 2.45 + 7e-6 * 70.0 * 10.0 * 30.0, 1e-12));
+        assert!(close(
+            mos_from_r(70.0),
+            1.0 + 2.45 + 7e-6 * 70.0 * 10.0 * 30.0,
+            1e-12
+        ));
         assert_eq!(mos_from_r(-5.0), 1.0);
         assert_eq!(mos_from_r(f64::NAN), 1.0);
         assert_eq!(mos_from_r(101.0), 4.5);
         assert!(close(mos_from_r(100.0), 4.5, 1e-12));
         assert!(close(mos_from_r(0.0), 1.0, 1e-12));
         assert_eq!(mos_from_r(3.0), 1.0); // the cubic would give 0.99
-        // Monotonic over the range.
+                                          // Monotonic over the range.
         let mut last = 0.0;
         for i in 0..=1000 {
             let m = mos_from_r(i as f64 / 10.0);
@@ -272,7 +308,13 @@ mod tests {
 
     #[test]
     fn reference_example_g729a_150ms_1pct() {
-        let imp = Impairments { delay_ms: 150.0, ie: 11.0, bpl: 19.0, loss_pct: 1.0, burst_r: 1.0 };
+        let imp = Impairments {
+            delay_ms: 150.0,
+            ie: 11.0,
+            bpl: 19.0,
+            loss_pct: 1.0,
+            burst_r: 1.0,
+        };
         let r = r_factor(R0_DEFAULT, &imp);
         // 93.2 - 3.6 - (11 + 84 * 1 / 20) = 74.4
         assert!(close(r, 74.4, 1e-9), "{r}");
@@ -287,7 +329,16 @@ mod tests {
         assert!(close(g729, 2.5, 0.05), "{g729}");
         // Inverse check: R at that loss is 70.
         for (ie, bpl, p) in [(0.0, 25.1, g711), (11.0, 19.0, g729)] {
-            let r = r_factor(R0_DEFAULT, &Impairments { delay_ms: 100.0, ie, bpl, loss_pct: p, burst_r: 1.0 });
+            let r = r_factor(
+                R0_DEFAULT,
+                &Impairments {
+                    delay_ms: 100.0,
+                    ie,
+                    bpl,
+                    loss_pct: p,
+                    burst_r: 1.0,
+                },
+            );
             assert!(close(r, 70.0, 1e-9), "{r}");
         }
         // Bursty loss hurts: the allowed loss shrinks.
@@ -300,7 +351,11 @@ mod tests {
     #[test]
     fn effective_ie_limits() {
         assert_eq!(effective_ie(11.0, 19.0, 0.0, 1.0), 11.0);
-        assert!(close(effective_ie(11.0, 19.0, 100.0, 1.0), 11.0 + 84.0 * 100.0 / 119.0, 1e-9));
+        assert!(close(
+            effective_ie(11.0, 19.0, 100.0, 1.0),
+            11.0 + 84.0 * 100.0 / 119.0,
+            1e-9
+        ));
         assert!(effective_ie(0.0, 25.1, 1e9, 1.0) < 95.0);
         assert!(effective_ie(0.0, 25.1, f64::NAN, 1.0) > 75.0);
         assert!(effective_ie(0.0, 4.3, 5.0, 1.0) > effective_ie(0.0, 25.1, 5.0, 1.0));

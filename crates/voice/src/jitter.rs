@@ -39,7 +39,15 @@ pub struct JitterEstimator {
 impl JitterEstimator {
     /// New estimator for an RTP clock rate in Hz (8000 for the voice codecs).
     pub fn new(clock_rate: u32) -> Self {
-        Self { clock_rate: clock_rate.max(1), last: None, last_send: None, jitter: 0.0, updates: 0, sum: 0.0, max: 0.0 }
+        Self {
+            clock_rate: clock_rate.max(1),
+            last: None,
+            last_send: None,
+            jitter: 0.0,
+            updates: 0,
+            sum: 0.0,
+            max: 0.0,
+        }
     }
 
     /// Account for one packet: its RTP timestamp and its arrival time (µs).
@@ -59,7 +67,8 @@ impl JitterEstimator {
     /// Use one kind of update per estimator.
     pub fn update_send_time(&mut self, send_us: u64, arrival_us: u64) {
         if let Some((last_arrival, last_send)) = self.last_send {
-            let d_us = (arrival_us as f64 - last_arrival as f64) - (send_us as f64 - last_send as f64);
+            let d_us =
+                (arrival_us as f64 - last_arrival as f64) - (send_us as f64 - last_send as f64);
             self.step(d_us.abs() * f64::from(self.clock_rate) / 1e6);
         }
         self.last_send = Some((arrival_us, send_us));
@@ -126,12 +135,20 @@ mod tests {
         let expect = [0.0, 0.0, 2.5, 4.84375, 4.541015625];
         for (k, (&a, &e)) in arrivals_ms.iter().zip(expect.iter()).enumerate() {
             j.update(160 * k as u32, a * 1000);
-            assert!((j.jitter_timestamp_units() - e).abs() < 1e-9, "packet {k}: {}", j.jitter_timestamp_units());
+            assert!(
+                (j.jitter_timestamp_units() - e).abs() < 1e-9,
+                "packet {k}: {}",
+                j.jitter_timestamp_units()
+            );
         }
         assert!((j.jitter_ms() - 0.567626953125).abs() < 1e-12);
         // Mean and max over the four updates (J after packets 2..5).
         let mean_units = (0.0 + 2.5 + 4.84375 + 4.541015625) / 4.0;
-        assert!((j.mean_ms() - mean_units / 8.0).abs() < 1e-12, "{}", j.mean_ms());
+        assert!(
+            (j.mean_ms() - mean_units / 8.0).abs() < 1e-12,
+            "{}",
+            j.mean_ms()
+        );
         assert!((j.max_ms() - 4.84375 / 8.0).abs() < 1e-12);
     }
 
@@ -143,7 +160,11 @@ mod tests {
         let mut spike_max = 0.0f64;
         for k in 0..1000u64 {
             let send = 20_000 * k;
-            let delay = if (100..150).contains(&k) { 1_000_000 - 20_000 * (k - 100) } else { 10_000 };
+            let delay = if (100..150).contains(&k) {
+                1_000_000 - 20_000 * (k - 100)
+            } else {
+                10_000
+            };
             j.update_send_time(send, send + delay);
             if k == 151 {
                 spike_max = j.max_ms();

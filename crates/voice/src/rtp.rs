@@ -133,7 +133,13 @@ pub fn parse(buf: &[u8]) -> Result<RtpPacket<'_>, RtpError> {
         }
         end -= usize::from(padding);
     }
-    Ok(RtpPacket { header, csrc_count, has_extension, padding, payload: &buf[off..end] })
+    Ok(RtpPacket {
+        header,
+        csrc_count,
+        has_extension,
+        padding,
+        payload: &buf[off..end],
+    })
 }
 
 /// Write a 12-byte header (version 2, no padding/extension/CSRC) followed by
@@ -182,7 +188,10 @@ impl ProbeTag {
         s.copy_from_slice(&t[..8]);
         let mut c = [0u8; 4];
         c.copy_from_slice(&t[8..12]);
-        Some(ProbeTag { send_us: u64::from_be_bytes(s), call_id: u32::from_be_bytes(c) })
+        Some(ProbeTag {
+            send_us: u64::from_be_bytes(s),
+            call_id: u32::from_be_bytes(c),
+        })
     }
 }
 
@@ -197,7 +206,13 @@ mod tests {
     use super::*;
 
     fn sample() -> Vec<u8> {
-        let h = RtpHeader { marker: true, payload_type: 18, sequence: 0xbeef, timestamp: 0x01020304, ssrc: 0xa1b2c3d4 };
+        let h = RtpHeader {
+            marker: true,
+            payload_type: 18,
+            sequence: 0xbeef,
+            timestamp: 0x01020304,
+            ssrc: 0xa1b2c3d4,
+        };
         let mut out = [0u8; 64];
         let n = write(&h, &[9u8; 20], &mut out).unwrap();
         out[..n].to_vec()
@@ -208,7 +223,20 @@ mod tests {
         let b = sample();
         assert_eq!(
             &b[..12],
-            &[0x80, 0x80 | 18, 0xbe, 0xef, 1, 2, 3, 4, 0xa1, 0xb2, 0xc3, 0xd4]
+            &[
+                0x80,
+                0x80 | 18,
+                0xbe,
+                0xef,
+                1,
+                2,
+                3,
+                4,
+                0xa1,
+                0xb2,
+                0xc3,
+                0xd4
+            ]
         );
         let p = parse(&b).unwrap();
         assert!(p.header.marker);
@@ -287,10 +315,16 @@ mod tests {
 
     #[test]
     fn write_refuses_small_buffers_and_wide_payload_types() {
-        let h = RtpHeader { payload_type: 0, ..Default::default() };
+        let h = RtpHeader {
+            payload_type: 0,
+            ..Default::default()
+        };
         let mut out = [0u8; 31];
         assert_eq!(write(&h, &[0; 20], &mut out), None);
-        let h = RtpHeader { payload_type: 128, ..Default::default() };
+        let h = RtpHeader {
+            payload_type: 128,
+            ..Default::default()
+        };
         let mut out = [0u8; 64];
         assert_eq!(write(&h, &[0; 20], &mut out), None);
     }
@@ -298,7 +332,10 @@ mod tests {
     #[test]
     fn probe_tag_round_trips_and_pads() {
         let mut p = [0xffu8; 20];
-        let t = ProbeTag { send_us: 123_456_789_012, call_id: 77 };
+        let t = ProbeTag {
+            send_us: 123_456_789_012,
+            call_id: 77,
+        };
         t.write_payload(&mut p).unwrap();
         assert_eq!(ProbeTag::read(&p), Some(t));
         assert!(p[12..].iter().all(|&b| b == 0));

@@ -112,7 +112,11 @@ pub struct RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        Self { dscp: DEFAULT_DSCP, bound: Vec::new(), rtcp: RtcpOptions::OFF }
+        Self {
+            dscp: DEFAULT_DSCP,
+            bound: Vec::new(),
+            rtcp: RtcpOptions::OFF,
+        }
     }
 }
 
@@ -125,7 +129,8 @@ pub fn main(args: VoipArgs) -> anyhow::Result<()> {
     if !args.merge.is_empty() {
         let mut results = Vec::new();
         for p in &args.merge {
-            let t = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let t =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
             results.push(
                 serde_json::from_str::<NodeResult>(&t)
                     .with_context(|| format!("parsing {}", p.display()))?,
@@ -139,16 +144,42 @@ pub fn main(args: VoipArgs) -> anyhow::Result<()> {
     let (Some(node), Some(out)) = (args.node, args.out) else {
         bail!("--node and --out are required");
     };
-    let rtcp = RtcpOptions { enabled: args.rtcp == "on", interval_ms: args.rtcp_interval_ms };
-    let result = run_with(&spec, &node, RunOptions { dscp: args.dscp, bound: Vec::new(), rtcp })?;
+    let rtcp = RtcpOptions {
+        enabled: args.rtcp == "on",
+        interval_ms: args.rtcp_interval_ms,
+    };
+    let result = run_with(
+        &spec,
+        &node,
+        RunOptions {
+            dscp: args.dscp,
+            bound: Vec::new(),
+            rtcp,
+        },
+    )?;
     let tmp = out.with_extension("json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(&result)?)
         .with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &out).with_context(|| format!("writing {}", out.display()))?;
     let sent: u64 = result.streams.iter().filter_map(|s| s.sent).sum();
-    let recv: u64 = result.streams.iter().filter_map(|s| s.received.as_ref().map(|r| r.received)).sum();
-    let rtt: Vec<f64> = result.streams.iter().filter_map(|s| s.rtcp.as_ref()?.peer_view.rtt_mean_ms).collect();
-    let rtt = if rtt.is_empty() { String::new() } else { format!(", RTCP RTT mean {:.2} ms", rtt.iter().sum::<f64>() / rtt.len() as f64) };
+    let recv: u64 = result
+        .streams
+        .iter()
+        .filter_map(|s| s.received.as_ref().map(|r| r.received))
+        .sum();
+    let rtt: Vec<f64> = result
+        .streams
+        .iter()
+        .filter_map(|s| s.rtcp.as_ref()?.peer_view.rtt_mean_ms)
+        .collect();
+    let rtt = if rtt.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", RTCP RTT mean {:.2} ms",
+            rtt.iter().sum::<f64>() / rtt.len() as f64
+        )
+    };
     eprintln!(
         "airpack voip: node {node}: {} streams, sent {sent}, received {recv}, rejected {}{rtt}",
         result.streams.len(),
@@ -278,7 +309,10 @@ impl Spec {
     pub fn validate(&self) -> anyhow::Result<Profile> {
         let profile = self.profile()?;
         if !(self.duration_s > 0.0 && self.duration_s <= MAX_DURATION_S) {
-            bail!("duration_s must be in (0, {MAX_DURATION_S}], got {}", self.duration_s);
+            bail!(
+                "duration_s must be in (0, {MAX_DURATION_S}], got {}",
+                self.duration_s
+            );
         }
         if !(self.playout_ms >= 0.0 && self.playout_ms <= 10_000.0) {
             bail!("playout_ms must be in [0, 10000], got {}", self.playout_ms);
@@ -289,7 +323,10 @@ impl Spec {
         if !(self.min_mos >= 1.0 && self.min_mos <= 4.5) {
             bail!("min_mos must be in [1, 4.5], got {}", self.min_mos);
         }
-        for (name, v) in [("talk_mean_s", self.talk_mean_s), ("silence_mean_s", self.silence_mean_s)] {
+        for (name, v) in [
+            ("talk_mean_s", self.talk_mean_s),
+            ("silence_mean_s", self.silence_mean_s),
+        ] {
             if !(0.01..=3600.0).contains(&v) {
                 bail!("{name} must be in [0.01, 3600], got {v}");
             }
@@ -311,7 +348,13 @@ impl Spec {
                     bail!("call {}: port 0 on node {}", c.id, e.node);
                 }
                 if !binds.insert((e.node.clone(), e.addr, e.port)) {
-                    bail!("call {}: {}:{} on node {} is used by another endpoint", c.id, e.addr, e.port, e.node);
+                    bail!(
+                        "call {}: {}:{} on node {} is used by another endpoint",
+                        c.id,
+                        e.addr,
+                        e.port,
+                        e.node
+                    );
                 }
             }
         }
@@ -459,7 +502,12 @@ pub fn merge(spec: &Spec, results: &[NodeResult]) -> Vec<CallResult> {
             .iter()
             .filter(|r| r.node == node)
             .flat_map(|r| r.streams.iter())
-            .find(|s| s.call == call && s.direction == dir && (s.sent.is_some() == sender) && (s.received.is_some() != sender))
+            .find(|s| {
+                s.call == call
+                    && s.direction == dir
+                    && (s.sent.is_some() == sender)
+                    && (s.received.is_some() != sender)
+            })
     };
     spec.calls
         .iter()
@@ -481,11 +529,21 @@ pub fn merge(spec: &Spec, results: &[NodeResult]) -> Vec<CallResult> {
                 let rx = match find(&dst.node, c.id, dir, false) {
                     Some(s) => s.received.clone().unwrap_or_default(),
                     None => {
-                        notes.push(format!("{dir:?}: no receiver report from node {}", dst.node));
-                        ReceiveSummary { playout_ms: spec.playout_ms, ..Default::default() }
+                        notes.push(format!(
+                            "{dir:?}: no receiver report from node {}",
+                            dst.node
+                        ));
+                        ReceiveSummary {
+                            playout_ms: spec.playout_ms,
+                            ..Default::default()
+                        }
                     }
                 };
-                let opts = stats::AssessOptions { criterion: spec.criterion, min_mos: spec.min_mos, burst: spec.burst };
+                let opts = stats::AssessOptions {
+                    criterion: spec.criterion,
+                    min_mos: spec.min_mos,
+                    burst: spec.burst,
+                };
                 match &profile {
                     Ok(p) => {
                         let mut q = stats::assess_with(sent, &rx, p, &opts);
@@ -508,7 +566,9 @@ pub fn merge(spec: &Spec, results: &[NodeResult]) -> Vec<CallResult> {
             let b_to_a = one(Direction::BToA, &c.b, &c.a);
             notes.dedup();
             let view = |dir: Direction, src: &Endpoint| {
-                find(&src.node, c.id, dir, true).and_then(|s| s.rtcp.as_ref()).map(|r| r.peer_view.clone())
+                find(&src.node, c.id, dir, true)
+                    .and_then(|s| s.rtcp.as_ref())
+                    .map(|r| r.peer_view.clone())
             };
             CallResult {
                 call: c.id,
@@ -587,25 +647,47 @@ pub fn summarize(calls: &[CallResult]) -> Summary {
     // Directions with an RTCP view that holds at least one report.
     let views: Vec<(&Quality, &PeerView)> = calls
         .iter()
-        .flat_map(|c| [(&c.a_to_b, c.a_to_b_rtcp.as_ref()), (&c.b_to_a, c.b_to_a_rtcp.as_ref())])
+        .flat_map(|c| {
+            [
+                (&c.a_to_b, c.a_to_b_rtcp.as_ref()),
+                (&c.b_to_a, c.b_to_a_rtcp.as_ref()),
+            ]
+        })
         .filter_map(|(q, v)| Some((q, v.filter(|v| v.reports > 0)?)))
         .collect();
     let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
     Summary {
         rtt_ms: mean(views.iter().filter_map(|(_, v)| v.rtt_mean_ms).collect()),
-        rtt_max_ms: views.iter().filter_map(|(_, v)| v.rtt_max_ms).reduce(f64::max),
+        rtt_max_ms: views
+            .iter()
+            .filter_map(|(_, v)| v.rtt_max_ms)
+            .reduce(f64::max),
         rtcp_loss_pct: mean(
-            views.iter().filter(|(q, _)| q.sent > 0).map(|(q, v)| 100.0 * v.cumulative_lost as f64 / q.sent as f64).collect(),
+            views
+                .iter()
+                .filter(|(q, _)| q.sent > 0)
+                .map(|(q, v)| 100.0 * v.cumulative_lost as f64 / q.sent as f64)
+                .collect(),
         ),
         rtcp_jitter_ms: mean(views.iter().map(|(_, v)| v.jitter_ms).collect()),
         calls: calls.len(),
         supported_calls: calls.iter().filter(|c| c.supported).count(),
         all_supported: calls.iter().all(|c| c.supported),
-        mos_mean: if dirs.is_empty() { 0.0 } else { dirs.iter().map(|q| q.mos).sum::<f64>() / n },
-        mos_min: dirs.iter().map(|q| q.mos).fold(f64::INFINITY, f64::min).min(4.5),
+        mos_mean: if dirs.is_empty() {
+            0.0
+        } else {
+            dirs.iter().map(|q| q.mos).sum::<f64>() / n
+        },
+        mos_min: dirs
+            .iter()
+            .map(|q| q.mos)
+            .fold(f64::INFINITY, f64::min)
+            .min(4.5),
         loss_pct: dirs.iter().map(|q| q.loss_pct).sum::<f64>() / n,
-        loss_a_to_b_pct: calls.iter().map(|c| c.a_to_b.loss_pct).sum::<f64>() / calls.len().max(1) as f64,
-        loss_b_to_a_pct: calls.iter().map(|c| c.b_to_a.loss_pct).sum::<f64>() / calls.len().max(1) as f64,
+        loss_a_to_b_pct: calls.iter().map(|c| c.a_to_b.loss_pct).sum::<f64>()
+            / calls.len().max(1) as f64,
+        loss_b_to_a_pct: calls.iter().map(|c| c.b_to_a.loss_pct).sum::<f64>()
+            / calls.len().max(1) as f64,
         loss_max_pct: dirs.iter().map(|q| q.loss_pct).fold(0.0, f64::max),
         late_pct: dirs.iter().map(|q| q.late_pct).sum::<f64>() / n,
         delay_ms: (!delays.is_empty()).then(|| delays.iter().sum::<f64>() / delays.len() as f64),
@@ -623,7 +705,11 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     }
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
 }
 
 #[cfg(test)]

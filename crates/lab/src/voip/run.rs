@@ -105,7 +105,11 @@ impl TxStream {
             }
             while self.state_end_us <= t {
                 self.talking = !self.talking;
-                let mean = if self.talking { vad.talk_mean_us } else { vad.silence_mean_us };
+                let mean = if self.talking {
+                    vad.talk_mean_us
+                } else {
+                    vad.silence_mean_us
+                };
                 self.state_end_us += exp_sample(&mut self.rng, mean);
                 if self.talking {
                     self.marker_next = true;
@@ -149,8 +153,12 @@ pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<Nod
     let mut bound = opts.bound;
     if opts.rtcp.enabled {
         // RTCP goes to the RTP port + 1 of both ends: it must not be an RTP port.
-        let rtp_binds: std::collections::HashSet<(&str, IpAddr, u16)> =
-            spec.calls.iter().flat_map(|c| [&c.a, &c.b]).map(|e| (e.node.as_str(), e.addr, e.port)).collect();
+        let rtp_binds: std::collections::HashSet<(&str, IpAddr, u16)> = spec
+            .calls
+            .iter()
+            .flat_map(|c| [&c.a, &c.b])
+            .map(|e| (e.node.as_str(), e.addr, e.port))
+            .collect();
         for c in &spec.calls {
             for e in [&c.a, &c.b] {
                 if rtp_binds.contains(&(e.node.as_str(), e.addr, e.port.wrapping_add(1))) {
@@ -172,13 +180,17 @@ pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<Nod
             if me.node != node {
                 continue;
             }
-            let sock = match bound.iter().position(|b| b.local_addr().ok() == Some(me.sockaddr())) {
+            let sock = match bound
+                .iter()
+                .position(|b| b.local_addr().ok() == Some(me.sockaddr()))
+            {
                 Some(i) => bound.swap_remove(i),
                 None => UdpSocket::bind(me.sockaddr())
                     .with_context(|| format!("call {}: binding {}", c.id, me.sockaddr()))?,
             };
             sock.set_nonblocking(true)?;
-            set_dscp(&sock, opts.dscp).with_context(|| format!("call {}: setting DSCP {}", c.id, opts.dscp))?;
+            set_dscp(&sock, opts.dscp)
+                .with_context(|| format!("call {}: setting DSCP {}", c.id, opts.dscp))?;
             let idx = sockets.len();
             sockets.push(sock);
             rx_streams.push(RxStream {
@@ -195,8 +207,16 @@ pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<Nod
             let offset_us = rng.gen_range(0..profile.interval_us());
             let p_talk = spec.talk_mean_s / (spec.talk_mean_s + spec.silence_mean_s);
             let talking = !spec.vad || rng.gen::<f64>() < p_talk;
-            let first_mean = if talking { spec.talk_mean_s } else { spec.silence_mean_s } * 1e6;
-            let state_end_us = if spec.vad { exp_sample(&mut rng, first_mean) } else { u64::MAX };
+            let first_mean = if talking {
+                spec.talk_mean_s
+            } else {
+                spec.silence_mean_s
+            } * 1e6;
+            let state_end_us = if spec.vad {
+                exp_sample(&mut rng, first_mean)
+            } else {
+                u64::MAX
+            };
             tx_streams.push(TxStream {
                 call: c.id,
                 dir: out_dir,
@@ -229,21 +249,40 @@ pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<Nod
             bail!("the RTCP interval must be positive");
         }
         for (ti, t) in tx_streams.iter().enumerate() {
-            let c = spec.calls.iter().find(|c| c.id == t.call).expect("streams come from the spec");
-            let (me, peer) = if t.dir == Direction::AToB { (&c.a, &c.b) } else { (&c.b, &c.a) };
+            let c = spec
+                .calls
+                .iter()
+                .find(|c| c.id == t.call)
+                .expect("streams come from the spec");
+            let (me, peer) = if t.dir == Direction::AToB {
+                (&c.a, &c.b)
+            } else {
+                (&c.b, &c.a)
+            };
             let rtcp_port = |e: &Endpoint| e.port.checked_add(1);
             let (Some(my_port), Some(peer_port)) = (rtcp_port(me), rtcp_port(peer)) else {
-                bail!("call {}: RTP port 65535 leaves no RTCP port (use --rtcp off)", c.id);
+                bail!(
+                    "call {}: RTP port 65535 leaves no RTCP port (use --rtcp off)",
+                    c.id
+                );
             };
             let addr = SocketAddr::new(me.addr, my_port);
             let sock = match bound.iter().position(|b| b.local_addr().ok() == Some(addr)) {
                 Some(i) => bound.swap_remove(i),
-                None => UdpSocket::bind(addr).with_context(|| format!("call {}: binding RTCP {addr}", c.id))?,
+                None => UdpSocket::bind(addr)
+                    .with_context(|| format!("call {}: binding RTCP {addr}", c.id))?,
             };
             sock.set_nonblocking(true)?;
-            set_dscp(&sock, opts.dscp).with_context(|| format!("call {}: setting DSCP {}", c.id, opts.dscp))?;
-            let in_dir = if t.dir == Direction::AToB { Direction::BToA } else { Direction::AToB };
-            let rng = SmallRng::seed_from_u64(splitmix(spec.seed ^ splitmix(u64::from(c.id) << 2 | 2 | u64::from(t.dir.index()))));
+            set_dscp(&sock, opts.dscp)
+                .with_context(|| format!("call {}: setting DSCP {}", c.id, opts.dscp))?;
+            let in_dir = if t.dir == Direction::AToB {
+                Direction::BToA
+            } else {
+                Direction::AToB
+            };
+            let rng = SmallRng::seed_from_u64(splitmix(
+                spec.seed ^ splitmix(u64::from(c.id) << 2 | 2 | u64::from(t.dir.index())),
+            ));
             rtcp_calls.push(rtcp::RtcpCall::new(
                 sock,
                 SocketAddr::new(peer.addr, peer_port),
@@ -269,7 +308,11 @@ pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<Nod
             let at_us = at_ms.saturating_mul(1000);
             let wait = at_us.saturating_sub(now_unix_us);
             if wait > MAX_START_WAIT.as_micros() as u64 {
-                bail!("start_at_unix_ms is {} s in the future (max {} s)", wait / 1_000_000, MAX_START_WAIT.as_secs());
+                bail!(
+                    "start_at_unix_ms is {} s in the future (max {} s)",
+                    wait / 1_000_000,
+                    MAX_START_WAIT.as_secs()
+                );
             }
             let late_us = now_unix_us.saturating_sub(at_us);
             if late_us > 0 {
@@ -309,10 +352,26 @@ pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<Nod
         let sockets = &sockets;
         let rx_streams = &mut rx_streams;
         let counters = &mut counters;
-        let rtcp = RtcpSide { calls: &mut rtcp_calls, counters: &mut rtcp_counters, session: &session, sent: &sent_counts };
-        let receiver = scope.spawn(move || receive_loop(sockets, rx_streams, counters, rtcp, &profile, rx_end));
-        send_loop(sockets, &mut tx_streams, &sent_counts, &profile, &vad, t0, duration_us);
-        receiver.join().map_err(|_| anyhow::anyhow!("receive thread panicked"))??;
+        let rtcp = RtcpSide {
+            calls: &mut rtcp_calls,
+            counters: &mut rtcp_counters,
+            session: &session,
+            sent: &sent_counts,
+        };
+        let receiver = scope
+            .spawn(move || receive_loop(sockets, rx_streams, counters, rtcp, &profile, rx_end));
+        send_loop(
+            sockets,
+            &mut tx_streams,
+            &sent_counts,
+            &profile,
+            &vad,
+            t0,
+            duration_us,
+        );
+        receiver
+            .join()
+            .map_err(|_| anyhow::anyhow!("receive thread panicked"))??;
         Ok(())
     })?;
 
@@ -326,7 +385,10 @@ pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<Nod
             max_send_lag_ms: Some(t.max_lag_us as f64 / 1000.0),
             sends_late_1ms: Some(t.late_sends),
             received: None,
-            rtcp: rtcp_calls.iter().find(|c| c.tx == i).map(|c| c.report.clone()),
+            rtcp: rtcp_calls
+                .iter()
+                .find(|c| c.tx == i)
+                .map(|c| c.report.clone()),
         });
     }
     for r in &rx_streams {
@@ -343,7 +405,13 @@ pub fn run_with(spec: &Spec, node: &str, opts: RunOptions) -> anyhow::Result<Nod
     }
     streams.sort_by_key(|s| (s.call, s.direction));
     let rtcp = opts.rtcp.enabled.then_some(rtcp_counters);
-    Ok(NodeResult { node: node.to_string(), start_late_ms, streams, rx: counters, rtcp })
+    Ok(NodeResult {
+        node: node.to_string(),
+        start_late_ms,
+        streams,
+        rx: counters,
+        rtcp,
+    })
 }
 
 fn send_loop(
@@ -381,7 +449,10 @@ fn send_loop(
             ssrc: s.ssrc,
         };
         let now = monotonic_us();
-        let tag = ProbeTag { send_us: now, call_id: s.call };
+        let tag = ProbeTag {
+            send_us: now,
+            call_id: s.call,
+        };
         let p = &mut payload[..payload_len];
         let lag = now.saturating_sub(deadline);
         s.max_lag_us = s.max_lag_us.max(lag);
@@ -389,7 +460,10 @@ fn send_loop(
         s.sent += 1;
         // Sizes are bounded (payload <= 960 bytes < 2048), so building the
         // packet cannot fail; if it ever did, it counts as a send error.
-        match tag.write_payload(p).and_then(|_| rtp::write(&header, p, &mut buf)) {
+        match tag
+            .write_payload(p)
+            .and_then(|_| rtp::write(&header, p, &mut buf))
+        {
             Some(n) => {
                 if sockets[s.socket].send_to(&buf[..n], s.peer).is_err() {
                     s.send_errors += 1;
@@ -410,7 +484,9 @@ fn send_loop(
 /// receive timestamps (SO_TIMESTAMPNS is CLOCK_REALTIME) to CLOCK_MONOTONIC.
 fn realtime_minus_monotonic_ns() -> i128 {
     use nix::time::{clock_gettime, ClockId};
-    let ns = |t: nix::sys::time::TimeSpec| i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec());
+    let ns = |t: nix::sys::time::TimeSpec| {
+        i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec())
+    };
     let (Ok(m0), Ok(rt), Ok(m1)) = (
         clock_gettime(ClockId::CLOCK_MONOTONIC),
         clock_gettime(ClockId::CLOCK_REALTIME),
@@ -444,7 +520,14 @@ impl RtcpSide<'_> {
             if bye || now >= c.next_due_us {
                 let sent = self.sent.get(c.tx).map_or(0, |a| a.load(Ordering::Relaxed));
                 if let Some(rx) = streams.get_mut(c.rx) {
-                    c.send(now, self.session, sent, &mut rx.reception, bye, self.counters);
+                    c.send(
+                        now,
+                        self.session,
+                        sent,
+                        &mut rx.reception,
+                        bye,
+                        self.counters,
+                    );
                 }
                 if bye {
                     c.report.bye_sent = true;
@@ -478,7 +561,10 @@ fn receive_loop(
     // RTCP sockets after the RTP ones.
     let rtcp_base = sockets.len();
     for (j, c) in rtcp.calls.iter().enumerate() {
-        epoll.add(c.socket.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, (rtcp_base + j) as u64))?;
+        epoll.add(
+            c.socket.as_fd(),
+            EpollEvent::new(EpollFlags::EPOLLIN, (rtcp_base + j) as u64),
+        )?;
     }
     let offset_ns = realtime_minus_monotonic_ns();
     let pt = profile.params().payload_type;
@@ -528,7 +614,10 @@ fn receive_loop(
                         if let Ok(it) = m.cmsgs() {
                             for c in it {
                                 if let ControlMessageOwned::ScmTimestampns(t) = c {
-                                    ts = Some(i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec()));
+                                    ts = Some(
+                                        i128::from(t.tv_sec()) * 1_000_000_000
+                                            + i128::from(t.tv_nsec()),
+                                    );
                                 }
                             }
                         }
@@ -558,20 +647,39 @@ fn receive_loop(
                         user_us
                     }
                 };
-                accept(&buf[..len.min(buf.len())], recv_us, pt, payload_len, stream, counters);
+                accept(
+                    &buf[..len.min(buf.len())],
+                    recv_us,
+                    pt,
+                    payload_len,
+                    stream,
+                    counters,
+                );
             }
         }
     }
 }
 
 /// Read every datagram waiting on one call's RTCP socket (bounded).
-fn rtcp_drain(c: &mut rtcp::RtcpCall, streams: &mut [RxStream], counters: &mut RtcpCounters, s: &rtcp::Session, buf: &mut [u8]) {
+fn rtcp_drain(
+    c: &mut rtcp::RtcpCall,
+    streams: &mut [RxStream],
+    counters: &mut RtcpCounters,
+    s: &rtcp::Session,
+    buf: &mut [u8],
+) {
     for _ in 0..64 {
         match c.socket.recv(buf) {
             Ok(n) => {
                 let now = monotonic_us();
                 if let Some(rx) = streams.get_mut(c.rx) {
-                    c.receive(&buf[..n.min(buf.len())], now, s, &mut rx.reception, counters);
+                    c.receive(
+                        &buf[..n.min(buf.len())],
+                        now,
+                        s,
+                        &mut rx.reception,
+                        counters,
+                    );
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -622,7 +730,9 @@ fn accept(
         return;
     }
     counters.accepted += 1;
-    stream.reception.on_rtp(pkt.header.sequence, pkt.header.timestamp, recv_us);
+    stream
+        .reception
+        .on_rtp(pkt.header.sequence, pkt.header.timestamp, recv_us);
     stream.stats.on_packet(&stats::RxPacket {
         seq: pkt.header.sequence,
         rtp_ts: pkt.header.timestamp,
@@ -638,7 +748,11 @@ mod tests {
 
     #[test]
     fn vad_schedule_has_spurts_of_the_right_mean_and_markers() {
-        let vad = VadModel { on: true, talk_mean_us: 1e6, silence_mean_us: 1.5e6 };
+        let vad = VadModel {
+            on: true,
+            talk_mean_us: 1e6,
+            silence_mean_us: 1.5e6,
+        };
         let mut s = TxStream {
             call: 0,
             dir: Direction::AToB,
@@ -675,12 +789,19 @@ mod tests {
         let activity = packets as f64 / 100_000.0; // grid has 100k slots
         assert!((activity - 0.4).abs() < 0.05, "activity {activity}");
         let mean_spurt_s = packets as f64 * 0.02 / spurts as f64;
-        assert!((mean_spurt_s - 1.0).abs() < 0.15, "mean spurt {mean_spurt_s}");
+        assert!(
+            (mean_spurt_s - 1.0).abs() < 0.15,
+            "mean spurt {mean_spurt_s}"
+        );
     }
 
     #[test]
     fn cbr_schedule_is_every_interval_with_one_marker() {
-        let vad = VadModel { on: false, talk_mean_us: 1e6, silence_mean_us: 1.5e6 };
+        let vad = VadModel {
+            on: false,
+            talk_mean_us: 1e6,
+            silence_mean_us: 1.5e6,
+        };
         let mut s = TxStream {
             call: 0,
             dir: Direction::AToB,

@@ -27,7 +27,11 @@ fn invalid_specs_are_rejected_with_a_reason() {
     let base: Spec = serde_json::from_str(spec_json()).unwrap();
     let mut s = base.clone();
     s.interval_ms = 15;
-    assert!(s.validate().unwrap_err().to_string().contains("10 ms frame"));
+    assert!(s
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("10 ms frame"));
     let mut s = base.clone();
     s.duration_s = 0.0;
     assert!(s.validate().unwrap_err().to_string().contains("duration_s"));
@@ -38,7 +42,11 @@ fn invalid_specs_are_rejected_with_a_reason() {
     let mut c = s.calls[0].clone();
     c.id = 1;
     s.calls.push(c);
-    assert!(s.validate().unwrap_err().to_string().contains("used by another"));
+    assert!(s
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("used by another"));
     let mut s = base;
     s.playout_ms = f64::NAN;
     assert!(s.validate().is_err());
@@ -50,8 +58,26 @@ fn node_result_json_matches_the_contract() {
         node: "A".into(),
         start_late_ms: 0.0,
         streams: vec![
-            StreamReport { call: 0, direction: Direction::AToB, sent: Some(5), send_errors: Some(0), max_send_lag_ms: Some(0.1), sends_late_1ms: Some(0), received: None, rtcp: None },
-            StreamReport { call: 0, direction: Direction::BToA, sent: None, send_errors: None, max_send_lag_ms: None, sends_late_1ms: None, received: Some(ReceiveSummary::default()), rtcp: None },
+            StreamReport {
+                call: 0,
+                direction: Direction::AToB,
+                sent: Some(5),
+                send_errors: Some(0),
+                max_send_lag_ms: Some(0.1),
+                sends_late_1ms: Some(0),
+                received: None,
+                rtcp: None,
+            },
+            StreamReport {
+                call: 0,
+                direction: Direction::BToA,
+                sent: None,
+                send_errors: None,
+                max_send_lag_ms: None,
+                sends_late_1ms: None,
+                received: Some(ReceiveSummary::default()),
+                rtcp: None,
+            },
         ],
         rx: RxCounters::default(),
         rtcp: None,
@@ -81,11 +107,26 @@ fn rx(received: u64, delay: f64) -> ReceiveSummary {
     }
 }
 
-fn report(node: &str, call: u32, dir: Direction, sent: Option<u64>, received: Option<ReceiveSummary>) -> NodeResult {
+fn report(
+    node: &str,
+    call: u32,
+    dir: Direction,
+    sent: Option<u64>,
+    received: Option<ReceiveSummary>,
+) -> NodeResult {
     NodeResult {
         node: node.into(),
         start_late_ms: 0.0,
-        streams: vec![StreamReport { call, direction: dir, sent, send_errors: None, max_send_lag_ms: None, sends_late_1ms: None, received, rtcp: None }],
+        streams: vec![StreamReport {
+            call,
+            direction: dir,
+            sent,
+            send_errors: None,
+            max_send_lag_ms: None,
+            sends_late_1ms: None,
+            received,
+            rtcp: None,
+        }],
         rx: RxCounters::default(),
         rtcp: None,
     }
@@ -103,7 +144,10 @@ fn merge_pairs_sender_and_receiver_reports() {
     let calls = merge(&spec, &results);
     assert_eq!(calls.len(), 1);
     let c = &calls[0];
-    assert_eq!((c.a_to_b.sent, c.a_to_b.received, c.a_to_b.loss_pct), (1000, 1000, 0.0));
+    assert_eq!(
+        (c.a_to_b.sent, c.a_to_b.received, c.a_to_b.loss_pct),
+        (1000, 1000, 0.0)
+    );
     assert!(c.a_to_b.supported);
     assert_eq!(c.b_to_a.loss_pct, 10.0);
     assert!(!c.b_to_a.supported);
@@ -113,7 +157,10 @@ fn merge_pairs_sender_and_receiver_reports() {
     assert_eq!((s.calls, s.supported_calls, s.all_supported), (1, 0, false));
     assert!((s.loss_pct - 5.0).abs() < 1e-9);
     // The 10 % one way is not hidden by the mean over both directions.
-    assert_eq!((s.loss_a_to_b_pct, s.loss_b_to_a_pct, s.loss_max_pct), (0.0, 10.0, 10.0));
+    assert_eq!(
+        (s.loss_a_to_b_pct, s.loss_b_to_a_pct, s.loss_max_pct),
+        (0.0, 10.0, 10.0)
+    );
     assert_eq!(s.delay_ms, Some(5.0));
     assert_eq!(s.delay_p50_ms, Some(5.0));
     assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), Some(2.5));
@@ -134,9 +181,18 @@ fn summary_reports_mean_and_max_jitter_not_only_the_final_value() {
         report("A", 0, Direction::BToA, None, Some(calm)),
     ];
     let calls = merge(&spec, &results);
-    assert_eq!((calls[0].a_to_b.jitter_mean_ms, calls[0].a_to_b.jitter_max_ms), (23.0, 87.0));
+    assert_eq!(
+        (
+            calls[0].a_to_b.jitter_mean_ms,
+            calls[0].a_to_b.jitter_max_ms
+        ),
+        (23.0, 87.0)
+    );
     let s = summarize(&calls);
-    assert_eq!((s.jitter_ms, s.jitter_mean_ms, s.jitter_max_ms), (0.5, 12.0, 87.0));
+    assert_eq!(
+        (s.jitter_ms, s.jitter_mean_ms, s.jitter_max_ms),
+        (0.5, 12.0, 87.0)
+    );
 }
 
 #[test]
@@ -150,7 +206,10 @@ fn merge_uses_measured_burst_ratio_only_when_asked() {
         report("D", 0, Direction::AToB, None, Some(lossy)),
     ];
     let random = merge(&spec, &results);
-    spec = serde_json::from_str(&spec_json().replace("\"criterion\"", "\"burst\": \"measured\", \"criterion\"")).unwrap();
+    spec = serde_json::from_str(
+        &spec_json().replace("\"criterion\"", "\"burst\": \"measured\", \"criterion\""),
+    )
+    .unwrap();
     assert_eq!(spec.burst, BurstModel::Measured);
     let measured = merge(&spec, &results);
     assert_eq!(random[0].a_to_b.burst_r, 1.0);
@@ -165,18 +224,43 @@ fn merge_notes_missing_reports() {
     let c = &calls[0];
     assert!(!c.supported);
     assert_eq!(c.a_to_b.received, 0);
-    assert!(c.notes.iter().any(|n| n.contains("no receiver report from node D")), "{:?}", c.notes);
-    assert!(c.notes.iter().any(|n| n.contains("no sender report from node D")), "{:?}", c.notes);
+    assert!(
+        c.notes
+            .iter()
+            .any(|n| n.contains("no receiver report from node D")),
+        "{:?}",
+        c.notes
+    );
+    assert!(
+        c.notes
+            .iter()
+            .any(|n| n.contains("no sender report from node D")),
+        "{:?}",
+        c.notes
+    );
 }
 
 #[test]
 fn merge_accepts_a_silent_direction_but_not_a_missing_one() {
     let spec: Spec = serde_json::from_str(spec_json()).unwrap();
-    let rx = |n: u64| ReceiveSummary { received: n, ..Default::default() };
+    let rx = |n: u64| ReceiveSummary {
+        received: n,
+        ..Default::default()
+    };
     // D sent nothing (silent) and A received nothing: nothing to judge.
-    let silent = merge(&spec, &[report("A", 0, Direction::BToA, None, Some(rx(0))), report("D", 0, Direction::BToA, Some(0), None)]);
+    let silent = merge(
+        &spec,
+        &[
+            report("A", 0, Direction::BToA, None, Some(rx(0))),
+            report("D", 0, Direction::BToA, Some(0), None),
+        ],
+    );
     assert!(silent[0].b_to_a.supported, "{:?}", silent[0]);
-    assert!(silent[0].notes.iter().any(|n| n.contains("silent")), "{:?}", silent[0].notes);
+    assert!(
+        silent[0].notes.iter().any(|n| n.contains("silent")),
+        "{:?}",
+        silent[0].notes
+    );
     // No sender report at all is not silence.
     let missing = merge(&spec, &[report("A", 0, Direction::BToA, None, Some(rx(0)))]);
     assert!(!missing[0].b_to_a.supported);
