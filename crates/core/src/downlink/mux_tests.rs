@@ -1,6 +1,7 @@
 //! Unit tests of the downlink multiplexer ([`super`]).
 
 use super::*;
+use crate::downlink::airtime::CellPhy;
 use crate::downlink::udp_checksum;
 use core::net::Ipv4Addr;
 
