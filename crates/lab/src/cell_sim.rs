@@ -20,6 +20,10 @@
 //! `airpack_core::downlink::loss`: `mux_loss`), `downlink-mux-red` / `-red2`
 //! (redundancy depth 1 / 2).
 //! `--send-jitter-us J`: each packet leaves up to J µs after its tick.
+//! `--free-downlink` (setup `off` only): every call's downlink goes from its
+//! outer node to its station over a cable of its own, so the AP sends no
+//! voice on the air: the uplink's own capacity, the ceiling of any downlink
+//! scheme (the bound's "uplink frames unchanged" with the DCF's collisions).
 //! `--ap-vo` (any setup): the AP's voice (frames and unicast relays) on a
 //! WMM access point's AC_VO queue (`ap_edca`, `crates/lab/ns3/air_edca.cc`;
 //! stations keep the DCF's access): `off` with it is the fair control.
@@ -352,22 +356,41 @@ impl MuxReport {
 /// pure simulation: the same [`Point`] as an emulated point of the cell,
 /// judged the same way; `downlink["AP.mux"]` holds the [`MuxReport`].
 pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> {
-    let jitter = SEND_JITTER_US.get().copied().unwrap_or(0);
-    cell_point_with(cfg, setup, n, AP_EDCA.get().copied().flatten(), jitter)
+    let knobs = Knobs {
+        edca: AP_EDCA.get().copied().flatten(),
+        send_jitter_us: SEND_JITTER_US.get().copied().unwrap_or(0),
+        free_downlink: FREE_DOWNLINK.get().copied().unwrap_or(false),
+    };
+    cell_point_with(cfg, setup, n, knobs)
 }
 
-/// [`cell_point`] with the AP's AC_VO at `edca` (`[aifsn, cwmin, cwmax,
-/// txop_us]`, `--ap-vo`) or without it (None); with it the point's
-/// `downlink["AP.edca"]` holds the program's counters (AP packets tagged,
-/// MPDUs queued at the AP's AC_VO and AC_BE); every packet leaves up to
-/// `send_jitter_us` µs after its tick (`--send-jitter-us`, 0: none).
+/// The model's options of a point (the run's flags).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Knobs {
+    /// The AP's AC_VO at `[aifsn, cwmin, cwmax, txop_us]` (`--ap-vo`), or
+    /// the DCF (None); with it the point's `downlink["AP.edca"]` holds the
+    /// program's counters (AP packets tagged, MPDUs queued at the AP's
+    /// AC_VO and AC_BE).
+    pub edca: Option<[u32; 4]>,
+    /// Every packet leaves up to this many µs after its tick
+    /// (`--send-jitter-us`, 0: none).
+    pub send_jitter_us: u32,
+    /// Downlinks over cables of their own (`--free-downlink`, setup off).
+    pub free_downlink: bool,
+}
+
+/// [`cell_point`] with the model's options `knobs`.
 pub fn cell_point_with(
     cfg: &ExperimentConfig,
     setup: Setup,
     n: u32,
-    edca: Option<[u32; 4]>,
-    send_jitter_us: u32,
+    knobs: Knobs,
 ) -> Result<Point> {
+    let Knobs {
+        edca,
+        send_jitter_us,
+        free_downlink: free,
+    } = knobs;
     let t0 = Instant::now();
     if crate::netns::interrupted() {
         bail!("interrupted");
@@ -383,7 +406,16 @@ pub fn cell_point_with(
     let mut spec: Spec =
         serde_json::from_value(voip_spec(&cfg, &addr, n, 0)).context("voip spec type")?;
     spec.start_at_unix_ms = None;
-    let flows = cell_flows(&cfg, &spec)?;
+    let mut flows = cell_flows(&cfg, &spec)?;
+    if free {
+        if setup != Setup::Off {
+            bail!(
+                "--free-downlink models the setup off only, not {}",
+                setup.name()
+            );
+        }
+        free_downlink(&mut cfg.topo, &mut flows);
+    }
     let dir = cfg
         .work_dir
         .join(format!("cellsim-{}-{n}-{}", setup.name(), cfg.seed));
@@ -450,6 +482,29 @@ pub fn cell_point_with(
     Ok(p)
 }
 
+/// `--free-downlink`: each downlink flow's path becomes `[outer, station]`
+/// over a cable of its own (added to `topo`, as the outer nodes' cables to
+/// the AP), so only the uplink and the AP's relays onto the wire remain.
+pub fn free_downlink(topo: &mut Topology, flows: &mut [VoiceFlow]) {
+    let base = topo.wired.first().cloned();
+    for f in flows.iter_mut().filter(|f| f.dir == Direction::BToA) {
+        let (o, s) = (f.path[0], *f.path.last().expect("a path"));
+        let (a, b) = (topo.nodes[o].clone(), topo.nodes[s].clone());
+        if !topo.wired.iter().any(|w| w.a == a && w.b == b) {
+            let (rate_mbit, delay_ms) = base
+                .as_ref()
+                .map_or((100.0, 0.0), |w| (w.rate_mbit, w.delay_ms));
+            topo.wired.push(crate::air_opts::Wired {
+                a,
+                b,
+                rate_mbit,
+                delay_ms,
+            });
+        }
+        f.path = vec![o, s];
+    }
+}
+
 /// `airpack lab cell-sim` arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CellSimArgs {
@@ -507,7 +562,15 @@ pub struct CellSimArgs {
     /// (`ap.loss_start_unicast = false`).
     #[arg(long, conflicts_with = "loss_start_unicast")]
     loss_start_frame: bool,
+    /// Setup `off` only: every call's downlink reaches its station over a
+    /// cable of its own (no voice from the AP on the air): the capacity of
+    /// the uplink alone, the ceiling of any downlink scheme.
+    #[arg(long)]
+    free_downlink: bool,
 }
+
+/// The run's `--free-downlink` (set once by [`main`]).
+static FREE_DOWNLINK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// The run's `--send-jitter-us` (set once by [`main`]).
 static SEND_JITTER_US: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
@@ -605,6 +668,7 @@ pub fn main(a: CellSimArgs) -> Result<()> {
         bail!("--send-jitter-us {}: must be below 20000", a.send_jitter_us);
     }
     let _ = SEND_JITTER_US.set(a.send_jitter_us);
+    let _ = FREE_DOWNLINK.set(a.free_downlink);
     crate::netns::catch_interrupts();
     let split = |s: &str| -> Vec<String> {
         s.split(',')

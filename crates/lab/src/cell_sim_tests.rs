@@ -19,6 +19,7 @@ fn args() -> CellSimArgs {
         ap_vo_edca: "1,3,7,0".into(),
         send_jitter_us: 0,
         loss_start_frame: false,
+        free_downlink: false,
     }
 }
 
@@ -222,8 +223,12 @@ fn small_cell_with_the_ap_on_ac_vo() {
     let w = work("edca");
     let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
     let line = crate::experiment::point_line;
-    let off = cell_point_with(&c, Setup::Off, 4, Some(AP_VO_DEFAULT), 0).unwrap();
-    let mux = cell_point_with(&c, Setup::DownlinkMux, 4, Some(AP_VO_DEFAULT), 0).unwrap();
+    let vo = Knobs {
+        edca: Some(AP_VO_DEFAULT),
+        ..Knobs::default()
+    };
+    let off = cell_point_with(&c, Setup::Off, 4, vo).unwrap();
+    let mux = cell_point_with(&c, Setup::DownlinkMux, 4, vo).unwrap();
     let _ = std::fs::remove_dir_all(&w);
     for p in [&off, &mux] {
         assert!(p.supported && p.loss_max == 0.0, "{}", line(p));
@@ -263,8 +268,12 @@ fn send_jitter_moves_packets_off_their_ticks() {
     }
     let w = work("jitter");
     let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
-    let exact = cell_point_with(&c, Setup::DownlinkMux, 1, None, 0).unwrap();
-    let jit = cell_point_with(&c, Setup::DownlinkMux, 1, None, 1000).unwrap();
+    let exact = cell_point_with(&c, Setup::DownlinkMux, 1, Knobs::default()).unwrap();
+    let jitter = Knobs {
+        send_jitter_us: 1000,
+        ..Knobs::default()
+    };
+    let jit = cell_point_with(&c, Setup::DownlinkMux, 1, jitter).unwrap();
     let _ = std::fs::remove_dir_all(&w);
     let line = crate::experiment::point_line;
     for p in [&exact, &jit] {
@@ -279,4 +288,55 @@ fn send_jitter_moves_packets_off_their_ticks() {
         "{} frames",
         frames(&jit)
     );
+}
+
+/// `--free-downlink`: each downlink becomes `[outer, station]` over a cable
+/// of its own (one per pair, as rated as the outer nodes' cables), uplinks
+/// keep their path through the AP.
+#[test]
+fn free_downlink_puts_each_downlink_on_a_cable() {
+    let c = config("cell:b11:11:2", "g729", &args(), &work("free")).unwrap();
+    let (mut c, s) = spec_of(&c, 3);
+    let mut flows = cell_flows(&c, &s).unwrap();
+    let before = c.topo.wired.len();
+    free_downlink(&mut c.topo, &mut flows);
+    // AP, S1, S2, O1, O2; calls S1-O1, S1-O2, S2-O1
+    assert_eq!(flows[0].path, [1, 0, 3], "uplink unchanged");
+    assert_eq!(flows[1].path, [3, 1]);
+    assert_eq!(flows[3].path, [4, 1]);
+    assert_eq!(flows[5].path, [3, 2]);
+    let pairs: Vec<(&str, &str)> = c.topo.wired[before..]
+        .iter()
+        .map(|w| (w.a.as_str(), w.b.as_str()))
+        .collect();
+    assert_eq!(pairs, [("O1", "S1"), ("O2", "S1"), ("O1", "S2")]);
+    assert!(c.topo.wired[before..]
+        .iter()
+        .all(|w| w.rate_mbit == c.topo.wired[0].rate_mbit));
+    let text = cell_config(&c, &s, &flows, None, Path::new("/x/p"), Path::new("/x/m")).unwrap();
+    assert!(text.contains("path 1 3 1\n"), "{text}");
+}
+
+/// Runs the ns-3 program: 4 calls with free downlinks are supported and
+/// the AP sends no voice on the air (its frames are beacons: fewer than a
+/// tenth of the 800 downlink packets).
+#[test]
+fn small_cell_with_free_downlinks() {
+    if let Err(why) = air_ns3::check_available() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let w = work("free-sim");
+    let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
+    let free = Knobs {
+        free_downlink: true,
+        ..Knobs::default()
+    };
+    let p = cell_point_with(&c, Setup::Off, 4, free).unwrap();
+    assert!(cell_point_with(&c, Setup::DownlinkMux, 4, free).is_err());
+    let _ = std::fs::remove_dir_all(&w);
+    let line = crate::experiment::point_line;
+    assert!(p.supported && p.loss_max == 0.0, "{}", line(&p));
+    assert!(p.frames_per_node["AP"] < 80, "{:?}", p.frames_per_node);
+    assert!(p.frames_per_node["S1"] >= 200, "{:?}", p.frames_per_node);
 }
