@@ -2,7 +2,7 @@
 //! mesh gateway, a string of wireless hops behind the gateway, voice calls
 //! and TCP downloads from the wired side into the mesh.
 //!
-//! Owns: the `gw:N[:DELAY_MS[:RATE_MBIT]]` presets ([`GwSpec`]), their
+//! Owns: the `gw:N[:DELAY_MS[:RATE_MBIT]][:cs2]` presets ([`GwSpec`]), their
 //! topology ([`GwSpec::topology`]), and what the gateway arms of an
 //! experiment put on the gateway `G`: the qdiscs of `voice-priority` and
 //! `fixed-shaper` ([`qdisc_script`]) and the daemon config of `pacer`
@@ -16,6 +16,11 @@
 //!   the seed's Internet delay); `G` then `M1 .. MN` form a string of N radio
 //!   hops (adhoc, 802.11a 12 Mbit/s `a12`, neighbours only hear neighbours:
 //!   spatial reuse and hidden terminals from 3 hops on, as in `string:N`);
+//! - with `:cs2` ([`GwSpec::cs2`], seed 003's testbed), nodes two hops apart
+//!   also hear each other (`[wifi] in_range`: airtime, carrier sense and
+//!   interference, no route); nodes three or more hops apart still do not
+//!   (the seed's "interference but no carrier sense" at three hops is not
+//!   expressible with `in_range`, which is all or nothing);
 //! - every call is `S <-> MN` (seed 003: VoIP between the wired side and a
 //!   client at the end of the string, across all N hops), every TCP flow a
 //!   bulk transfer `S -> MN`.
@@ -67,14 +72,22 @@ pub struct GwSpec {
     /// Calls joining and leaving during a point (`lab point --calls-at`);
     /// None: all calls start and end together.
     pub schedule: Option<crate::experiment::Schedule>,
+    /// Seed 003's testbed relations (`:cs2`): nodes two hops apart on the
+    /// radio string are in carrier-sense range (`[wifi] in_range`), not
+    /// hidden from each other; false: only neighbours hear each other.
+    pub cs2: bool,
 }
 
 impl GwSpec {
-    /// Parse `gw:N[:DELAY_MS[:RATE_MBIT]]`; None if `name` is no gateway
-    /// preset. TCP options take their defaults (no flows, cubic).
+    /// Parse `gw:N[:DELAY_MS[:RATE_MBIT]][:cs2]`; None if `name` is no
+    /// gateway preset. TCP options take their defaults (no flows, cubic).
     pub fn parse(name: &str) -> Option<Result<GwSpec>> {
         let rest = name.strip_prefix("gw:")?;
         Some((|| {
+            let (rest, cs2) = match rest.strip_suffix(":cs2") {
+                Some(r) => (r, true),
+                None => (rest, false),
+            };
             let mut it = rest.split(':');
             let hops = it
                 .next()
@@ -102,7 +115,7 @@ impl GwSpec {
                 10_000.0,
             )?;
             if it.next().is_some() {
-                bail!("gateway preset {name:?}: use gw:HOPS[:DELAY_MS[:RATE_MBIT]]");
+                bail!("gateway preset {name:?}: use gw:HOPS[:DELAY_MS[:RATE_MBIT]][:cs2]");
             }
             Ok(GwSpec {
                 hops,
@@ -116,11 +129,12 @@ impl GwSpec {
                 pacer_controller: "search".into(),
                 pacer_set: Vec::new(),
                 schedule: None,
+                cs2,
             })
         })())
     }
 
-    /// Name of the preset (`gw3`, `gw3-d10`, `gw3-d30-r10`).
+    /// Name of the preset (`gw3`, `gw3-d10`, `gw3-d30-r10`, `gw4-cs2`).
     pub fn name(&self) -> String {
         let mut s = format!("gw{}", self.hops);
         if self.wired_delay_ms != DEFAULT_DELAY_MS || self.wired_mbit != DEFAULT_WIRED_MBIT {
@@ -128,6 +142,9 @@ impl GwSpec {
         }
         if self.wired_mbit != DEFAULT_WIRED_MBIT {
             s.push_str(&format!("-r{}", self.wired_mbit));
+        }
+        if self.cs2 {
+            s.push_str("-cs2");
         }
         s
     }
@@ -138,13 +155,21 @@ impl GwSpec {
     }
 
     /// The topology: `S` -cable- `G` -radio- `M1` -radio- ... `MN`, 802.11a
-    /// 12 Mbit/s on the ns-3 air, calls `S <-> MN`.
+    /// 12 Mbit/s on the ns-3 air, calls `S <-> MN`; with `cs2`, each pair
+    /// two radio hops apart (`G`-`M2`, `M1`-`M3`, ...) in range.
     pub fn topology(&self) -> Topology {
         let mut nodes = vec![SERVER.to_string(), GW.to_string()];
         nodes.extend((1..=self.hops).map(|i| format!("M{i}")));
         let links = (1..=self.hops)
             .map(|i| [nodes[i].clone(), nodes[i + 1].clone()])
             .collect();
+        let in_range = if self.cs2 {
+            (1..self.hops)
+                .map(|i| [nodes[i].clone(), nodes[i + 2].clone()])
+                .collect()
+        } else {
+            Vec::new()
+        };
         Topology {
             name: self.name(),
             calls: vec![[SERVER.to_string(), self.mesh_end()]],
@@ -154,7 +179,10 @@ impl GwSpec {
             phy: Some("a12".into()),
             routing: Routing::Static,
             air: Air::Ns3,
-            wifi: Default::default(),
+            wifi: crate::air_opts::WifiOpts {
+                in_range,
+                ..Default::default()
+            },
             wired: vec![Wired {
                 a: GW.into(),
                 b: SERVER.into(),
@@ -328,6 +356,88 @@ mod tests {
             assert!(GwSpec::parse(bad).unwrap().is_err(), "{bad}");
         }
         assert!(GwSpec::parse("string:2").is_none());
+        // seed 003's testbed relations: a trailing `:cs2`
+        let g = GwSpec::parse("gw:4:30:cs2").unwrap().unwrap();
+        assert_eq!((g.hops, g.wired_delay_ms, g.cs2), (4, 30.0, true));
+        assert_eq!(g.name(), "gw4-cs2");
+        let g = GwSpec::parse("gw:3:cs2").unwrap().unwrap();
+        assert_eq!((g.hops, g.wired_delay_ms, g.cs2), (3, 30.0, true));
+        assert_eq!(
+            GwSpec::parse("gw:2:10:20:cs2").unwrap().unwrap().name(),
+            "gw2-d10-r20-cs2"
+        );
+        assert!(!GwSpec::parse("gw:4:30").unwrap().unwrap().cs2);
+        for bad in [
+            "gw:cs2",
+            "gw:4:cs2:30",
+            "gw:4:cs3",
+            "gw:4:30:cs2:cs2",
+            "gw:4:30:10:1:cs2",
+        ] {
+            assert!(GwSpec::parse(bad).unwrap().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cs2_puts_nodes_two_hops_apart_in_range_and_only_those() {
+        let t = GwSpec::parse("gw:4:30:cs2").unwrap().unwrap().topology();
+        t.validate().unwrap();
+        t.check_air_opts_fit().unwrap();
+        let pair = |a: &str, b: &str| [a.to_string(), b.to_string()];
+        assert_eq!(
+            t.wifi.in_range,
+            [pair("G", "M2"), pair("M1", "M3"), pair("M2", "M4")]
+        );
+        // the same routes, links and neighbours as without: in range is not a route
+        let plain = GwSpec::parse("gw:4:30").unwrap().unwrap().topology();
+        assert!(plain.wifi.in_range.is_empty());
+        assert_eq!(t.links, plain.links);
+        assert_eq!(t.wired, plain.wired);
+        let nh = t.next_hops();
+        assert_eq!(
+            t.path(&nh, "S", "M4").unwrap(),
+            ["S", "G", "M1", "M2", "M3", "M4"]
+        );
+        assert!(!t.neighbours("G").contains(&"M2".to_string()));
+        // three hops apart stays out of range (no carrier sense, no interference)
+        for (a, b) in [("G", "M3"), ("M1", "M4"), ("G", "M4"), ("S", "M1")] {
+            assert!(
+                !t.wifi
+                    .in_range
+                    .iter()
+                    .any(|p| p.contains(&a.to_string()) && p.contains(&b.to_string())),
+                "{a}-{b}"
+            );
+        }
+        // the ns-3 air gets each pair as a heard link at the links' loss
+        let opts = crate::topology::MediumOpts {
+            phy: crate::medium::preset("a12").unwrap(),
+            queue_limit: 50,
+            loss_pct: 0.0,
+        };
+        let conf = crate::air_ns3_conf::config_text(
+            &t,
+            &opts,
+            &Default::default(),
+            &[],
+            0.0,
+            &Default::default(),
+        );
+        let links: Vec<&str> = conf.lines().filter(|l| l.starts_with("link ")).collect();
+        assert_eq!(links.len(), 4 + 3, "{conf}");
+        // node indices: S 0, G 1, M1 2 ... M4 5
+        for (a, b) in [(1, 3), (2, 4), (3, 5)] {
+            assert!(
+                links
+                    .iter()
+                    .any(|l| l.starts_with(&format!("link {a} {b} "))),
+                "{conf}"
+            );
+        }
+        // one hop: nothing two hops apart
+        let one = GwSpec::parse("gw:1:cs2").unwrap().unwrap().topology();
+        assert!(one.wifi.in_range.is_empty());
+        one.validate().unwrap();
     }
 
     #[test]
