@@ -57,6 +57,7 @@
 //                          redundancy depth D); path hops along a `wired` cable go over it
 //   mux_entry P S0 .. Sm   entry bytes of a stream's packets (the last P repeat)
 //   mux_report PATH        the multiplexer's counters (JSON) at exit
+//   mux_copies N           every multiplexed frame sent N times (1-4)
 //   ap_edca AIFSN CWMIN CWMAX TXOP_US   infrastructure: every node QoS at the DCF's
 //                          access, the AP's AC_VO at these values, the AP's voice on
 //                          AC_VO (air_edca.cc)

@@ -57,6 +57,9 @@
 //   mux_entry PERIOD S0 S1 .. Sm   entry k of a stream is Sk; beyond Sm the
 //                                  last PERIOD sizes repeat
 //   mux_report PATH                 the model's counters as JSON at exit
+//   mux_copies N                    every frame is sent N times (1-4), each copy
+//                                  its own MPDU and channel access; a station
+//                                  takes the first copy it gets, ignores the rest
 //   mux_loss LIMIT CLEAR KEEP MIN_FRAMES PERIOD_US BUDGET UNICAST_US MC_FIXED_US MC_US_PER_BYTE
 //            START CHECK_US TRIAL_US  the loss rule (fractions; airtime guard; new stations)
 //
@@ -105,6 +108,7 @@ struct MuxCfg
     uint32_t start = 0;
     uint64_t check_us = 200000;
     uint64_t trial_us = 0;
+    uint32_t copies = 1;
 } g_mux;
 
 // Loss rule, per node (a station: a node MuxTake was asked to reach).
@@ -184,6 +188,9 @@ EventId g_close;                    // its interval deadline
 std::vector<uint32_t> g_entries_of; // entries so far per flow
 // per node: frames received, entries taken (own block / repeat), duplicates
 std::vector<uint64_t> g_rx_frames, g_rx_own, g_rx_repeat, g_rx_dup;
+// per node: extra copies of a frame already taken (mux_copies), last frame index taken
+std::vector<uint64_t> g_rx_copies;
+std::vector<int64_t> g_rx_last;
 uint64_t g_closed_size = 0, g_closed_interval = 0, g_repeated = 0;
 
 const uint32_t kMagic = 0xA1C0FFEE;
@@ -241,9 +248,12 @@ void Close(bool by_size)
         b[x] = uint8_t(kMagic >> (24 - 8 * x));
         b[4 + x] = uint8_t(index >> (24 - 8 * x));
     }
-    Ptr<Packet> frame = Create<Packet>(b.data(), bytes);
-    EdcaTag(g_mux.ap, frame); // AC_VO with `ap_edca` (air_edca.cc)
-    SendWifiFrom(g_mux.ap, frame, Mac48Address("01:00:5e:00:00:0a"), 0x0800);
+    for (uint32_t c = 0; c < g_mux.copies; c++)
+    {
+        Ptr<Packet> frame = Create<Packet>(b.data(), bytes);
+        EdcaTag(g_mux.ap, frame); // AC_VO with `ap_edca` (air_edca.cc)
+        SendWifiFrom(g_mux.ap, frame, Mac48Address("01:00:5e:00:00:0a"), 0x0800);
+    }
 }
 
 void Take(uint32_t i, const MuxFrame& f, bool repeat)
@@ -469,6 +479,10 @@ bool MuxDirective(const std::string& k, std::istringstream& s)
                     g_mux.udp_ip >> g_mux.depth) &&
                g_mux.interval_us > 0 && g_mux.max_frame > g_mux.header && g_mux.depth <= 4;
     }
+    if (k == "mux_copies")
+    {
+        return bool(s >> g_mux.copies) && g_mux.copies >= 1 && g_mux.copies <= 4;
+    }
     if (k == "mux_entry")
     {
         uint32_t x;
@@ -581,11 +595,18 @@ void MuxFrameReceived(uint32_t i, Ptr<const Packet> p)
     }
     if (g_rx_frames.size() < g_nodes.size())
     {
-        for (auto* v : {&g_rx_frames, &g_rx_own, &g_rx_repeat, &g_rx_dup})
+        for (auto* v : {&g_rx_frames, &g_rx_own, &g_rx_repeat, &g_rx_dup, &g_rx_copies})
         {
             v->resize(g_nodes.size(), 0);
         }
+        g_rx_last.resize(g_nodes.size(), -1);
     }
+    if (int64_t(index) <= g_rx_last[i])
+    {
+        g_rx_copies[i]++; // a copy of a frame already taken (mux_copies)
+        return;
+    }
+    g_rx_last[i] = index;
     g_rx_frames[i]++;
     const MuxFrame& f = g_sent[index];
     if (g_mux.loss)
@@ -647,7 +668,8 @@ void WriteMuxReport()
         }
         o << (first ? "" : ",") << "{\"node\":\"" << g_nodes[i].name
           << "\",\"frames\":" << g_rx_frames[i] << ",\"own\":" << g_rx_own[i]
-          << ",\"recovered\":" << g_rx_repeat[i] << ",\"duplicates\":" << g_rx_dup[i] << "}";
+          << ",\"recovered\":" << g_rx_repeat[i] << ",\"duplicates\":" << g_rx_dup[i]
+          << ",\"copies\":" << g_rx_copies[i] << "}";
         first = false;
     }
     o << "]}\n";

@@ -24,6 +24,8 @@
 //! outer node to its station over a cable of its own, so the AP sends no
 //! voice on the air: the uplink's own capacity, the ceiling of any downlink
 //! scheme (the bound's "uplink frames unchanged" with the DCF's collisions).
+//! `--frame-copies N` (multiplexed setups): every frame is sent N times,
+//! each copy its own channel access; a station takes the first it gets.
 //! `--ap-vo` (any setup): the AP's voice (frames and unicast relays) on a
 //! WMM access point's AC_VO queue (`ap_edca`, `crates/lab/ns3/air_edca.cc`;
 //! stations keep the DCF's access): `off` with it is the fair control.
@@ -279,6 +281,9 @@ pub struct StationRx {
     pub recovered: u64,
     /// Its packets it already had.
     pub duplicates: u64,
+    /// Extra copies of frames it had already taken (`--frame-copies`).
+    #[serde(default)]
+    pub copies: u64,
 }
 
 /// The multiplexer model's counters (`mux_report`).
@@ -360,6 +365,7 @@ pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point>
         edca: AP_EDCA.get().copied().flatten(),
         send_jitter_us: SEND_JITTER_US.get().copied().unwrap_or(0),
         free_downlink: FREE_DOWNLINK.get().copied().unwrap_or(false),
+        frame_copies: FRAME_COPIES.get().copied().unwrap_or(1),
     };
     cell_point_with(cfg, setup, n, knobs)
 }
@@ -377,6 +383,9 @@ pub struct Knobs {
     pub send_jitter_us: u32,
     /// Downlinks over cables of their own (`--free-downlink`, setup off).
     pub free_downlink: bool,
+    /// Every multiplexed frame sent this many times (`--frame-copies`,
+    /// the daemon's `ap.frame_copies`; 0 or 1: once).
+    pub frame_copies: u32,
 }
 
 /// [`cell_point`] with the model's options `knobs`.
@@ -390,6 +399,7 @@ pub fn cell_point_with(
         edca,
         send_jitter_us,
         free_downlink: free,
+        frame_copies,
     } = knobs;
     let t0 = Instant::now();
     if crate::netns::interrupted() {
@@ -449,6 +459,9 @@ pub fn cell_point_with(
     }
     if send_jitter_us > 0 {
         text.push_str(&format!("send_jitter_us {send_jitter_us}\n"));
+    }
+    if d.is_some() && frame_copies > 1 {
+        text.push_str(&format!("mux_copies {frame_copies}\n"));
     }
     let (mut p, r) =
         crate::validate_sim::run_program(&cfg, setup, n, &spec, &flows, &dir, text, &packets, t0)?;
@@ -567,7 +580,14 @@ pub struct CellSimArgs {
     /// the uplink alone, the ceiling of any downlink scheme.
     #[arg(long)]
     free_downlink: bool,
+    /// Multiplexed setups: every frame is sent this many times (1-4), each
+    /// copy its own channel access (the daemon's `ap.frame_copies`).
+    #[arg(long, default_value_t = 1)]
+    frame_copies: u32,
 }
+
+/// The run's `--frame-copies` (set once by [`main`]).
+static FRAME_COPIES: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
 
 /// The run's `--free-downlink` (set once by [`main`]).
 static FREE_DOWNLINK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -669,6 +689,10 @@ pub fn main(a: CellSimArgs) -> Result<()> {
     }
     let _ = SEND_JITTER_US.set(a.send_jitter_us);
     let _ = FREE_DOWNLINK.set(a.free_downlink);
+    if !(1..=4).contains(&a.frame_copies) {
+        bail!("--frame-copies {}: must be 1-4", a.frame_copies);
+    }
+    let _ = FRAME_COPIES.set(a.frame_copies);
     crate::netns::catch_interrupts();
     let split = |s: &str| -> Vec<String> {
         s.split(',')

@@ -20,6 +20,7 @@ fn args() -> CellSimArgs {
         send_jitter_us: 0,
         loss_start_frame: false,
         free_downlink: false,
+        frame_copies: 1,
     }
 }
 
@@ -339,4 +340,35 @@ fn small_cell_with_free_downlinks() {
     assert!(p.supported && p.loss_max == 0.0, "{}", line(&p));
     assert!(p.frames_per_node["AP"] < 80, "{:?}", p.frames_per_node);
     assert!(p.frames_per_node["S1"] >= 200, "{:?}", p.frames_per_node);
+}
+
+/// Runs the ns-3 program: with `--frame-copies 2` the AP sends every
+/// multiplexed frame twice and each station takes one of them (the other
+/// counted as a copy), so the calls get every packet once.
+#[test]
+fn small_cell_with_frame_copies() {
+    if let Err(why) = air_ns3::check_available() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let w = work("copies");
+    let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
+    let two = Knobs {
+        frame_copies: 2,
+        ..Knobs::default()
+    };
+    let p = cell_point_with(&c, Setup::DownlinkMux, 4, two).unwrap();
+    let _ = std::fs::remove_dir_all(&w);
+    let line = crate::experiment::point_line;
+    assert!(p.supported && p.loss_max == 0.0, "{}", line(&p));
+    let m: MuxReport = serde_json::from_value(p.downlink["AP.mux"].clone()).unwrap();
+    assert_eq!(m.stations.len(), 4);
+    for s in &m.stations {
+        assert_eq!(s.frames, m.frames, "{s:?}");
+        assert_eq!(s.copies, m.frames, "{s:?}");
+        assert!((200..=201).contains(&s.own), "{s:?}");
+    }
+    // the AP's frames: two per multiplexed frame, plus beacons
+    let ap = p.frames_per_node["AP"];
+    assert!(ap >= 2 * m.frames && ap < 2 * m.frames + 80, "{ap} {m:?}");
 }

@@ -191,6 +191,7 @@ pub const META: &[Meta] = &[
     m("ap.packets_repeated", C, "AP role: packets repeated from the previous frame (ap.redundancy)."),
     m("ap.frames", C, "AP role: frames the multiplexer sent."),
     map("ap.frames_by_reason", "reason", "AP role: frames sent, by what closed them."),
+    m("ap.frame_copies", C, "AP role: further copies of frames sent (ap.frame_copies; not in frames)."),
     m("ap.frame_datagrams_sent", C, "AP role: frame datagrams sent (one per frame and destination)."),
     m("ap.frame_send_errors", C, "AP role: frame datagrams the kernel refused."),
     m("ap.bytes_in", C, "AP role: bytes of the original IP packets that left in frames."),

@@ -69,6 +69,11 @@
 //!   rule and a frame holding one is never closed as unicast (its packets
 //!   already went by unicast). The station's socket receives each of
 //!   these packets twice (RTP receivers drop duplicates by sequence number).
+//! * Copies ([`MuxConfig::copies`] = N): each multicast frame is handed
+//!   out N times in a row (the copies as [`Transmit::copy`], counted in
+//!   [`MuxStats::copies`], not in the packets or frames sent); when the
+//!   queue is full, a frame that has left once gives up its further copies
+//!   before any unsent frame is dropped.
 //! * The mux stands in for the AP's forwarding step: TTL / hop limit is
 //!   decremented by `ttl_decrement` (1 by default; 0 when the driver hands
 //!   packets the kernel has already forwarded); a packet that would expire
@@ -166,6 +171,8 @@ pub struct Mux {
     unicast_addrs: Vec<IpAddr>,
     /// Those of them on a trial (a subset).
     trial_addrs: Vec<IpAddr>,
+    /// Copies of the head frame sent so far ([`MuxConfig::copies`]).
+    head_copies: u8,
 }
 
 impl Mux {
@@ -175,8 +182,10 @@ impl Mux {
         cfg.max_frame = cfg.max_frame.clamp(MIN_FRAME, super::MAX_FRAME);
         cfg.queue_frames = cfg.queue_frames.max(1);
         cfg.redundancy = cfg.redundancy.min(compact::MAX_DEPTH as u8);
+        cfg.copies = cfg.copies.clamp(1, MAX_COPIES);
         if cfg.format != Format::Compact {
             cfg.redundancy = 0;
+            cfg.copies = 1;
         }
         let frames = (0..=cfg.queue_frames)
             .map(|_| FrameBuf {
@@ -223,6 +232,7 @@ impl Mux {
             stats: MuxStats::default(),
             unicast_addrs: Vec::new(),
             trial_addrs: Vec::new(),
+            head_copies: 0,
             cfg,
         }
     }
@@ -609,7 +619,7 @@ impl Mux {
             let overhead = self.cfg.frame_overhead;
             let idx = (self.head + self.ready) % self.frames.len();
             let f = &mut self.frames[idx];
-            let frame_us = cell.multicast_us(f.len as u32 + overhead);
+            let frame_us = cell.multicast_us(f.len as u32 + overhead) * f64::from(self.cfg.copies);
             if frame_us >= f.unicast_us && f.trial == 0 {
                 // Unicast: the stations never see this frame (module doc).
                 f.unicast = true;
@@ -630,7 +640,10 @@ impl Mux {
         if self.cfg.redundancy > 0 {
             self.add_repeat();
         }
-        if self.ready == self.cfg.queue_frames {
+        if self.ready == self.cfg.queue_frames && self.head_copies > 0 {
+            // The oldest frame has left once: its further copies give way.
+            self.free_head();
+        } else if self.ready == self.cfg.queue_frames {
             let old = &mut self.frames[self.head];
             self.stats.dropped += old.count as u64;
             self.stats.trial_dropped += old.trial as u64;
@@ -705,6 +718,7 @@ impl Mux {
                 trial: 0,
                 unicast: true,
                 seq: 0,
+                copy: false,
                 reason: f.reason,
             };
             if f.cursor >= f.orig_len {
@@ -717,33 +731,54 @@ impl Mux {
             return Some(t);
         }
         buf[..f.len].copy_from_slice(&f.buf[..f.len]);
-        if let Some(cell) = self.cfg.airtime {
-            let frame_us = cell.multicast_us(f.len as u32 + self.cfg.frame_overhead);
-            self.stats.airtime_frames_us += frame_us.round() as u64;
-            self.stats.airtime_unicast_us += f.unicast_us.round() as u64;
-        }
-        let t = Transmit {
-            len: f.len,
-            packets: f.count,
-            trial: f.trial,
-            unicast: false,
-            seq: if self.cfg.format == Format::Compact {
-                f.seq
-            } else {
-                0
-            },
-            reason: f.reason,
+        let (len, count, trial, reason) = (f.len, f.count, f.trial, f.reason);
+        let (orig_bytes, unicast_us) = (f.orig_bytes, f.unicast_us);
+        let seq = if self.cfg.format == Format::Compact {
+            f.seq
+        } else {
+            0
         };
-        self.stats.sent_packets += f.count as u64;
-        self.stats.frames[f.reason as usize] += 1;
-        self.stats.bytes_in += f.orig_bytes;
-        self.stats.bytes_out += f.len as u64;
+        let first = self.head_copies == 0;
+        if let Some(cell) = self.cfg.airtime {
+            let frame_us = cell.multicast_us(len as u32 + self.cfg.frame_overhead);
+            self.stats.airtime_frames_us += frame_us.round() as u64;
+            if first {
+                self.stats.airtime_unicast_us += unicast_us.round() as u64;
+            }
+        }
+        if first {
+            self.stats.sent_packets += count as u64;
+            self.stats.frames[reason as usize] += 1;
+            self.stats.bytes_in += orig_bytes;
+            self.stats.bytes_out += len as u64;
+        } else {
+            // A further copy: the same bytes, its packets already counted.
+            self.stats.copies += 1;
+        }
+        self.head_copies += 1;
+        if self.head_copies >= self.cfg.copies {
+            self.free_head();
+        }
+        Some(Transmit {
+            len,
+            packets: if first { count } else { 0 },
+            trial: if first { trial } else { 0 },
+            unicast: false,
+            seq,
+            copy: !first,
+            reason,
+        })
+    }
+
+    /// The head frame has left (every copy): its buffer is free.
+    fn free_head(&mut self) {
+        let f = &mut self.frames[self.head];
         f.count = 0;
         f.len = 0;
         f.trial = 0;
-        self.head = (self.head + 1) % n;
+        self.head = (self.head + 1) % self.frames.len();
         self.ready -= 1;
-        Some(t)
+        self.head_copies = 0;
     }
 }
 

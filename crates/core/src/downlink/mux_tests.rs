@@ -396,3 +396,68 @@ fn frame_leaves_on_interval_size_and_idle() {
     assert_eq!((t.packets, t.reason), (1, FrameReason::Idle));
     assert_eq!(m.stats().frames, [1, 1, 1, 1]);
 }
+
+/// Copies: each frame leaves `copies` times with the same bytes and
+/// sequence number, its packets counted once; a station that misses any
+/// copy but one rebuilds every packet once (the other copies are stale);
+/// a full queue takes a frame's further copies before any unsent frame.
+#[test]
+fn copies_send_each_frame_again_and_count_its_packets_once() {
+    use crate::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
+    let dst = IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5));
+    let mut m = Mux::new(MuxConfig {
+        copies: 3,
+        ..MuxConfig::default()
+    });
+    m.add_stream(dst, 6600, 1).unwrap();
+    m.set_link_busy(0, true);
+    let mut d = Demux::new(DemuxConfig::default());
+    d.add_stream(1, dst, 6600);
+    let (mut buf, mut scratch) = (vec![0u8; 1440], vec![0u8; MAX_REBUILT]);
+    let mut got = Vec::new();
+    for k in 0..4u16 {
+        m.handle_packet(0, &g729(k, 160 * u32::from(k), 0, 64));
+        m.flush();
+        let mut bytes = Vec::new();
+        for c in 0..3 {
+            let t = m.poll_transmit(0, &mut buf).unwrap();
+            assert_eq!((t.seq, t.copy), (k, c > 0), "frame {k} copy {c}");
+            assert_eq!((t.packets, t.unicast), (usize::from(c == 0), false));
+            bytes.push(buf[..t.len].to_vec());
+            // frame k reaches the station only as its copy k % 3
+            if c == usize::from(k % 3) {
+                d.handle_frame(&buf[..t.len], &mut scratch, |p| got.push(p.to_vec()))
+                    .unwrap();
+            }
+        }
+        assert!(bytes.iter().all(|b| *b == bytes[0]));
+        assert!(m.poll_transmit(0, &mut buf).is_none());
+    }
+    let want: Vec<Vec<u8>> = (0..4u16)
+        .map(|k| g729(k, 160 * u32::from(k), 0, 63))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(d.stats().lost_frames, 0);
+    let st = m.stats();
+    assert_eq!((st.sent_packets, st.frames_sent(), st.copies), (4, 4, 8));
+
+    // Queue of 2: frame 4 has left once when frames 5 and 6 close; its
+    // last two copies give way, nothing is dropped.
+    let mut m = Mux::new(MuxConfig {
+        copies: 3,
+        queue_frames: 2,
+        ..MuxConfig::default()
+    });
+    m.add_stream(dst, 6600, 1).unwrap();
+    m.set_link_busy(0, true);
+    m.handle_packet(0, &g729(4, 640, 0, 64));
+    m.flush();
+    assert!(!m.poll_transmit(0, &mut buf).unwrap().copy);
+    for k in 5..7u16 {
+        m.handle_packet(0, &g729(k, 160 * u32::from(k), 0, 64));
+        m.flush();
+    }
+    let t = m.poll_transmit(0, &mut buf).unwrap();
+    assert_eq!((t.seq, t.copy, t.packets), (1, false, 1), "frame 5 next");
+    assert_eq!((m.stats().dropped, m.stats().copies), (0, 0));
+}

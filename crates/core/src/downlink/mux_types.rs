@@ -52,6 +52,14 @@ pub struct MuxConfig {
     /// repeat as many of its entries as fit, a window that rotates from
     /// frame to frame over the entries (module doc). Off: no block then.
     pub partial_repeat: bool,
+    /// Times each frame is sent (1-4, compact only; 1: once): the copies
+    /// after the first carry the same bytes and sequence number, each its
+    /// own channel access, so a frame is lost only when every copy is (a
+    /// multicast frame has no ACK and no retry: this is 802.11aa's
+    /// unsolicited retries, done above the MAC). A station takes the first
+    /// copy it gets and ignores the rest as stale. The airtime rule prices
+    /// all copies.
+    pub copies: u8,
 }
 
 impl Default for MuxConfig {
@@ -70,12 +78,16 @@ impl Default for MuxConfig {
             frame_overhead: 28,
             redundancy: 0,
             partial_repeat: false,
+            copies: 1,
         }
     }
 }
 
 /// Smallest `max_frame` accepted (a frame must hold one small packet).
 pub const MIN_FRAME: usize = 128;
+
+/// Most copies of a frame ([`MuxConfig::copies`]).
+pub const MAX_COPIES: u8 = 4;
 
 /// Why a registered stream's packet was handed back for unicast.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -193,6 +205,9 @@ pub struct Transmit {
     pub unicast: bool,
     /// Frame sequence number (compact; 0 for the seed layout).
     pub seq: u16,
+    /// A further copy of the frame just sent ([`MuxConfig::copies`]):
+    /// `packets` and `trial` are 0, so a driver counts its packets once.
+    pub copy: bool,
     /// Why it left.
     pub reason: FrameReason,
 }
@@ -254,6 +269,9 @@ pub struct MuxStats {
     pub trial: u64,
     /// Of `dropped`, trial copies.
     pub trial_dropped: u64,
+    /// Further copies of frames sent ([`MuxConfig::copies`]; not in
+    /// `frames`).
+    pub copies: u64,
 }
 
 impl MuxStats {

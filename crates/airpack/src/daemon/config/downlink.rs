@@ -109,6 +109,10 @@ pub struct ApSection {
     /// With redundancy: when the previous frame's whole block does not fit,
     /// repeat a rotating window of its packets, as many as fit.
     pub redundancy_partial: bool,
+    /// Times each frame is sent, 1-4 (compact only): the copies carry the
+    /// same sequence number, a station takes the first it gets; a frame is
+    /// lost only when every copy collides (802.11aa's unsolicited retries).
+    pub frame_copies: u8,
     /// Serve a station by unicast while the multicast loss it reports is
     /// above `loss_limit_pct` (airpack_core::downlink::loss).
     pub loss_aware: bool,
@@ -207,6 +211,7 @@ impl Default for ApSection {
             preamble: PreambleCfg::Long,
             redundancy: RedundancyCfg::Flag(false),
             redundancy_partial: false,
+            frame_copies: 1,
             loss_aware: true,
             loss_limit_pct: 1.0,
             loss_clear_pct: 0.5,
@@ -563,8 +568,25 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
             "needs format = \"compact\" (the seed layout has no repeat block)".into(),
         ));
     }
+    if !(1..=airpack_core::downlink::mux::MAX_COPIES).contains(&s.frame_copies) {
+        return Err(e(
+            "frame_copies",
+            format!(
+                "{} must be in 1-{}",
+                s.frame_copies,
+                airpack_core::downlink::mux::MAX_COPIES
+            ),
+        ));
+    }
+    if s.frame_copies > 1 && s.format == FormatCfg::Seed {
+        return Err(e(
+            "frame_copies",
+            "needs format = \"compact\" (the seed layout has no sequence number)".into(),
+        ));
+    }
     let mux = MuxConfig {
         redundancy: depth,
+        copies: s.frame_copies,
         partial_repeat: s.redundancy_partial,
         airtime,
         frame_overhead,

@@ -301,3 +301,32 @@ fn ap_frame_dscp_defaults_to_ef_and_is_checked() {
     let e = err(&format!("{base}frame_dscp = 300\n"));
     assert!(e.contains("frame_dscp"), "{e}");
 }
+
+#[test]
+fn frame_copies_are_one_to_four_and_compact_only() {
+    let base = format!("[ap]\nenabled = true\ninterfaces = [\"wlan0\"]\nkey = \"{K}\"\n");
+    let copies = |v: &str| {
+        parse("t.toml", &format!("{base}frame_copies = {v}\n"), &[], &[])
+            .map(|p| p.ap.unwrap().mux.copies)
+    };
+    assert_eq!(
+        parse("t.toml", &base, &[], &[])
+            .unwrap()
+            .ap
+            .unwrap()
+            .mux
+            .copies,
+        1
+    );
+    assert_eq!(copies("2").unwrap(), 2);
+    assert_eq!(copies("4").unwrap(), 4);
+    for bad in ["0", "5"] {
+        let e = format!("{:#}", copies(bad).unwrap_err());
+        assert!(e.contains("ap.frame_copies") && e.contains("1-4"), "{e}");
+    }
+    let e = err(&format!("{base}format = \"seed\"\nframe_copies = 2\n"));
+    assert!(
+        e.contains("ap.frame_copies") && e.contains("compact"),
+        "{e}"
+    );
+}

@@ -393,6 +393,7 @@ impl Ap {
             "packets_passed": m.passed,
             "unicast": unicast,
             "frames": m.frames_sent(),
+            "frame_copies": m.copies,
             "frames_by_reason": frames,
             "frame_datagrams_sent": self.frames_sent,
             "frame_send_errors": self.frame_send_errors,
