@@ -81,8 +81,9 @@
 //!    with a higher rate remembered for as many calls or more: the rate goes
 //!    up there at once. Calls leaving with nothing (higher) remembered: the
 //!    rate **climbs at once**: at the step that sees them gone by the calls'
-//!    ratio (old / new, at most `fast_up`), then by `fast_up` every
-//!    `probe_us` (no gentle first probes, no wait for a window, a cut's
+//!    ratio (old / new, at most `fast_up`; from the rate remembered for more
+//!    calls, if higher, by its calls' ratio), then by `fast_up` every
+//!    `probe_us` (within half a period; no gentle first probes, no wait for a window, a cut's
 //!    hold-off does not stop it, the hold band within the window after the
 //!    leave neither), each rate climbed from counting as good; the climb ends
 //!    at the first bad reading or reading in the hold band after that
@@ -416,6 +417,7 @@ impl Search {
         let reading = mos.filter(|m| m.is_finite()).unwrap_or(0.0);
         // 5. Calls joining and leaving.
         let mut jumped = false;
+        let mut climb_from = 0;
         if calls > self.calls {
             self.climb = false;
             self.good = None;
@@ -464,23 +466,25 @@ impl Search {
             match self.memory.recall(calls, now) {
                 Some((m, n)) if m > r && calls > 0 => {
                     // 6. Up to the rate known good for this many calls (or
-                    // more: then only a step of the climb).
+                    // more: the climb's first step starts from it).
                     self.change(r, m, now, s);
                     r = m;
                     self.good = Some(m);
-                    jumped = true;
                     self.recalled += 1;
                     if n == calls {
                         // Its knee is near: the next probes are gentle.
+                        jumped = true;
                         self.climb = false;
                         self.probes = 0;
+                    } else {
+                        climb_from = n;
                     }
                 }
                 _ => {}
             }
         }
         let left_now = calls < self.calls && !jumped;
-        let old_calls = self.calls;
+        let old_calls = climb_from.max(self.calls);
         self.calls = calls;
         let since = now.saturating_sub(self.changed_at.unwrap_or(now));
         let settled = since >= s.settle_us;
@@ -567,8 +571,11 @@ impl Search {
             }
             Band::Hold | Band::Fair | Band::Good if self.climb => {
                 self.note_after_cut(mos);
-                if left_now || since >= s.probe_us {
-                    if since >= s.probe_us {
+                // (Within half a period: the steps' times jitter around
+                // the period's grid.)
+                let due = since.saturating_add(c.period_us / 2) >= s.probe_us;
+                if left_now || due {
+                    if due {
                         // Fine for a probe's time: the rate a failed step
                         // goes back to.
                         self.good = Some(self.good.map_or(r, |g| g.max(r)));

@@ -210,3 +210,20 @@ fn after_calls_leave_with_nothing_remembered_the_rate_climbs_at_once() {
     assert_eq!(rc.rate_bps(), 405_000);
     assert!(!rc.search_view().climbing);
 }
+
+#[test]
+fn a_leave_climbs_from_the_rate_remembered_for_more_calls_on_a_jittery_grid() {
+    // The air's case: 16 calls known good at 300 kbit/s, a poor reading cut
+    // to 270 just before 8 of them left. The climb starts from the 300
+    // remembered for 16 (x 1.5 at once), and its next step comes a probe_us
+    // later even when the steps' times jitter by a fraction of the period.
+    let (mut rc, t) = settled16(300_000);
+    rc.on_timeout(t + 1_000_000, Some(3.5), 16);
+    assert_eq!(rc.rate_bps(), 270_000);
+    rc.on_timeout(t + 2_100_000, Some(3.75), 8);
+    assert_eq!(rc.rate_bps(), 450_000);
+    assert_eq!(rc.search_view().recalled, 1);
+    rc.on_timeout(t + 3_000_000, Some(3.75), 8);
+    rc.on_timeout(t + 4_000_000, Some(3.75), 8);
+    assert_eq!(rc.rate_bps(), 675_000, "1.9 s after the last step");
+}
