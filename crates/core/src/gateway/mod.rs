@@ -17,7 +17,10 @@ pub mod pacer;
 pub mod rate;
 pub mod search;
 #[cfg(test)]
+mod search_calls_join_tests;
+#[cfg(test)]
 mod search_calls_tests;
+pub mod search_memory;
 #[cfg(test)]
 mod search_tests;
 pub mod tcp;
