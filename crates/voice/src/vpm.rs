@@ -466,11 +466,7 @@ impl Vpm {
             return None;
         }
         self.scratch.sort_by(f64::total_cmp);
-        let i = rank::reading_index(
-            self.scratch.len(),
-            self.cfg.percentile,
-            self.cfg.rank_base,
-        );
+        let i = rank::reading_index(self.scratch.len(), self.cfg.percentile, self.cfg.rank_base);
         self.scratch.get(i).copied()
     }
 }

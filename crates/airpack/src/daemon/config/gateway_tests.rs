@@ -82,7 +82,10 @@ fn keys_and_rules_are_read() {
     assert_eq!((g.rate.floor_bps, g.rate.initial_bps), (100_000, 2_000_000));
     assert_eq!(g.vpm.window_us, 1_000_000);
     assert_eq!(g.vpm.percentile, 0.5);
-    assert_eq!(g.vpm.rank_base, 0, "a set percentile turns the rank rule off");
+    assert_eq!(
+        g.vpm.rank_base, 0,
+        "a set percentile turns the rank rule off"
+    );
     assert_eq!(g.voice_matches.len(), 2);
     assert_eq!(g.voice_matches[0].dst_ports, Some((5004, 5005)));
     assert_eq!(g.voice_matches[1].dscp, Some((46, 46)));
