@@ -22,8 +22,8 @@
 //! call's MOS, each call's MOS the lower of its two directions over the
 //! sliding window. Which call ([`rank`]): the `k`-th worst with
 //! `k = 1 + floor(log_b n)` when [`VpmConfig::rank_base`] `b` is set (the
-//! daemon's search controller: `b = 8`, the worst of 1-7 calls, the 2nd
-//! worst of 8-63, the 3rd of 64-511), else the configured percentile
+//! daemon's search controller: `b = 4`, the worst of 1-3 calls, the 2nd
+//! worst of 4-15, the 3rd of 16-63), else the configured percentile
 //! (0 = the worst, the seed's VPM).
 //!
 //! Which calls are judged (issue 12 point 8: the reading when calls leave

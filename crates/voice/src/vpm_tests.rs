@@ -324,7 +324,7 @@ fn rank_rule_sees_three_bad_calls_of_40_the_25th_percentile_does_not() {
     // others were clean; the 25th percentile (10th worst) read a clean call.
     let bad = |c: u8| if (10..=12).contains(&c) { 25 } else { 0 };
     let rank = VpmConfig {
-        rank_base: 8,
+        rank_base: 4,
         percentile: 0.25, // ignored while rank_base is set
         ..VpmConfig::default()
     };
@@ -333,7 +333,7 @@ fn rank_rule_sees_three_bad_calls_of_40_the_25th_percentile_does_not() {
     let lossy = v.call_quality(&key(10), now).unwrap().mos;
     assert!(lossy < clean - 0.1, "{lossy} {clean}");
     assert_eq!(v.active_calls(now), 40);
-    assert_eq!(v.network_mos(now), Some(lossy), "the 2nd worst of 40");
+    assert_eq!(v.network_mos(now), Some(lossy), "the 3rd worst of 40");
     let old = VpmConfig {
         rank_base: 0,
         ..rank
@@ -343,11 +343,11 @@ fn rank_rule_sees_three_bad_calls_of_40_the_25th_percentile_does_not() {
 }
 
 #[test]
-fn rank_rule_reads_the_2nd_worst_of_16_not_the_worst_nor_the_4th() {
+fn rank_rule_reads_the_3rd_worst_of_16_the_2nd_of_9_the_worst_of_3() {
     // Call c loses 1 in (1 + 3c): call 1 the worst, then 2, 3, 4 ...
     let every = |c: u8| 1 + 3 * u32::from(c);
     let cfg = VpmConfig {
-        rank_base: 8,
+        rank_base: 4,
         ..VpmConfig::default()
     };
     let (mut v, now) = calls_with_loss(cfg, 16, every);
@@ -355,7 +355,7 @@ fn rank_rule_reads_the_2nd_worst_of_16_not_the_worst_nor_the_4th() {
         .map(|c| v.call_quality(&key(c), now).unwrap().mos)
         .collect();
     assert!(m[..5].windows(2).all(|w| w[0] < w[1]), "{m:?}");
-    assert_eq!(v.network_mos(now), Some(m[1]));
+    assert_eq!(v.network_mos(now), Some(m[2]));
     // A reload to the percentile reads the 4th worst (index floor(0.25 x 15)).
     v.retune(&VpmConfig {
         rank_base: 0,
@@ -363,8 +363,8 @@ fn rank_rule_reads_the_2nd_worst_of_16_not_the_worst_nor_the_4th() {
         ..cfg
     });
     assert_eq!(v.network_mos(now), Some(m[3]));
-    // 7 calls: the worst.
-    v.retune(&cfg);
-    let (mut seven, now) = calls_with_loss(cfg, 7, every);
-    assert_eq!(seven.network_mos(now), Some(m[0]));
+    let (mut nine, now) = calls_with_loss(cfg, 9, every);
+    assert_eq!(nine.network_mos(now), Some(m[1]));
+    let (mut three, now) = calls_with_loss(cfg, 3, every);
+    assert_eq!(three.network_mos(now), Some(m[0]));
 }

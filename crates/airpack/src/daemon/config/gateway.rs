@@ -120,8 +120,9 @@ pub struct GatewaySection {
     pub mos_percentile: Option<f64>,
     /// The rank rule: the network MOS is the `k`-th worst call's,
     /// `k = 1 + floor(log_b n)` of `n` calls (`airpack_voice::vpm::rank`);
-    /// 0 = off (`mos_percentile`). Default: [`default_rank_base`] (8 for
-    /// `search`: the 2nd worst of 8-63 calls; off for `seed`).
+    /// 0 = off (`mos_percentile`). Default: [`default_rank_base`] (4 for
+    /// `search`: the 2nd worst of 4-15 calls, the 3rd of 16-63; off for
+    /// `seed`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mos_rank_base: Option<u32>,
     /// Playout buffer assumed at the listener, ms (later packets are lost).
@@ -184,12 +185,13 @@ pub fn default_percentile(_mode: Mode) -> f64 {
 }
 
 /// The rank rule's base when neither `mos_rank_base` nor `mos_percentile`
-/// is set: 8 for `search` (the worst of 1-7 calls, the 2nd worst of 8-63,
-/// the 3rd of 64-511), off (0) for `seed` (the worst call, the seed's VPM).
+/// is set: 4 for `search` (the worst of 1-3 calls, the 2nd worst of 4-15,
+/// the 3rd of 16-63, the 4th of 64-255; docs/gateway.md, "Which call the
+/// network MOS reads"), off (0) for `seed` (the worst call, the seed's VPM).
 pub fn default_rank_base(mode: Mode) -> u32 {
     match mode {
         Mode::Seed => 0,
-        Mode::Search => 8,
+        Mode::Search => 4,
     }
 }
 

@@ -35,9 +35,9 @@ fn defaults_are_the_seeds() {
         airpack_core::gateway::search::SearchConfig::default()
     );
     // The search controller's network MOS is the rank rule's k-th worst
-    // call (base 8: the 2nd worst of 8-63 calls), the seed's the worst
-    // call (issue 12 point 8, docs/gateway.md).
-    assert_eq!(g.vpm.rank_base, 8);
+    // call (base 4: the 2nd worst of 4-15 calls, the 3rd of 16-63), the
+    // seed's the worst call (issue 12 point 8, docs/gateway.md).
+    assert_eq!(g.vpm.rank_base, 4);
     assert_eq!(g.vpm.percentile, 0.0);
     let seed = parse(
         "t.toml",
@@ -237,7 +237,7 @@ fn mos_rank_base_is_read_and_0_falls_back_to_the_percentile() {
             .unwrap()
             .vpm
     };
-    assert_eq!(g("mos_rank_base = 4\n").rank_base, 4);
+    assert_eq!(g("mos_rank_base = 8\n").rank_base, 8);
     let v = g("controller = \"seed\"\nmos_rank_base = 8\n");
     assert_eq!((v.rank_base, v.percentile), (8, 0.0));
     let v = g("mos_rank_base = 0\nmos_percentile = 0.25\n");
