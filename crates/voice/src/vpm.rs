@@ -18,9 +18,13 @@
 //! ignored (a forged report cannot lower or raise the quality). The table is
 //! bounded ([`VpmConfig::max_calls`], allocated once); idle calls expire.
 //!
-//! Network quality ([`Vpm::network_mos`]): over the *judged* calls, the
-//! configured percentile of their MOS (0 = the worst), each call's MOS the
-//! lower of its two directions over the sliding window.
+//! Network quality ([`Vpm::network_mos`]): over the *judged* calls, one
+//! call's MOS, each call's MOS the lower of its two directions over the
+//! sliding window. Which call ([`rank`]): the `k`-th worst with
+//! `k = 1 + floor(log_b n)` when [`VpmConfig::rank_base`] `b` is set (the
+//! daemon's search controller: `b = 4`, the worst of 1-3 calls, the 2nd
+//! worst of 4-15, the 3rd of 16-63), else the configured percentile
+//! (0 = the worst, the seed's VPM).
 //!
 //! Which calls are judged (issue 12 point 8: the reading when calls leave
 //! and join). A call leaves the reading as soon as it is known to have
@@ -82,8 +86,13 @@ pub struct VpmConfig {
     pub idle_timeout_us: u64,
     /// Sliding window (µs) of the loss estimate and of "active".
     pub window_us: u64,
-    /// Which call's MOS is the network's: 0.0 the worst, 0.5 the median.
+    /// Which call's MOS is the network's when `rank_base` is 0: index
+    /// `floor(percentile * (n - 1))` of the sorted MOS, 0.0 the worst, 0.5
+    /// the median.
     pub percentile: f64,
+    /// The rank rule ([`rank`]): `b` >= 2 reads the `k`-th worst call,
+    /// `k = 1 + floor(log_b n)` of `n` judged calls; 0 reads `percentile`.
+    pub rank_base: u32,
     /// Playout buffer (ms): upstream packets later than this behind the
     /// call's fastest are lost for the listener.
     pub playout_ms: f64,
@@ -107,6 +116,7 @@ impl Default for VpmConfig {
             idle_timeout_us: 10_000_000,
             window_us: 4_000_000,
             percentile: 0.0,
+            rank_base: 0,
             playout_ms: 60.0,
             wired_delay_ms: 0.0,
             default_profile: Codec::G729.profile(20).expect("G.729 at 20 ms is valid"),
@@ -441,8 +451,9 @@ impl Vpm {
             .count()
     }
 
-    /// The network's voice quality now: the configured percentile of active
-    /// calls' MOS (`None` without an active call). Expires idle calls.
+    /// The network's voice quality now: the MOS of the active call the rank
+    /// rule or the percentile picks ([`rank::reading_index`]; `None`
+    /// without an active call). Expires idle calls.
     pub fn network_mos(&mut self, now_us: u64) -> Option<f64> {
         self.expire(now_us);
         self.scratch.clear();
@@ -455,12 +466,7 @@ impl Vpm {
             return None;
         }
         self.scratch.sort_by(f64::total_cmp);
-        let p = if self.cfg.percentile.is_finite() {
-            self.cfg.percentile.clamp(0.0, 1.0)
-        } else {
-            0.0
-        };
-        let i = (p * (self.scratch.len() - 1) as f64).floor() as usize;
+        let i = rank::reading_index(self.scratch.len(), self.cfg.percentile, self.cfg.rank_base);
         self.scratch.get(i).copied()
     }
 }
@@ -634,6 +640,9 @@ impl Call {
         })
     }
 }
+
+#[path = "vpm_rank.rs"]
+pub mod rank;
 
 #[cfg(test)]
 #[path = "vpm_tests.rs"]

@@ -306,3 +306,65 @@ proptest::proptest! {
         proptest::prop_assert!(v.calls.keys().all(|k| *k == key(0)));
     }
 }
+
+/// Calls `1..=n`, 200 packets each; call `c` drops every `every(c)`-th
+/// packet (0: none). Returns the VPM and the time of the reading.
+fn calls_with_loss(cfg: VpmConfig, n: u8, every: impl Fn(u8) -> u32) -> (Vpm, u64) {
+    let mut v = Vpm::new(cfg);
+    for c in 1..=n {
+        let e = every(c);
+        feed(&mut v, key(c), 0, 200, |i| e > 0 && i % e == 1, |_| 0);
+    }
+    (v, 200 * 20_000)
+}
+
+#[test]
+fn rank_rule_sees_three_bad_calls_of_40_the_25th_percentile_does_not() {
+    // Issue 12 point 8 at 1 hop: 3 of 40 calls lost 3-4.5 % while the
+    // others were clean; the 25th percentile (10th worst) read a clean call.
+    let bad = |c: u8| if (10..=12).contains(&c) { 25 } else { 0 };
+    let rank = VpmConfig {
+        rank_base: 4,
+        percentile: 0.25, // ignored while rank_base is set
+        ..VpmConfig::default()
+    };
+    let (mut v, now) = calls_with_loss(rank, 40, bad);
+    let clean = v.call_quality(&key(1), now).unwrap().mos;
+    let lossy = v.call_quality(&key(10), now).unwrap().mos;
+    assert!(lossy < clean - 0.1, "{lossy} {clean}");
+    assert_eq!(v.active_calls(now), 40);
+    assert_eq!(v.network_mos(now), Some(lossy), "the 3rd worst of 40");
+    let old = VpmConfig {
+        rank_base: 0,
+        ..rank
+    };
+    let (mut v, now) = calls_with_loss(old, 40, bad);
+    assert_eq!(v.network_mos(now), Some(clean), "the 10th worst of 40");
+}
+
+#[test]
+fn rank_rule_reads_the_3rd_worst_of_16_the_2nd_of_9_the_worst_of_3() {
+    // Call c loses 1 in (1 + 3c): call 1 the worst, then 2, 3, 4 ...
+    let every = |c: u8| 1 + 3 * u32::from(c);
+    let cfg = VpmConfig {
+        rank_base: 4,
+        ..VpmConfig::default()
+    };
+    let (mut v, now) = calls_with_loss(cfg, 16, every);
+    let m: Vec<f64> = (1..=16)
+        .map(|c| v.call_quality(&key(c), now).unwrap().mos)
+        .collect();
+    assert!(m[..5].windows(2).all(|w| w[0] < w[1]), "{m:?}");
+    assert_eq!(v.network_mos(now), Some(m[2]));
+    // A reload to the percentile reads the 4th worst (index floor(0.25 x 15)).
+    v.retune(&VpmConfig {
+        rank_base: 0,
+        percentile: 0.25,
+        ..cfg
+    });
+    assert_eq!(v.network_mos(now), Some(m[3]));
+    let (mut nine, now) = calls_with_loss(cfg, 9, every);
+    assert_eq!(nine.network_mos(now), Some(m[1]));
+    let (mut three, now) = calls_with_loss(cfg, 3, every);
+    assert_eq!(three.network_mos(now), Some(m[0]));
+}

@@ -600,6 +600,7 @@ pub fn known_keys() -> Vec<String> {
     c.daemon.source_check = Some(SourceCheck::Route);
     c.aggregation.link_mode = Some(LinkModeCfg::Adaptive);
     c.gateway.mos_percentile = Some(0.25);
+    c.gateway.mos_rank_base = Some(8);
     c.daemon.cpu_latency_us = Some(0);
     c.discovery.key = Some("00".repeat(16));
     c.discovery.radio_file = Some("/dev/shm/x.air".into());

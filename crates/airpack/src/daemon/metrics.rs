@@ -276,6 +276,7 @@ pub const META: &[Meta] = &[
     m("gateway.config.ceiling_bps", G, "Gateway: the highest TCP rate the controller allows, bit/s."),
     m("gateway.config.mos_window_us", G, "Gateway: the window of the voice quality estimate, µs."),
     m("gateway.config.mos_percentile", G, "Gateway: which call's MOS is the network's (0 the worst, 0.5 the median)."),
+    m("gateway.config.mos_rank_base", G, "Gateway: the rank rule's base b (the network's MOS is the k-th worst call's, k = 1 + floor(log_b calls)); 0: the percentile."),
     m("gateway.config.initial_bps", G, "Gateway: the TCP rate at start, before any call (search controller without a start per call: the most kept when the first call appears), bit/s."),
     m("gateway.config.settle_us", G, "Gateway search controller: how long a rate must hold before the MOS reflects it, µs."),
     m("gateway.config.probe_us", G, "Gateway search controller: how long a rate must hold before a fast increase, µs."),

@@ -113,11 +113,18 @@ pub struct GatewaySection {
     pub r_choke: f64,
     /// Sliding window of the per-call loss and of "active call", ms.
     pub mos_window_ms: u64,
-    /// Which call's MOS is the network's: 0 = the worst, 0.5 = the median.
-    /// Default: the controller's ([`default_percentile`]): the worst call
-    /// for `seed`, the calibrated percentile for `search`.
+    /// Which call's MOS is the network's when the rank rule is off: 0 = the
+    /// worst, 0.5 = the median. Setting it turns the rank rule off (unless
+    /// `mos_rank_base` is set too: refused). Default: [`default_percentile`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mos_percentile: Option<f64>,
+    /// The rank rule: the network MOS is the `k`-th worst call's,
+    /// `k = 1 + floor(log_b n)` of `n` calls (`airpack_voice::vpm::rank`);
+    /// 0 = off (`mos_percentile`). Default: [`default_rank_base`] (4 for
+    /// `search`: the 2nd worst of 4-15 calls, the 3rd of 16-63; off for
+    /// `seed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mos_rank_base: Option<u32>,
     /// Playout buffer assumed at the listener, ms (later packets are lost).
     pub playout_ms: f64,
     /// One-way delay outside the mesh added to the E-model delay, ms.
@@ -167,14 +174,24 @@ pub fn default_voice() -> Vec<GatewayRule> {
     }]
 }
 
-/// The network MOS's percentile of calls when `mos_percentile` is not
-/// set: the worst call (the seed's VPM) for the `seed` controller, the
-/// search controller's calibrated
-/// [`airpack_core::gateway::search::MOS_PERCENTILE`] for `search`.
-pub fn default_percentile(mode: Mode) -> f64 {
+/// The network MOS's percentile of calls when `mos_percentile` is not set
+/// and the rank rule is off: the worst call (the seed's VPM) for either
+/// controller. (The search controller reads the rank rule by default,
+/// [`default_rank_base`]; before it, the 25th percentile, which on the ns-3
+/// air at 1 hop never saw the 3 of 40 calls that failed: docs/gateway.md,
+/// "Which call the network MOS reads".)
+pub fn default_percentile(_mode: Mode) -> f64 {
+    0.0
+}
+
+/// The rank rule's base when neither `mos_rank_base` nor `mos_percentile`
+/// is set: 4 for `search` (the worst of 1-3 calls, the 2nd worst of 4-15,
+/// the 3rd of 16-63, the 4th of 64-255; docs/gateway.md, "Which call the
+/// network MOS reads"), off (0) for `seed` (the worst call, the seed's VPM).
+pub fn default_rank_base(mode: Mode) -> u32 {
     match mode {
-        Mode::Seed => 0.0,
-        Mode::Search => airpack_core::gateway::search::MOS_PERCENTILE,
+        Mode::Seed => 0,
+        Mode::Search => 4,
     }
 }
 
@@ -217,6 +234,7 @@ impl Default for GatewaySection {
             r_choke: r.r_choke,
             mos_window_ms: v.window_us / 1000,
             mos_percentile: None,
+            mos_rank_base: None,
             playout_ms: v.playout_ms,
             wired_delay_ms: v.wired_delay_ms,
             max_calls: 1024,
@@ -476,6 +494,23 @@ pub(super) fn check_gateway(
             format!("{percentile} must be in 0-1 (0 = the worst call)"),
         ));
     }
+    let rank_base = match (g.mos_rank_base, g.mos_percentile) {
+        (Some(b), Some(_)) if b != 0 => {
+            return Err(e(
+                "mos_rank_base",
+                format!("{b} and mos_percentile both set: set one (0 = use mos_percentile)"),
+            ))
+        }
+        (Some(b), _) => b,
+        (None, Some(_)) => 0,
+        (None, None) => default_rank_base(mode),
+    };
+    if rank_base == 1 || rank_base > 1024 {
+        return Err(e(
+            "mos_rank_base",
+            format!("{rank_base} must be 0 (off) or 2-1024"),
+        ));
+    }
     for (key, v) in [
         ("playout_ms", g.playout_ms),
         ("wired_delay_ms", g.wired_delay_ms),
@@ -584,6 +619,7 @@ pub(super) fn check_gateway(
         idle_timeout_us: g.call_idle_ms * 1000,
         window_us: g.mos_window_ms * 1000,
         percentile,
+        rank_base,
         playout_ms: g.playout_ms,
         wired_delay_ms: g.wired_delay_ms,
         ..VpmConfig::default()

@@ -34,13 +34,11 @@ fn defaults_are_the_seeds() {
         r.search,
         airpack_core::gateway::search::SearchConfig::default()
     );
-    // The search controller's network MOS is a percentile of the calls,
-    // the seed's the worst call (issue 12 point 8, docs/gateway.md).
-    assert_eq!(
-        g.vpm.percentile,
-        airpack_core::gateway::search::MOS_PERCENTILE
-    );
-    assert!(g.vpm.percentile > 0.0);
+    // The search controller's network MOS is the rank rule's k-th worst
+    // call (base 4: the 2nd worst of 4-15 calls, the 3rd of 16-63), the
+    // seed's the worst call (issue 12 point 8, docs/gateway.md).
+    assert_eq!(g.vpm.rank_base, 4);
+    assert_eq!(g.vpm.percentile, 0.0);
     let seed = parse(
         "t.toml",
         &format!("{BASE}controller = \"seed\"\n"),
@@ -51,6 +49,7 @@ fn defaults_are_the_seeds() {
     .gateway
     .unwrap();
     assert_eq!(seed.vpm.percentile, 0.0);
+    assert_eq!(seed.vpm.rank_base, 0, "the seed reads the worst call");
     assert_eq!(seed.rate.mode, airpack_core::gateway::rate::Mode::Seed);
     assert_eq!(g.voice_rules.len(), 1);
     assert_eq!(g.voice_rules[0].protocol, Some(17));
@@ -83,6 +82,10 @@ fn keys_and_rules_are_read() {
     assert_eq!((g.rate.floor_bps, g.rate.initial_bps), (100_000, 2_000_000));
     assert_eq!(g.vpm.window_us, 1_000_000);
     assert_eq!(g.vpm.percentile, 0.5);
+    assert_eq!(
+        g.vpm.rank_base, 0,
+        "a set percentile turns the rank rule off"
+    );
     assert_eq!(g.voice_matches.len(), 2);
     assert_eq!(g.voice_matches[0].dst_ports, Some((5004, 5005)));
     assert_eq!(g.voice_matches[1].dscp, Some((46, 46)));
@@ -106,6 +109,12 @@ fn errors_name_the_key() {
         ("initial_rate_kbps = 1\n", "gateway.initial_rate_kbps"),
         ("max_rate_kbps = 2000000\n", "gateway.max_rate_kbps"),
         ("mos_percentile = 2\n", "gateway.mos_percentile"),
+        ("mos_rank_base = 1\n", "gateway.mos_rank_base"),
+        ("mos_rank_base = 2000\n", "gateway.mos_rank_base"),
+        (
+            "mos_rank_base = 8\nmos_percentile = 0.1\n",
+            "gateway.mos_rank_base",
+        ),
         ("max_flows = 0\n", "gateway.max_flows"),
         ("flow_idle_ms = 100\n", "gateway.flow_idle_ms"),
         ("call_idle_ms = 100\n", "gateway.call_idle_ms"),
@@ -217,4 +226,22 @@ fn controller_keys() {
             ..airpack_core::gateway::rate::RateConfig::seed()
         }
     );
+}
+
+#[test]
+fn mos_rank_base_is_read_and_0_falls_back_to_the_percentile() {
+    let g = |extra: &str| {
+        parse("t.toml", &format!("{BASE}{extra}"), &[], &[])
+            .unwrap()
+            .gateway
+            .unwrap()
+            .vpm
+    };
+    assert_eq!(g("mos_rank_base = 8\n").rank_base, 8);
+    let v = g("controller = \"seed\"\nmos_rank_base = 8\n");
+    assert_eq!((v.rank_base, v.percentile), (8, 0.0));
+    let v = g("mos_rank_base = 0\nmos_percentile = 0.25\n");
+    assert_eq!((v.rank_base, v.percentile), (0, 0.25));
+    let v = g("mos_rank_base = 0\n");
+    assert_eq!((v.rank_base, v.percentile), (0, 0.0), "off: the worst call");
 }

@@ -668,6 +668,7 @@ impl Gateway {
                           self.rate.config().r_poor, self.rate.config().r_choke],
                 "mos_window_us": self.vpm.config().window_us,
                 "mos_percentile": self.vpm.config().percentile,
+                "mos_rank_base": self.vpm.config().rank_base,
             },
             "network_mos": self.network_mos,
             "calls": self.vpm.calls(),
