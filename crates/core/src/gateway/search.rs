@@ -122,8 +122,10 @@ pub const JOIN_WINDOWS: u64 = 2;
 /// three means a lighter load, whose knee is further away.
 pub const FIRST_PROBES: u32 = 3;
 
-/// Which call's MOS the search controller reads as the network's by
-/// default (`gateway.mos_percentile`; 0 = the worst call, the seed's VPM):
+/// The percentile reading the plant tests feed the search controller (and
+/// the daemon's reading when `gateway.mos_percentile = 0.25` is set; the
+/// daemon's default for `search` is now the rank rule, the k-th worst call
+/// with k = 1 + floor(log4 n), `gateway.mos_rank_base`, docs/gateway.md):
 /// the 25th percentile of the active calls' window MOS (the 4th worst of
 /// 16 calls, the 2nd worst of 7). Measured on the lab's 2-hop gateway with
 /// 16 calls and 3 TCP flows (docs/results.md, "Calibrating the gateway's
