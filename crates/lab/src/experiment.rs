@@ -299,6 +299,15 @@ pub fn run_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point> 
     run_point_with(cfg, setup, n, None)
 }
 
+/// The cell of `n` calls, keeping what the command line put on the
+/// preset's topology (`--ap-set`; until 2026-11-26 it was dropped here,
+/// so emulated cell points ran without it).
+pub fn scaled_cell(c: &crate::cell::CellSpec, topo: &Topology, n: u32) -> Topology {
+    let mut t = c.topology(n);
+    t.wifi.ap_set.clone_from(&topo.wifi.ap_set);
+    t
+}
+
 /// [`run_point`] with bulk TCP flows between the call endpoints beside the
 /// calls and, in every daemon, a class for their small packets
 /// ([`crate::tcp_voice`]; the gateway presets' flows are [`crate::gw`]'s).
@@ -314,7 +323,7 @@ pub fn run_point_with(
     let cfg = match &cfg.topo.cell {
         Some(c) => {
             scaled = ExperimentConfig {
-                topo: c.topology(n),
+                topo: scaled_cell(c, &cfg.topo, n),
                 ..cfg.clone()
             };
             &scaled
@@ -756,6 +765,19 @@ pub fn phy_label(p: &Phy) -> String {
 mod tests {
     use super::*;
     use crate::medium::preset;
+
+    /// `--ap-set` survives the cell's scaling to the point's calls (it was
+    /// dropped there: emulated cell points ran without it).
+    #[test]
+    fn scaled_cell_keeps_the_ap_settings() {
+        let mut t = Topology::preset("cell:b11:11:2").unwrap();
+        t.wifi.ap_set = crate::cell::ap_settings(&["frame_copies=2".into()]).unwrap();
+        let c = t.cell.clone().unwrap();
+        let s = scaled_cell(&c, &t, 6);
+        assert_eq!(s.nodes.iter().filter(|n| n.starts_with('S')).count(), 3);
+        assert_eq!(s.wifi.ap_set, [("frame_copies".to_string(), "2".to_string())]);
+        assert!(c.topology(6).wifi.ap_set.is_empty(), "the preset alone has none");
+    }
 
     pub(super) fn cfg() -> ExperimentConfig {
         ExperimentConfig {
