@@ -264,12 +264,10 @@ fn station_config(i: usize) -> String {
     )
 }
 
-#[test]
-fn ap_and_three_stations() {
-    if !can_run("daemon_downlink") {
-        return;
-    }
-    let mut net = Net::new("dl");
+/// The cell: W (wired, 10.171.0.0/24 to the AP), the AP, and `n`
+/// stations on a bridge (the "air") with the AP's cell interface; the
+/// stations route through the AP. Returns (W, AP, stations).
+fn cell(net: &mut Net, n: usize) -> (String, String, Vec<String>) {
     let w = net.ns("w");
     let ap = net.ns("ap");
     let hub = net.ns("hub");
@@ -278,21 +276,26 @@ fn ap_and_three_stations() {
     net.bridge(&hub);
     net.attach(&hub, &ap, "cell", "pap", &format!("{AP_CELL}/24"));
     let mut st = Vec::new();
-    for i in 0..3 {
+    for i in 0..n {
         let ns = net.ns(&format!("s{i}"));
-        net.attach(
-            &hub,
-            &ns,
-            "wl",
-            &format!("ps{i}"),
-            &format!("{}/24", station_ip(i)),
-        );
+        let addr = format!("{}/24", station_ip(i));
+        net.attach(&hub, &ns, "wl", &format!("ps{i}"), &addr);
         net.ip(
             &ns,
             &["route", "add", "default", "via", &AP_CELL.to_string()],
         );
         st.push(ns);
     }
+    (w, ap, st)
+}
+
+#[test]
+fn ap_and_three_stations() {
+    if !can_run("daemon_downlink") {
+        return;
+    }
+    let mut net = Net::new("dl");
+    let (w, ap, st) = cell(&mut net, 3);
 
     let mut apd = net.daemon(&ap, &ap_config(), &[]);
     let mut sd: Vec<_> = (0..3)
@@ -920,26 +923,15 @@ fn frame_copies_reach_the_station_once() {
         return;
     }
     let mut net = Net::new("dc");
-    let w = net.ns("w");
-    let ap = net.ns("ap");
-    let hub = net.ns("hub");
-    net.link(&w, "w0", &format!("{WIRED}/24"), &ap, "a0", "10.171.0.1/24");
-    net.ip(&w, &["route", "add", "10.172.0.0/24", "via", "10.171.0.1"]);
-    net.bridge(&hub);
-    net.attach(&hub, &ap, "cell", "pap", &format!("{AP_CELL}/24"));
-    let s0 = net.ns("s0");
-    net.attach(&hub, &s0, "wl", "ps0", &format!("{}/24", station_ip(0)));
-    net.ip(
-        &s0,
-        &["route", "add", "default", "via", &AP_CELL.to_string()],
-    );
+    let (w, ap, st) = cell(&mut net, 1);
+    let s0 = &st[0];
     let apd = net.daemon(&ap, &format!("{}frame_copies = 2\n", ap_config()), &[]);
-    let sd = net.daemon(&s0, &station_config(0), &[]);
+    let sd = net.daemon(s0, &station_config(0), &[]);
     wait_until("the station registered", WAIT, || {
         apd.stats().pointer("/ap/stations").and_then(|v| v.as_u64()) == Some(1)
             && sd.stats()["station"]["streams"] == 1
     });
-    let (rx, stop) = receiver(&s0, port(0));
+    let (rx, stop) = receiver(s0, port(0));
     const N: u32 = 30;
     send(&w, 0, 0, N);
     wait_until("every packet and every copy", WAIT, || {

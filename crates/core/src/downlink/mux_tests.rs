@@ -36,6 +36,19 @@ fn g729_to(port: u16, seq: u16, ts: u32, id: u16, ttl: u8) -> Vec<u8> {
     p
 }
 
+/// A mux with `cfg` and its station: stream 1 to 192.168.1.5:6600 on
+/// both, the medium busy (frames leave on flush or interval only).
+fn mux_and_station(cfg: MuxConfig) -> (Mux, crate::downlink::demux::Demux) {
+    use crate::downlink::demux::{Demux, DemuxConfig};
+    let dst = IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5));
+    let mut m = Mux::new(cfg);
+    m.add_stream(dst, 6600, 1).unwrap();
+    m.set_link_busy(0, true);
+    let mut d = Demux::new(DemuxConfig::default());
+    d.add_stream(1, dst, 6600);
+    (m, d)
+}
+
 fn mux() -> Mux {
     let mut m = Mux::new(MuxConfig::default());
     m.add_stream(IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5)), 6600, 1)
@@ -185,17 +198,12 @@ fn fallback_frames_drain_one_packet_at_a_time() {
 /// skipped as duplicates.
 #[test]
 fn redundancy_recovers_a_lost_frame() {
-    use crate::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
+    use crate::downlink::demux::MAX_REBUILT;
     let run = |lose: Option<usize>| {
-        let mut m = Mux::new(MuxConfig {
+        let (mut m, mut d) = mux_and_station(MuxConfig {
             redundancy: 1,
             ..MuxConfig::default()
         });
-        let dst = IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5));
-        m.add_stream(dst, 6600, 1).unwrap();
-        m.set_link_busy(0, true);
-        let mut d = Demux::new(DemuxConfig::default());
-        d.add_stream(1, dst, 6600);
         let (mut buf, mut scratch) = (vec![0u8; 1440], vec![0u8; MAX_REBUILT]);
         let mut got = Vec::new();
         for k in 0..6u16 {
@@ -230,18 +238,13 @@ fn redundancy_recovers_a_lost_frame() {
 /// that does not fit is left out (the newest kept).
 #[test]
 fn redundancy_depth_recovers_a_run_of_lost_frames() {
-    use crate::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
+    use crate::downlink::demux::MAX_REBUILT;
     let run = |depth: u8, max_frame: usize, lose: &[u16]| {
-        let mut m = Mux::new(MuxConfig {
+        let (mut m, mut d) = mux_and_station(MuxConfig {
             redundancy: depth,
             max_frame,
             ..MuxConfig::default()
         });
-        let dst = IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5));
-        m.add_stream(dst, 6600, 1).unwrap();
-        m.set_link_busy(0, true);
-        let mut d = Demux::new(DemuxConfig::default());
-        d.add_stream(1, dst, 6600);
         let (mut buf, mut scratch) = (vec![0u8; 1440], vec![0u8; MAX_REBUILT]);
         let (mut got, mut depths) = (Vec::new(), Vec::new());
         for k in 0..8u16 {
@@ -403,16 +406,11 @@ fn frame_leaves_on_interval_size_and_idle() {
 /// a full queue takes a frame's further copies before any unsent frame.
 #[test]
 fn copies_send_each_frame_again_and_count_its_packets_once() {
-    use crate::downlink::demux::{Demux, DemuxConfig, MAX_REBUILT};
-    let dst = IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5));
-    let mut m = Mux::new(MuxConfig {
+    use crate::downlink::demux::MAX_REBUILT;
+    let (mut m, mut d) = mux_and_station(MuxConfig {
         copies: 3,
         ..MuxConfig::default()
     });
-    m.add_stream(dst, 6600, 1).unwrap();
-    m.set_link_busy(0, true);
-    let mut d = Demux::new(DemuxConfig::default());
-    d.add_stream(1, dst, 6600);
     let (mut buf, mut scratch) = (vec![0u8; 1440], vec![0u8; MAX_REBUILT]);
     let mut got = Vec::new();
     for k in 0..4u16 {
@@ -443,13 +441,11 @@ fn copies_send_each_frame_again_and_count_its_packets_once() {
 
     // Queue of 2: frame 4 has left once when frames 5 and 6 close; its
     // last two copies give way, nothing is dropped.
-    let mut m = Mux::new(MuxConfig {
+    let (mut m, _) = mux_and_station(MuxConfig {
         copies: 3,
         queue_frames: 2,
         ..MuxConfig::default()
     });
-    m.add_stream(dst, 6600, 1).unwrap();
-    m.set_link_busy(0, true);
     m.handle_packet(0, &g729(4, 640, 0, 64));
     m.flush();
     assert!(!m.poll_transmit(0, &mut buf).unwrap().copy);
