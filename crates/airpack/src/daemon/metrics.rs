@@ -293,7 +293,7 @@ pub const META: &[Meta] = &[
     m("gateway.controller.window_peak_bps", G, "Gateway search controller: the highest rate still inside the MOS window, bit/s."),
     m("gateway.controller.calls", G, "Gateway search controller: active calls at its last step."),
     m("gateway.controller.cuts", C, "Gateway search controller: rate cuts."),
-    m("gateway.controller.recuts", C, "Gateway search controller: cuts again within a hold-off (loss went on after a cut)."),
+    m("gateway.controller.recuts", C, "Gateway search controller: cuts again within two windows of a cut (loss went on after a cut)."),
     m("gateway.controller.held_off", C, "Gateway search controller: bad readings not acted on (a cut still settling, or new calls' first window)."),
     // The gateway's TCP Improvement Module (`gateway.tcp_improvement`).
     map("gateway.tcp_improvement.read", "direction", "Gateway TCP improvement: packets read from its TUNs, into and out of the mesh."),

@@ -20,6 +20,8 @@ pub mod search;
 mod search_calls_join_tests;
 #[cfg(test)]
 mod search_calls_tests;
+#[cfg(test)]
+mod search_hold_tests;
 pub mod search_memory;
 #[cfg(test)]
 mod search_tests;

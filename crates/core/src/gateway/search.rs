@@ -25,9 +25,14 @@
 //!    2-3 s after it (the flows drain what is queued in the mesh). Only a
 //!    choke reading at least `probe_us` after the cut and `WORSE_MARGIN`
 //!    below every reading since it (new loss, so the cut was not enough)
-//!    cuts again at once; within two windows of a cut, a bad reading
-//!    `WORSE_MARGIN` above the worst since it is that loss passing, and
-//!    neither cuts nor is remembered. When the rate had been
+//!    cuts again at once. The hold-off ends half a period early (the steps'
+//!    times jitter around the period's grid: the 4th reading after a cut is
+//!    judged, even 20 ms early). Within two windows of a cut, a bad reading
+//!    `WORSE_MARGIN` above the worst since it and at least [`PASSING_STEP`]
+//!    above the reading before it is that loss passing, and neither cuts nor
+//!    is remembered; any other bad reading past the hold-off (choke or poor
+//!    that no longer improves: the loss at the rate cut to) cuts again,
+//!    blamed on the rate now. When the rate had been
 //!    probing above the last rate known good, the cut goes back to that rate
 //!    (or by the poor band's step if that is more) instead: the back-off is
 //!    as large as the probe that failed, not half the rate.
@@ -102,8 +107,20 @@ use crate::Micros;
 /// During the hold-off after a cut (from `probe_us` after it), a choke
 /// reading this far (MOS) below every reading since the cut means new loss:
 /// cut again at once. Within two windows of a cut, a bad reading this far
-/// above the worst since it is the loss from before the cut passing.
+/// above the worst since it is the loss from before the cut passing (while
+/// it also improves by [`PASSING_STEP`] a step).
 pub const WORSE_MARGIN: f64 = 0.2;
+
+/// Past a cut's hold-off, a bad reading is the loss from before the cut
+/// passing only while it improves on the reading before it by at least
+/// this much (MOS; about half of what one lost packet of a call's 200 in
+/// the window costs near 3.6): a window that sheds the loss gets better
+/// every step, one that does not is loss at the rate cut to. Measured on
+/// the air (docs/results.md, "Cutting again past a cut's hold-off"): a
+/// 3-hop run held its rate through choke readings 3.27, 3.20, 3.27, 3.28
+/// and poor 3.44, 3.43, 3.45, 3.54 after a cut (every call lost); where the
+/// loss passed, the readings rose 3.06 -> 3.29 -> 3.62.
+pub const PASSING_STEP: f64 = 0.05;
 
 /// Readings within this many `settle_us` after calls joined still hold
 /// the new calls' first packets (their own start, then a window that slides
@@ -248,6 +265,11 @@ pub struct Search {
     cut: Option<(Micros, f64)>,
     /// The lowest reading since the last cut.
     cut_low: f64,
+    /// The last reading (a finite MOS).
+    last: Option<f64>,
+    /// Half the controller's period: how early a step may come on the
+    /// period's grid (the hold-off ends this much before `settle_us`).
+    slack: Micros,
     /// Increases in a row without a bad rate known, since the start, the
     /// last cut or the last reading in the hold band.
     probes: u32,
@@ -268,7 +290,8 @@ pub struct Search {
     climb: bool,
     /// Jumps to a remembered rate (rule 6).
     recalled: u64,
-    /// Cuts made; of which, cuts again during a hold-off.
+    /// Cuts made; of which, cuts again within two windows of a cut (new
+    /// loss in the hold-off, or loss that does not pass after it).
     cuts: u64,
     recuts: u64,
     /// Readings ignored because a cut was still settling.
@@ -295,7 +318,7 @@ pub struct SearchView {
     pub window_peak_bps: u64,
     /// Active calls at the last step.
     pub calls: usize,
-    /// Cuts, cuts again within a hold-off, readings held off.
+    /// Cuts, cuts again within two windows of a cut, readings held off.
     pub cuts: u64,
     /// See [`SearchView::cuts`].
     pub recuts: u64,
@@ -336,7 +359,7 @@ impl Search {
 
     fn in_hold_off(&self, s: &SearchConfig, now: Micros) -> bool {
         self.cut
-            .is_some_and(|(at, _)| now.saturating_sub(at) < s.settle_us)
+            .is_some_and(|(at, _)| now.saturating_sub(at).saturating_add(self.slack) < s.settle_us)
     }
 
     /// A reading that did not cut: the lowest since the cut.
@@ -406,6 +429,11 @@ impl Search {
     ) -> u64 {
         let clamp = |r: u64| r.clamp(c.floor_bps, c.ceiling_bps);
         let mut r = rate;
+        self.slack = c.period_us / 2;
+        let last = self.last;
+        if let Some(m) = mos.filter(|m| m.is_finite()) {
+            self.last = Some(m);
+        }
         if self.changed_at.is_none() {
             self.changed_at = Some(now);
         }
@@ -532,16 +560,21 @@ impl Search {
                     && band == Band::Choke
                     && since_cut.is_some_and(|t| t >= s.probe_us)
                     && m < self.cut_low - WORSE_MARGIN;
-                // Within two windows of a cut, a bad reading that is better
-                // than the worst since the cut by the margin is that loss
-                // passing: not held against the rate cut to.
-                let recovering = !hold_off
-                    && since_cut.is_some_and(|t| t < 2 * s.settle_us)
-                    && m > self.cut_low + WORSE_MARGIN;
+                // Past the hold-off, within two windows of a cut, a bad
+                // reading that is better than the worst since the cut by the
+                // margin and still improving (the window sheds the loss) is
+                // that loss passing: not held against the rate cut to. Any
+                // other is the loss at the rate cut to: cut again.
+                let after = !hold_off
+                    && since_cut.is_some_and(|t| t.saturating_add(self.slack) < 2 * s.settle_us);
+                let recovering = after
+                    && m > self.cut_low + WORSE_MARGIN
+                    && last.is_some_and(|l| m >= l + PASSING_STEP);
+                let again = worse || (after && !recovering);
                 self.cut_low = self.cut_low.min(m);
-                // Blame the highest rate in the window; new loss after a cut
-                // (worse) blames the rate now.
-                let peak = if worse { r } else { self.window_peak(r, now) };
+                // Blame the highest rate in the window; loss after a cut
+                // that is new or does not pass blames the rate now.
+                let peak = if again { r } else { self.window_peak(r, now) };
                 if joining.is_none() && !leaving && !recovering {
                     let b = bad_now.map_or(peak, |b| b.min(peak));
                     self.bad = Some((b, now));
@@ -550,13 +583,13 @@ impl Search {
                     self.held_off += 1;
                     r
                 } else {
-                    if worse {
+                    if again {
                         self.recuts += 1;
                     }
                     self.cuts += 1;
-                    if worse || (settled && self.good.is_some_and(|g| g >= r)) {
-                        // Bad at a rate that held a good window, or new loss
-                        // at the rate cut back to: stale.
+                    if again || (settled && self.good.is_some_and(|g| g >= r)) {
+                        // Bad at a rate that held a good window, or loss at
+                        // the rate cut back to: stale.
                         self.good = None;
                     }
                     let n = match self.good.filter(|&g| g < r) {

@@ -25,7 +25,7 @@ const BURST: u64 = 2;
 const FAIL_PCT: f64 = 2.4;
 
 /// The E-model (ITU-T G.107, the voice crate's) for G.729 at 117 ms.
-fn mos(loss_pct: f64) -> f64 {
+pub(super) fn mos(loss_pct: f64) -> f64 {
     let d: f64 = 117.0;
     let id = 0.024 * d + if d > 177.3 { 0.11 * (d - 177.3) } else { 0.0 };
     let ie = 11.0 + (95.0 - 11.0) * loss_pct / (loss_pct + 19.0);
@@ -51,9 +51,9 @@ impl Rng {
 /// Calls through a mesh whose mean voice loss grows with the TCP rate:
 /// `base_pct` + `slope_pct` per capacity below the knee (the capacity the
 /// calls leave), and steeply (the queue overflows) above it.
-struct Calls {
-    n: usize,
-    capacity_bps: f64,
+pub(super) struct Calls {
+    pub(super) n: usize,
+    pub(super) capacity_bps: f64,
     base_pct: f64,
     slope_pct: f64,
     rng: Rng,
@@ -73,7 +73,7 @@ struct Calls {
 }
 
 impl Calls {
-    fn new(n: usize, capacity_bps: f64, seed: u64) -> Self {
+    pub(super) fn new(n: usize, capacity_bps: f64, seed: u64) -> Self {
         Calls {
             n,
             capacity_bps,
@@ -90,13 +90,13 @@ impl Calls {
     }
 
     /// The loss follows the rate `delay_s` (and `delay_s + 1`) seconds late.
-    fn delay(mut self, delay_s: usize) -> Self {
+    pub(super) fn delay(mut self, delay_s: usize) -> Self {
         self.delay_s = delay_s;
         self
     }
 
     /// Mean loss (%) added per capacity above the knee.
-    fn over(mut self, pct: f64) -> Self {
+    pub(super) fn over(mut self, pct: f64) -> Self {
         self.over_pct = pct;
         self
     }
@@ -110,7 +110,7 @@ impl Calls {
     /// One second at `rate`: each call's packets lost at random, in bursts
     /// of [`BURST`], upstream at the mean loss and downstream at a third of
     /// it (as measured at 2 hops: 1.15 % and 0.36 % at 296 kbit/s of TCP).
-    fn advance(&mut self, rate: u64) {
+    pub(super) fn advance(&mut self, rate: u64) {
         self.recent.push(rate);
         if self.recent.len() > self.delay_s + 2 {
             self.recent.remove(0);
@@ -145,7 +145,7 @@ impl Calls {
 
     /// The `percentile` of the calls' window MOS (each the lower of its
     /// two directions), as `airpack_voice::vpm::Vpm::network_mos` takes it.
-    fn reading(&self, percentile: f64) -> f64 {
+    pub(super) fn reading(&self, percentile: f64) -> f64 {
         let secs = (self.seconds as usize).clamp(1, WINDOW_S) as f64;
         let mut m: Vec<f64> = self
             .lost
@@ -161,7 +161,7 @@ impl Calls {
     }
 
     /// Calls whose loss over the run stays below [`FAIL_PCT`] both ways.
-    fn supported(&self) -> usize {
+    pub(super) fn supported(&self) -> usize {
         let sent = (self.seconds * PPS) as f64;
         self.total
             .iter()
@@ -240,7 +240,7 @@ fn reading_a_percentile_the_search_settles_near_the_capacity_and_calls_pass() {
 
 /// Rates of one run, for a failure message: the rate at each second in
 /// kbit/s.
-fn kbps(v: &[u64]) -> Vec<u64> {
+pub(super) fn kbps(v: &[u64]) -> Vec<u64> {
     v.iter().map(|r| r / 1000).collect()
 }
 
@@ -250,7 +250,7 @@ fn kbps(v: &[u64]) -> Vec<u64> {
 /// more loss per capacity above the knee: about 10 at 1-2 hops (432 kbit/s,
 /// 1.46 x the right rate at 2 hops, read 4 % upstream loss), steeper at 4-5
 /// hops (5 hops: 128 kbit/s, 1.07 x, read 3-8 %).
-fn chain(n: usize, cap: f64, over: f64, seed: u64) -> Calls {
+pub(super) fn chain(n: usize, cap: f64, over: f64, seed: u64) -> Calls {
     Calls::new(n, cap, seed).delay(2).over(over)
 }
 
