@@ -54,6 +54,18 @@ fn work(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("cell-sim-{tag}-{}", std::process::id()))
 }
 
+/// The simulated tests' cell (`cell:b11:11`, G.729) and its scratch
+/// directory, or None (after a SKIP line) without the ns-3 program.
+fn b11_cell(tag: &str) -> Option<(PathBuf, ExperimentConfig)> {
+    if let Err(why) = air_ns3::check_available() {
+        eprintln!("SKIP: {why}");
+        return None;
+    }
+    let w = work(tag);
+    let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
+    Some((w, c))
+}
+
 fn spec_of(c: &ExperimentConfig, n: u32) -> (ExperimentConfig, Spec) {
     let mut c = c.clone();
     c.topo = c.topo.cell.clone().unwrap().topology(n);
@@ -156,12 +168,9 @@ fn mux_report_parses_strictly() {
 /// only, and the downlink's delay grows by the wait for the interval.
 #[test]
 fn small_cell_carries_four_calls_with_and_without_the_mux() {
-    if let Err(why) = air_ns3::check_available() {
-        eprintln!("SKIP: {why}");
+    let Some((w, c)) = b11_cell("small") else {
         return;
-    }
-    let w = work("small");
-    let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
+    };
     let off = cell_point(&c, Setup::Off, 4).unwrap();
     let line = crate::experiment::point_line;
     assert!(off.supported && off.loss_max == 0.0, "{}", line(&off));
@@ -217,12 +226,9 @@ fn ap_vo_edca_parses_strictly() {
 /// `off` every downlink packet did.
 #[test]
 fn small_cell_with_the_ap_on_ac_vo() {
-    if let Err(why) = air_ns3::check_available() {
-        eprintln!("SKIP: {why}");
+    let Some((w, c)) = b11_cell("edca") else {
         return;
-    }
-    let w = work("edca");
-    let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
+    };
     let line = crate::experiment::point_line;
     let vo = Knobs {
         edca: Some(AP_VO_DEFAULT),
@@ -263,12 +269,9 @@ fn small_cell_with_the_ap_on_ac_vo() {
 /// packet still arrives.
 #[test]
 fn send_jitter_moves_packets_off_their_ticks() {
-    if let Err(why) = air_ns3::check_available() {
-        eprintln!("SKIP: {why}");
+    let Some((w, c)) = b11_cell("jitter") else {
         return;
-    }
-    let w = work("jitter");
-    let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
+    };
     let exact = cell_point_with(&c, Setup::DownlinkMux, 1, Knobs::default()).unwrap();
     let jitter = Knobs {
         send_jitter_us: 1000,
@@ -323,12 +326,9 @@ fn free_downlink_puts_each_downlink_on_a_cable() {
 /// tenth of the 800 downlink packets).
 #[test]
 fn small_cell_with_free_downlinks() {
-    if let Err(why) = air_ns3::check_available() {
-        eprintln!("SKIP: {why}");
+    let Some((w, c)) = b11_cell("free-sim") else {
         return;
-    }
-    let w = work("free-sim");
-    let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
+    };
     let free = Knobs {
         free_downlink: true,
         ..Knobs::default()
@@ -347,12 +347,9 @@ fn small_cell_with_free_downlinks() {
 /// counted as a copy), so the calls get every packet once.
 #[test]
 fn small_cell_with_frame_copies() {
-    if let Err(why) = air_ns3::check_available() {
-        eprintln!("SKIP: {why}");
+    let Some((w, c)) = b11_cell("copies") else {
         return;
-    }
-    let w = work("copies");
-    let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
+    };
     let two = Knobs {
         frame_copies: 2,
         ..Knobs::default()
