@@ -608,6 +608,7 @@ pub fn known_keys() -> Vec<String> {
     c.ap.key = Some("00".repeat(16));
     c.ap.unicast = Some("10.0.0.5:8888".into());
     (c.ap.unicast_rate, c.ap.multicast_rate) = (Some(11.0), Some(1.0));
+    c.ap.frame_copies = Some(2);
     c.station.key = Some("00".repeat(16));
     c.station.interface = Some("wlan0".into());
     c.station.ap = Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));

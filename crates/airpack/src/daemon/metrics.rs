@@ -238,6 +238,7 @@ pub const META: &[Meta] = &[
     m("station.packets_written", C, "Station role: rebuilt packets written into the TUN."),
     m("station.packets_for_others", C, "Station role: packets for other stations (headers parsed, skipped)."),
     m("station.packets_recovered", C, "Station role: packets rebuilt from a frame's repeat block because their own frame was lost (ap.redundancy)."),
+    m("station.frame_copies", C, "Station role: frames repeating the last one's sequence number (the AP's ap.frame_copies), ignored: not drops."),
     m("station.duplicates", C, "Station role: repeated packets skipped because their own frame had arrived."),
     m("station.requests_sent", C, "Station role: registration requests sent."),
     m("station.recovered_frames", C, "Station role: missing frames whose packets arrived in a later frame's repeat block."),

@@ -66,8 +66,10 @@ pub struct DemuxStats {
     pub refused: [u64; FrameError::COUNT],
     /// Compact frames of another epoch (ignored).
     pub wrong_epoch: u64,
-    /// Compact frames repeating the last sequence number (ignored).
-    pub stale_frames: u64,
+    /// Compact frames repeating the last sequence number (ignored: the
+    /// AP's further copies, `MuxConfig::copies`, or a duplicated datagram;
+    /// they carry nothing new, so they are not drops).
+    pub copies: u64,
     /// Compact frames whose number is behind the last one (taken, every context dropped).
     pub resyncs: u64,
     /// Frames missing from the sequence (sum of gaps).
@@ -262,7 +264,7 @@ impl Demux {
                 use_below = usize::from(gap);
             }
             if gap == 0 {
-                self.stats.stale_frames += 1;
+                self.stats.copies += 1;
                 return Ok(());
             }
             if gap > 0x8000 {
@@ -581,7 +583,7 @@ mod tests {
         assert_eq!(d.stats().lost_frames, 7);
         // A repeat is ignored; a gap of 8 lost frames drops the context.
         assert_eq!(run(&mut d, &frame(19, false, 9), &mut got), 0);
-        assert_eq!(d.stats().stale_frames, 1);
+        assert_eq!(d.stats().copies, 1);
         assert_eq!(run(&mut d, &frame(28, false, 10), &mut got), 0);
         assert_eq!((d.stats().context_resets, d.stats().no_context), (1, 2));
         // A frame numbered behind the last one resynchronises.

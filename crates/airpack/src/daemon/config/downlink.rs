@@ -47,6 +47,10 @@ pub const DEFAULT_PORT: u16 = 8888;
 pub const DEFAULT_FRAME_DSCP: u8 = 46;
 /// Default UDP port of registration messages at the AP.
 pub const DEFAULT_REGISTRATION_PORT: u16 = 8889;
+/// `ap.frame_copies` in the compact layout when unset: two copies carried
+/// 24 G.729 calls in the emulated 802.11b cell where one carried 15
+/// (docs/results.md, "Frame copies").
+pub const DEFAULT_COPIES: u8 = 2;
 
 /// `[ap]`: multiplex the downlink RTP of registered stations into one frame
 /// per interval, sent to a multicast group on the interfaces facing them.
@@ -112,7 +116,8 @@ pub struct ApSection {
     /// Times each frame is sent, 1-4 (compact only): the copies carry the
     /// same sequence number, a station takes the first it gets; a frame is
     /// lost only when every copy collides (802.11aa's unsolicited retries).
-    pub frame_copies: u8,
+    /// Unset: 2 in the compact layout, 1 in the seed's.
+    pub frame_copies: Option<u8>,
     /// Serve a station by unicast while the multicast loss it reports is
     /// above `loss_limit_pct` (airpack_core::downlink::loss).
     pub loss_aware: bool,
@@ -211,7 +216,7 @@ impl Default for ApSection {
             preamble: PreambleCfg::Long,
             redundancy: RedundancyCfg::Flag(false),
             redundancy_partial: false,
-            frame_copies: 1,
+            frame_copies: None,
             loss_aware: true,
             loss_limit_pct: 1.0,
             loss_clear_pct: 0.5,
@@ -568,17 +573,21 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
             "needs format = \"compact\" (the seed layout has no repeat block)".into(),
         ));
     }
-    if !(1..=airpack_core::downlink::mux::MAX_COPIES).contains(&s.frame_copies) {
+    let copies = s.frame_copies.unwrap_or(match s.format {
+        FormatCfg::Compact => DEFAULT_COPIES,
+        FormatCfg::Seed => 1,
+    });
+    if !(1..=airpack_core::downlink::mux::MAX_COPIES).contains(&copies) {
         return Err(e(
             "frame_copies",
             format!(
                 "{} must be in 1-{}",
-                s.frame_copies,
+                copies,
                 airpack_core::downlink::mux::MAX_COPIES
             ),
         ));
     }
-    if s.frame_copies > 1 && s.format == FormatCfg::Seed {
+    if copies > 1 && s.format == FormatCfg::Seed {
         return Err(e(
             "frame_copies",
             "needs format = \"compact\" (the seed layout has no sequence number)".into(),
@@ -586,7 +595,7 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
     }
     let mux = MuxConfig {
         redundancy: depth,
-        copies: s.frame_copies,
+        copies,
         partial_repeat: s.redundancy_partial,
         airtime,
         frame_overhead,

@@ -316,8 +316,20 @@ fn frame_copies_are_one_to_four_and_compact_only() {
             .unwrap()
             .mux
             .copies,
-        1
+        2,
+        "unset: two copies in the compact layout"
     );
+    assert_eq!(
+        parse("t.toml", &format!("{base}format = \"seed\"\n"), &[], &[])
+            .unwrap()
+            .ap
+            .unwrap()
+            .mux
+            .copies,
+        1,
+        "unset: one copy in the seed layout (no sequence number)"
+    );
+    assert_eq!(copies("1").unwrap(), 1);
     assert_eq!(copies("2").unwrap(), 2);
     assert_eq!(copies("4").unwrap(), 4);
     for bad in ["0", "5"] {

@@ -309,6 +309,7 @@ impl Station {
             "packets_for_others": s.skipped,
             "packets_recovered": s.recovered,
             "duplicates": s.duplicates,
+            "frame_copies": s.copies,
             "recovered_frames": s.recovered_frames,
             "requests_sent": self.requests_sent,
             "loss_reports_sent": self.reports_sent,
@@ -338,6 +339,9 @@ impl Station {
         for (k, v) in self.frame_drops() {
             a.datagrams_dropped.push((format!("downlink_{k}"), v));
         }
+        // A copy is read and consumed without output, but loses nothing.
+        a.datagrams_dropped
+            .push(("downlink_frame_copy".into(), s.copies));
         a.receive_in += s.delivered;
         a.receive_out += self.packets_written;
         a.receive_dropped
@@ -350,7 +354,6 @@ impl Station {
         let mut v = vec![
             ("not_from_ap".to_owned(), self.not_from_ap),
             ("wrong_epoch".to_owned(), s.wrong_epoch),
-            ("stale".to_owned(), s.stale_frames),
         ];
         for e in airpack_core::downlink::FrameError::ALL {
             v.push((format!("refused_{}", e.reason()), s.refused[e.index()]));
