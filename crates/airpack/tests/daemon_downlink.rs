@@ -385,13 +385,13 @@ fn ap_and_three_stations() {
         assert_eq!(s["station"]["packets_for_others"], 2 * N, "{s}");
         assert_eq!(s["station"]["lost_frames"], 0, "{s}");
         // The station's frames and packets are in its accounting: every
-        // frame read was accepted or was a further copy of one (two copies
-        // by default, `ap.frame_copies`), every extracted packet written.
+        // frame read was accepted or was a further copy of one
+        // (`ap.frame_copies`), every extracted packet written.
         let acc = &s["accounting"];
         assert_eq!(acc["balanced"], true, "{s}");
         let frames = s["station"]["frames"].as_u64().unwrap();
         let copies = s["station"]["frame_copies"].as_u64().unwrap();
-        assert!(frames >= 1 && copies >= 1, "{s}");
+        assert!(frames >= 1, "{s}");
         assert_eq!(acc["receive_datagrams"]["in"], frames + copies, "{s}");
         assert!(
             s["station"]["drops"]["frames"].get("stale").is_none(),

@@ -200,6 +200,7 @@ pub const META: &[Meta] = &[
     map("ap.drops", "reason", "AP role: multiplexed packets lost, by reason."),
     m("ap.airtime.rule", G, "AP role: 1 if the airtime rule is on (ap.unicast_rate and ap.multicast_rate set)."),
     m("ap.airtime.frames_not_sent", C, "AP role: frames not sent because their packets took less airtime as unicast (the packets left unchanged: unicast reason airtime)."),
+    m("ap.airtime.copies_priced_out", C, "AP role: further frame copies not sent because with them the frame would have cost as much airtime as its packets as unicast (ap.frame_copies)."),
     m("ap.airtime.frames_us", C, "AP role: airtime of the frames sent (model, microseconds; airtime rule only)."),
     m("ap.airtime.as_unicast_us", C, "AP role: airtime the packets of those frames would have taken as unicast exchanges (microseconds)."),
     m("ap.lease_expiries", C, "AP role: leases ended because the station stopped renewing."),

@@ -127,6 +127,9 @@ struct FrameBuf {
     cursor: usize,
     /// Trial entries inside (never closed as unicast).
     trial: usize,
+    /// Times this frame is sent: [`MuxConfig::copies`], fewer when the
+    /// airtime rule priced the rest out (set when it closes).
+    copies: u8,
 }
 
 /// Bytes of the record header in [`FrameBuf::orig`].
@@ -204,6 +207,7 @@ impl Mux {
                 },
                 orig_len: 0,
                 unicast_us: 0.0,
+                copies: 1,
                 unicast: false,
                 cursor: 0,
                 trial: 0,
@@ -619,8 +623,18 @@ impl Mux {
             let overhead = self.cfg.frame_overhead;
             let idx = (self.head + self.ready) % self.frames.len();
             let f = &mut self.frames[idx];
-            let frame_us = cell.multicast_us(f.len as u32 + overhead) * f64::from(self.cfg.copies);
-            if frame_us >= f.unicast_us && f.trial == 0 {
+            // As many copies as still cost less than unicast: copies must
+            // never lower capacity (a G.711 frame at a low multicast rate
+            // pays once, not twice).
+            let once = cell.multicast_us(f.len as u32 + overhead);
+            let mut k = self.cfg.copies;
+            while k > 1 && once * f64::from(k) >= f.unicast_us {
+                k -= 1;
+            }
+            f.copies = k;
+            if once < f.unicast_us || f.trial > 0 {
+                self.stats.copies_priced_out += u64::from(self.cfg.copies - k);
+            } else {
                 // Unicast: the stations never see this frame (module doc).
                 f.unicast = true;
                 let seq = f.seq;
@@ -636,6 +650,9 @@ impl Mux {
                 self.next_seq = seq;
                 self.stats.fallback_frames += 1;
             }
+        } else {
+            let idx = (self.head + self.ready) % self.frames.len();
+            self.frames[idx].copies = self.cfg.copies;
         }
         if self.cfg.redundancy > 0 {
             self.add_repeat();
@@ -732,7 +749,7 @@ impl Mux {
         }
         buf[..f.len].copy_from_slice(&f.buf[..f.len]);
         let (len, count, trial, reason) = (f.len, f.count, f.trial, f.reason);
-        let (orig_bytes, unicast_us) = (f.orig_bytes, f.unicast_us);
+        let (orig_bytes, unicast_us, copies) = (f.orig_bytes, f.unicast_us, f.copies);
         let seq = if self.cfg.format == Format::Compact {
             f.seq
         } else {
@@ -756,7 +773,7 @@ impl Mux {
             self.stats.copies += 1;
         }
         self.head_copies += 1;
-        if self.head_copies >= self.cfg.copies {
+        if self.head_copies >= copies {
             self.free_head();
         }
         Some(Transmit {

@@ -171,6 +171,37 @@ fn airtime_rule_falls_back_to_unicast_when_the_frame_costs_more() {
     assert_eq!(m.stats().fallback, 0);
 }
 
+/// Copies under the airtime rule (802.11b 11, multicast 2, 2 copies): a
+/// frame goes out as many times as still cost less than its packets as
+/// unicast. Two G.729 packets (a frame of about 1.2 ms against 2 x 835
+/// µs) leave once; ten (about 2.1 ms against 8.4 ms) leave twice.
+#[test]
+fn airtime_rule_prices_out_copies_that_cost_more_than_unicast() {
+    let mut m = airtime_mux(2.0);
+    m.cfg.copies = 2;
+    let mut buf = vec![0u8; 1440];
+    let mut sends = |m: &mut Mux, n: u16, at: Micros| {
+        for k in 0..n {
+            m.handle_packet(at, &g729(k, 160 * u32::from(k), 0, 64));
+        }
+        m.flush();
+        let mut v = Vec::new();
+        while let Some(t) = m.poll_transmit(at, &mut buf) {
+            v.push((t.unicast, t.copy, t.packets));
+        }
+        v
+    };
+    assert_eq!(sends(&mut m, 2, 0), [(false, false, 2)], "once");
+    assert_eq!((m.stats().copies, m.stats().copies_priced_out), (0, 1));
+    assert_eq!(
+        sends(&mut m, 10, 40_000),
+        [(false, false, 10), (false, true, 0)],
+        "twice"
+    );
+    assert_eq!((m.stats().copies, m.stats().copies_priced_out), (1, 1));
+    assert_eq!((m.stats().fallback, m.stats().frames_sent()), (0, 2));
+}
+
 /// A frame turned unicast drains packet by packet, in order.
 #[test]
 fn fallback_frames_drain_one_packet_at_a_time() {

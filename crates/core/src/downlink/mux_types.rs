@@ -57,8 +57,9 @@ pub struct MuxConfig {
     /// own channel access, so a frame is lost only when every copy is (a
     /// multicast frame has no ACK and no retry: this is 802.11aa's
     /// unsolicited retries, done above the MAC). A station takes the first
-    /// copy it gets and ignores the rest as stale. The airtime rule prices
-    /// all copies.
+    /// copy it gets and ignores the rest. With the airtime rule a frame is
+    /// sent as many times as still cost less airtime than its packets as
+    /// unicast (at least once; none: unicast).
     pub copies: u8,
 }
 
@@ -272,6 +273,9 @@ pub struct MuxStats {
     /// Further copies of frames sent ([`MuxConfig::copies`]; not in
     /// `frames`).
     pub copies: u64,
+    /// Further copies the airtime rule left out: with them the frame
+    /// would have cost as much as its packets as unicast.
+    pub copies_priced_out: u64,
 }
 
 impl MuxStats {

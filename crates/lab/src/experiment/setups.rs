@@ -237,10 +237,11 @@ pub fn daemon_config(
                     ..crate::cell::Redundancy::of(&cfg.medium.phy, topo.wifi.multicast_mbit)
                 });
                 let mut s = crate::cell::ap_config(&sock, f.as_deref(), release, red);
-                if setup == Setup::DownlinkMuxRedLoss {
-                    // the rates came with the redundancy; the rule stays on
-                } else if setup == Setup::DownlinkMuxLoss {
-                    // The rates price unicast for the loss rule's airtime guard.
+                if red.is_none() {
+                    // The AP knows its radio's rates, as an operator
+                    // configures them: the airtime rule prices frames and
+                    // their copies (ap.frame_copies: 2 with the rule on),
+                    // and unicast for the loss rule's airtime guard.
                     let r = crate::cell::Redundancy::of(&cfg.medium.phy, topo.wifi.multicast_mbit);
                     s.push_str(&format!(
                         "unicast_rate = {:?}\nmulticast_rate = {:?}\npreamble = \"{}\"\n",
@@ -248,7 +249,8 @@ pub fn daemon_config(
                         r.multicast_mbit,
                         if r.short_preamble { "short" } else { "long" }
                     ));
-                } else {
+                }
+                if !matches!(setup, Setup::DownlinkMuxLoss | Setup::DownlinkMuxRedLoss) {
                     s.push_str("loss_aware = false\n");
                 }
                 crate::cell::apply_ap_settings(&mut s, &topo.wifi.ap_set);
@@ -548,6 +550,10 @@ mod tests {
             let ap = daemon_config(&c, setup, "AP", 3, s, Some(f)).unwrap();
             let v = toml::from_str::<toml::Value>(&ap).unwrap();
             assert_eq!(v["ap"]["loss_aware"].as_bool(), Some(false), "{ap}");
+            // the AP knows its radio's rates: the airtime rule prices frames
+            // and copies in every downlink setup (once each)
+            assert_eq!(v["ap"]["multicast_rate"].as_float(), Some(11.0), "{ap}");
+            assert_eq!(ap.matches("unicast_rate").count(), 1, "{ap}");
         }
         // redundancy with the loss rule: downlink-mux-red's AP config
         // without `loss_aware = false` (the daemon's default rule, judged

@@ -47,9 +47,9 @@ pub const DEFAULT_PORT: u16 = 8888;
 pub const DEFAULT_FRAME_DSCP: u8 = 46;
 /// Default UDP port of registration messages at the AP.
 pub const DEFAULT_REGISTRATION_PORT: u16 = 8889;
-/// `ap.frame_copies` in the compact layout when unset: two copies carried
-/// 24 G.729 calls in the emulated 802.11b cell where one carried 15
-/// (docs/results.md, "Frame copies").
+/// `ap.frame_copies` when unset in the compact layout with the airtime
+/// rule on: two copies carried 24 G.729 calls in the emulated 802.11b cell
+/// where one carried 15 (docs/results.md, "Frame copies").
 pub const DEFAULT_COPIES: u8 = 2;
 
 /// `[ap]`: multiplex the downlink RTP of registered stations into one frame
@@ -116,7 +116,8 @@ pub struct ApSection {
     /// Times each frame is sent, 1-4 (compact only): the copies carry the
     /// same sequence number, a station takes the first it gets; a frame is
     /// lost only when every copy collides (802.11aa's unsolicited retries).
-    /// Unset: 2 in the compact layout, 1 in the seed's.
+    /// Unset: 2 in the compact layout with the airtime rule on (it sends a
+    /// frame only as many times as still cost less than unicast), else 1.
     pub frame_copies: Option<u8>,
     /// Serve a station by unicast while the multicast loss it reports is
     /// above `loss_limit_pct` (airpack_core::downlink::loss).
@@ -573,9 +574,11 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
             "needs format = \"compact\" (the seed layout has no repeat block)".into(),
         ));
     }
-    let copies = s.frame_copies.unwrap_or(match s.format {
-        FormatCfg::Compact => DEFAULT_COPIES,
-        FormatCfg::Seed => 1,
+    // Unset: copies only where the airtime rule can price them (a copy
+    // of a large frame at a low multicast rate would lower capacity).
+    let copies = s.frame_copies.unwrap_or(match (s.format, airtime) {
+        (FormatCfg::Compact, Some(_)) => DEFAULT_COPIES,
+        _ => 1,
     });
     if !(1..=airpack_core::downlink::mux::MAX_COPIES).contains(&copies) {
         return Err(e(

@@ -316,16 +316,32 @@ fn frame_copies_are_one_to_four_and_compact_only() {
             .unwrap()
             .mux
             .copies,
-        2,
-        "unset: two copies in the compact layout"
+        1,
+        "unset without the airtime rule: one copy (nothing prices a copy)"
     );
+    let rates = "unicast_rate = 11.0\nmulticast_rate = 2.0\n";
     assert_eq!(
-        parse("t.toml", &format!("{base}format = \"seed\"\n"), &[], &[])
+        parse("t.toml", &format!("{base}{rates}"), &[], &[])
             .unwrap()
             .ap
             .unwrap()
             .mux
             .copies,
+        2,
+        "unset with the airtime rule: two copies in the compact layout"
+    );
+    assert_eq!(
+        parse(
+            "t.toml",
+            &format!("{base}{rates}format = \"seed\"\n"),
+            &[],
+            &[]
+        )
+        .unwrap()
+        .ap
+        .unwrap()
+        .mux
+        .copies,
         1,
         "unset: one copy in the seed layout (no sequence number)"
     );

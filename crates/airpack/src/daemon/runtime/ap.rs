@@ -409,6 +409,7 @@ impl Ap {
             "airtime": {
                 "rule": self.plan.mux.airtime.is_some(),
                 "frames_not_sent": m.fallback_frames,
+                "copies_priced_out": m.copies_priced_out,
                 "frames_us": m.airtime_frames_us,
                 "as_unicast_us": m.airtime_unicast_us,
             },
