@@ -284,3 +284,43 @@ fn calls_heard_at_their_first_packet_rejoin_at_the_remembered_rate_before_their_
         }
     }
 }
+
+#[test]
+fn after_a_rejoin_to_the_remembered_rate_the_first_probe_is_gentle() {
+    // 16 calls good at 300 kbit/s; 8 leave, the climb finds a bad rate
+    // with 8 calls (poor at about 1 Mbit/s); the 8 rejoin. The 8 calls'
+    // bad rate says nothing of where 16 calls' knee is (near the 300
+    // recalled): the first probe past the rejoin's hold-off adds at most
+    // `first_up` (+25 %), not a bisection step towards it (+50 %).
+    let (mut rc, mut t) = settled16(300_000);
+    let step = |rc: &mut RateController, t: &mut Micros, mos: f64, calls: usize| {
+        *t += 1_000_000;
+        rc.on_timeout(*t, Some(mos), calls)
+    };
+    step(&mut rc, &mut t, 3.65, 8);
+    while rc.rate_bps() < 900_000 {
+        step(&mut rc, &mut t, 3.8, 8);
+    }
+    for _ in 0..3 {
+        step(&mut rc, &mut t, 3.8, 8);
+    }
+    step(&mut rc, &mut t, 3.5, 8);
+    assert!(
+        rc.search_view().bad_bps.is_some(),
+        "a bad rate with 8 calls"
+    );
+    for _ in 0..10 {
+        step(&mut rc, &mut t, 3.65, 8);
+    }
+    let before = rc.rate_bps();
+    assert!(before > 600_000, "{before}");
+    // The rejoin: to the 16 calls' rate at once, held off through the old
+    // loss, then fine.
+    assert_eq!(step(&mut rc, &mut t, 3.7, 16), 300_000);
+    let mut rates = vec![];
+    for mos in [2.7, 3.0, 3.2, 3.4, 3.8, 3.8, 3.8, 3.8, 3.8, 3.8] {
+        rates.push(step(&mut rc, &mut t, mos, 16));
+    }
+    let first_up = rates.iter().copied().find(|&r| r != 300_000);
+    assert!(first_up.is_some_and(|r| r <= 375_000), "{:?}", kbps(&rates));
+}
