@@ -52,6 +52,10 @@ pub(super) const TOK_GW_TCP: u64 = 91;
 const RX_BATCH: usize = 64;
 /// Copy buffer (voice packets are small; longer ones are truncated and ignored).
 const BUF: usize = 2048;
+/// One controller step in `gateway.history`: (band, MOS, rate after, the
+/// calls' spread, calls heard).
+type HistoryStep = (Band, Option<f64>, u64, Option<Spread>, usize);
+
 /// Controller steps kept for `airpack stats` (`gateway.history`): two
 /// minutes at the default period, a whole lab point.
 const HISTORY: usize = 128;
@@ -110,8 +114,8 @@ pub(super) struct Gateway {
     calls_heard: usize,
     last_band: Option<Band>,
     decisions: [u64; 5],
-    /// The last steps: (band, MOS, rate after, the calls' spread, calls heard).
-    history: VecDeque<(Band, Option<f64>, u64, Option<Spread>, usize)>,
+    /// The last steps.
+    history: VecDeque<HistoryStep>,
     rtp_up: u64,
     rtp_down: u64,
     rtcp_up: u64,
