@@ -50,6 +50,17 @@
 //! packet interval; default 1 s): a joining call's first packets and a
 //! leaving call's last few are not a MOS (one loss among 20 packets would
 //! read 5 %).
+//!
+//! Two counts of calls, for two uses (issue 12 point 8: calls that rejoin):
+//! - [`Vpm::active_calls`], the calls *judged*: the ones the network MOS is
+//!   taken over (and the rank rule's `n`);
+//! - [`Vpm::heard_calls`], the calls *heard*: a call from its first upstream
+//!   RTP packet until it leaves by BYE, by the silence limit (same rule and
+//!   exemptions as above) or by the idle timeout; a VAD talker's pause
+//!   keeps it heard. This is the load the calls put on the mesh, and the
+//!   number the rate controller's join/leave decisions take: judged calls
+//!   show a joining call 1-2 s after its first packet (1 s of packets, then
+//!   the next step), and meanwhile it runs at the rate of fewer calls.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -448,6 +459,20 @@ impl Vpm {
         self.calls
             .values()
             .filter(|c| c.quality(&self.cfg, now_us).is_some())
+            .count()
+    }
+
+    /// Calls heard now (module docs): from a call's first upstream RTP
+    /// packet until it said BYE, went silent past the silence limit
+    /// without a sign of pausing, or has been idle past the idle timeout;
+    /// judged or not. The number of calls for the rate controller.
+    pub fn heard_calls(&self, now_us: u64) -> usize {
+        let idle = self.cfg.idle_timeout_us;
+        self.calls
+            .values()
+            // Only upstream RTP creates a call (its first packet, even in
+            // its sequence probation, RFC 3550 A.1).
+            .filter(|c| now_us.saturating_sub(c.last_seen_us) <= idle && !c.left(&self.cfg, now_us))
             .count()
     }
 

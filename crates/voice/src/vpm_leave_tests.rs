@@ -191,3 +191,63 @@ fn a_leaving_calls_last_few_packets_are_not_a_mos() {
     // While its window still holds 1 s of packets it is judged.
     assert!(v.call_quality(&key(1), stop + 2_500_000).is_some());
 }
+
+#[test]
+fn a_call_is_heard_at_its_first_packet_and_judged_after_min_judged() {
+    let cfg = VpmConfig::default();
+    let mut v = Vpm::new(cfg);
+    assert_eq!(v.heard_calls(0), 0);
+    // Call 1 talking for 6 s; call 2 joins at 4 s.
+    talk(&mut v, key(1), UP, 0, 0, 201, |_| false);
+    let t0 = 200 * T;
+    assert_eq!((v.heard_calls(t0), v.active_calls(t0)), (1, 1));
+    v.on_rtp_upstream(key(2), &rtp_m(UP, 0, true), t0);
+    assert_eq!(
+        (v.heard_calls(t0), v.active_calls(t0)),
+        (2, 1),
+        "heard at its first packet, not judged"
+    );
+    // Under 1 s of packets: heard, still not judged; past it: judged (the
+    // first packet is the source's probation, RFC 3550 A.1).
+    talk(&mut v, key(2), UP, t0, 1, 49, |_| false);
+    let t = t0 + 48 * T;
+    assert_eq!((v.heard_calls(t), v.active_calls(t)), (2, 1));
+    talk(&mut v, key(1), UP, 0, 201, 300, |_| false);
+    talk(&mut v, key(2), UP, t0, 49, 52, |_| false);
+    let t = t0 + 51 * T;
+    assert_eq!((v.heard_calls(t), v.active_calls(t)), (2, 2));
+    // Downstream RTP alone does not make a call heard.
+    v.on_rtp_downstream(key(3), &rtp_m(DOWN, 0, true), t);
+    assert_eq!(v.heard_calls(t), 2);
+}
+
+#[test]
+fn a_byed_silent_or_idle_call_is_no_longer_heard_a_pausing_one_is() {
+    let cfg = VpmConfig::default();
+    let mut v = Vpm::new(cfg);
+    // 1: says BYE; 2: stops without one (CBR: silent); 3: a VAD talker
+    // pausing; all three after 2 s of packets.
+    talk(&mut v, key(1), UP, 0, 0, 100, |_| false);
+    talk(&mut v, key(2), UP, 0, 0, 100, |_| false);
+    talk(&mut v, key(3), UP, 0, 0, 100, |_| false);
+    v.on_rtp_upstream(key(3), &rtp_m(UP, 100, true), 100 * T);
+    let stop = 100 * T;
+    assert_eq!(v.heard_calls(stop), 3);
+    v.on_rtcp_upstream(key(1), &rr_bye(UP, DOWN, Some(UP)), stop);
+    assert_eq!(v.heard_calls(stop), 2, "BYE: out at once");
+    // Late RTP of the ended source does not bring it back.
+    v.on_rtp_upstream(key(1), &rtp_m(UP, 100, false), stop + T);
+    assert_eq!(v.heard_calls(stop + T), 2);
+    assert_eq!(v.heard_calls(99 * T + cfg.silence_us), 2, "at the limit");
+    assert_eq!(
+        v.heard_calls(99 * T + cfg.silence_us + 1),
+        1,
+        "silent past the limit: out"
+    );
+    // The VAD talker's pause: heard past its window (no longer judged)...
+    let later = stop + 6_000_000;
+    assert_eq!((v.heard_calls(later), v.active_calls(later)), (1, 0));
+    // ...until the idle timeout.
+    assert_eq!(v.heard_calls(stop + cfg.idle_timeout_us), 1);
+    assert_eq!(v.heard_calls(stop + cfg.idle_timeout_us + 1), 0);
+}

@@ -258,7 +258,8 @@ pub const META: &[Meta] = &[
     // The gateway role (`[gateway]`, when enabled).
     m("gateway.network_mos", G, "Gateway: the network's voice MOS (worst or configured percentile of active calls; absent without a call)."),
     m("gateway.calls", G, "Gateway: calls in the Voice Protection Module's table."),
-    m("gateway.calls_with_mos", G, "Gateway: calls with a MOS now (heard within the window)."),
+    m("gateway.calls_with_mos", G, "Gateway: calls with a MOS now (judged: at least 1 s of packets in the window)."),
+    m("gateway.calls_heard", G, "Gateway: calls heard now (from their first packet until BYE or silence); the rate controller's number of calls."),
     m("gateway.tcp_rate_bps", G, "Gateway: total TCP rate the controller allows into the mesh, bit/s."),
     m("gateway.tcp_share_bps", G, "Gateway: each active paced flow's share, bit/s."),
     m("gateway.htb_tcp_rate_bps", G, "Gateway: the TCP aggregate class's rate as the kernel reports it, bit/s."),

@@ -279,7 +279,8 @@ impl RateController {
     }
 
     /// Call at (or after) [`RateController::poll_timeout`] with the
-    /// network's MOS and the number of calls it was taken over: applies one
+    /// network's MOS and the number of calls (the daemon: calls heard,
+    /// search rule 5; the seed's mode ignores it): applies one
     /// step if a period has passed (the first call only starts the clock).
     /// Returns the rate.
     pub fn on_timeout(&mut self, now: Micros, mos: Option<f64>, calls: usize) -> u64 {

@@ -57,7 +57,16 @@
 //!    first [`FIRST_PROBES`] past the start (or a cut, or a reading in the
 //!    hold band) add at most `first_up` (+25 %): the step that crosses the
 //!    knee is the overshoot. Then `fast_up`.
-//! 5. **Calls joining and leaving.** More calls than at the last step make
+//! 5. **Calls joining and leaving.** The number of calls is the calls
+//!    *heard* (the daemon: `Vpm::heard_calls`, a call from its first
+//!    upstream packet until its BYE or silence), not the calls the MOS is
+//!    taken over (judged only after 1 s of packets): a join is seen at the
+//!    first step after the joiners' first packets, 1-2 s before their MOS
+//!    counts (measured on the air with the judged count: 1.5-1.9 s at the
+//!    rate of fewer calls failed 1-8 of 8 rejoining calls). The joiners'
+//!    first judged readings (from 1-2 s after the join) and the windows that
+//!    slide over them (4 s more) still fall within the two windows after
+//!    the join below. More calls than at the last step make
 //!    the rate known good stale (less capacity is left): it is forgotten.
 //!    Fewer calls make the remembered bad rate stale: it is forgotten, and the
 //!    rate searches up fast; for one window after they left, the remaining
@@ -77,8 +86,8 @@
 //! 6. **Remember the good rate per number of calls** ([`super::search_memory`]).
 //!    The rate known good is remembered for the number of calls it was
 //!    learnt with (the last one per number; kept when a later bad reading
-//!    makes it stale, as calls joining do a second or two before the
-//!    gateway counts them). Calls joining (not from none) with a rate
+//!    makes it stale, as calls joining can: their loss may show in the
+//!    step that first counts them). Calls joining (not from none) with a rate
 //!    remembered for as many calls or more below the rate now: the rate goes
 //!    there at once, before any bad reading (the joiners' first windows are
 //!    not judged for a second, and the rate of fewer calls fails them), as a
@@ -275,7 +284,7 @@ pub struct Search {
     probes: u32,
     /// Highest rate left within the window, and until when it is in it.
     peak: Option<(u64, Micros)>,
-    /// Active calls at the last step.
+    /// Calls (heard) at the last step.
     calls: usize,
     /// When the number of calls last rose, and whether from none.
     joined: Option<(Micros, bool)>,
@@ -416,8 +425,8 @@ impl Search {
         self.changed_at = Some(now);
     }
 
-    /// One step at `now` from `rate` for a reading (`mos`, with `calls`
-    /// active calls); returns the new rate, within the bounds.
+    /// One step at `now` from `rate` for a reading (`mos`) with `calls`
+    /// calls (heard: rule 5); returns the new rate, within the bounds.
     pub fn step(
         &mut self,
         c: &RateConfig,
@@ -486,6 +495,13 @@ impl Search {
                 self.cut_low = reading;
                 self.probes = 0;
                 self.recalled += 1;
+                // A bad rate learnt with fewer calls is far above this
+                // many calls' knee, which is near the rate recalled: as a
+                // guide it is stale (bisecting towards it, the first probe
+                // after the rejoin was +50 %, measured on the air: 270 ->
+                // 405 kbit/s with 16 calls, poor). The next probes are the
+                // gentle first ones.
+                self.bad = None;
             }
         } else if calls < self.calls {
             // More room than the rate held with more calls: fast steps.

@@ -46,6 +46,18 @@ fn loss_pct(rate: u64, calls: usize) -> f64 {
 /// rate after each second's step (index = second) and the loss (%) of each
 /// second.
 fn run(secs: u64, calls: impl Fn(u64) -> usize) -> (Vec<u64>, Vec<f64>, RateController) {
+    run_seen(secs, SEEN_S, calls)
+}
+
+/// [`run`] with calls joining seen `seen_s` seconds after they start (2:
+/// judged calls; 0-1: calls heard at their first packet, seen at the step
+/// after it); calls leaving are seen [`SEEN_S`] late either way (a BYE
+/// takes a call out of both counts).
+fn run_seen(
+    secs: u64,
+    seen_s: u64,
+    calls: impl Fn(u64) -> usize,
+) -> (Vec<u64>, Vec<f64>, RateController) {
     let mut rc = RateController::new(RateConfig::default()).unwrap();
     rc.on_timeout(0, None, 0);
     let (mut rates, mut losses) = (vec![rc.rate_bps()], vec![0.0]);
@@ -57,7 +69,7 @@ fn run(secs: u64, calls: impl Fn(u64) -> usize) -> (Vec<u64>, Vec<f64>, RateCont
         losses.push(if n == 0 { 0.0 } else { loss_pct(load, n) });
         let from = at.saturating_sub(WINDOW_S - 1).max(1);
         let window = losses[from..=at].iter().sum::<f64>() / (at + 1 - from) as f64;
-        let seen = calls(s.saturating_sub(SEEN_S));
+        let seen = calls(s.saturating_sub(seen_s)).max(calls(s.saturating_sub(SEEN_S)));
         let reading = (seen > 0).then(|| mos(window));
         let now: Micros = s * 1_000_000;
         rc.on_timeout(now, reading, seen);
@@ -226,4 +238,89 @@ fn a_leave_climbs_from_the_rate_remembered_for_more_calls_on_a_jittery_grid() {
     rc.on_timeout(t + 3_000_000, Some(3.75), 8);
     rc.on_timeout(t + 4_000_000, Some(3.75), 8);
     assert_eq!(rc.rate_bps(), 675_000, "1.9 s after the last step");
+}
+
+#[test]
+fn calls_heard_at_their_first_packet_rejoin_at_the_remembered_rate_before_their_loss() {
+    // The gateway counts calls heard (first packet): it sees the rejoin at
+    // the step that follows it (0-1 s), not 2 s late. The rate goes to the
+    // rate known good for 16 there, so from the delay after that step on
+    // the calls lose no more than the 16 calls did before they left: only
+    // the seconds the mesh had already been sent at the 8 calls' rate
+    // before that step lose more (2 s behind the rate, as in the plant).
+    for seen_s in [0, 1] {
+        let (rates, losses, _) = run_seen(90, seen_s, the_lab_schedule);
+        let what = format!("seen {seen_s} s late: {:?}", kbps(&rates[25..75]));
+        let (_, _, before_leave) = run_seen(30 + seen_s, seen_s, the_lab_schedule);
+        let good16 = before_leave.search_view().good_bps.expect("a good rate");
+        assert!(good16 as f64 <= 1.2 * capacity(16), "{good16}: {what}");
+        let seen = 60 + seen_s as usize;
+        assert!(rates[seen - 1] > good16, "{what}");
+        assert!(rates[seen..seen + 6].iter().all(|&r| r == good16), "{what}");
+        let at16 = losses[20..30].iter().cloned().fold(0.0, f64::max);
+        let from = seen + DELAY_S;
+        assert!(
+            losses[from..90].iter().all(|&l| l <= at16 + 1e-9),
+            "{:?} vs {at16}: {what}",
+            &losses[from..90]
+        );
+        // Fewer seconds at the 8 calls' rate than with the judged count's
+        // 2 s late sighting.
+        let (_, late, _) = run(90, the_lab_schedule);
+        let over = |l: &[f64]| l[60..70].iter().filter(|&&x| x > at16 + 1e-9).count();
+        assert!(
+            over(&losses) < over(&late),
+            "{} vs {} seconds over: {what}",
+            over(&losses),
+            over(&late)
+        );
+        // The phases settle within 10 s, as with the late sighting.
+        for (from, until) in [(30, 60), (60, 90)] {
+            let (steady, t) = settle(&rates, from, until);
+            assert!(
+                t <= 10,
+                "settled {t} s after {from} (steady {steady}): {what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn after_a_rejoin_to_the_remembered_rate_the_first_probe_is_gentle() {
+    // 16 calls good at 300 kbit/s; 8 leave, the climb finds a bad rate
+    // with 8 calls (poor at about 1 Mbit/s); the 8 rejoin. The 8 calls'
+    // bad rate says nothing of where 16 calls' knee is (near the 300
+    // recalled): the first probe past the rejoin's hold-off adds at most
+    // `first_up` (+25 %), not a bisection step towards it (+50 %).
+    let (mut rc, mut t) = settled16(300_000);
+    let step = |rc: &mut RateController, t: &mut Micros, mos: f64, calls: usize| {
+        *t += 1_000_000;
+        rc.on_timeout(*t, Some(mos), calls)
+    };
+    step(&mut rc, &mut t, 3.65, 8);
+    while rc.rate_bps() < 900_000 {
+        step(&mut rc, &mut t, 3.8, 8);
+    }
+    for _ in 0..3 {
+        step(&mut rc, &mut t, 3.8, 8);
+    }
+    step(&mut rc, &mut t, 3.5, 8);
+    assert!(
+        rc.search_view().bad_bps.is_some(),
+        "a bad rate with 8 calls"
+    );
+    for _ in 0..10 {
+        step(&mut rc, &mut t, 3.65, 8);
+    }
+    let before = rc.rate_bps();
+    assert!(before > 600_000, "{before}");
+    // The rejoin: to the 16 calls' rate at once, held off through the old
+    // loss, then fine.
+    assert_eq!(step(&mut rc, &mut t, 3.7, 16), 300_000);
+    let mut rates = vec![];
+    for mos in [2.7, 3.0, 3.2, 3.4, 3.8, 3.8, 3.8, 3.8, 3.8, 3.8] {
+        rates.push(step(&mut rc, &mut t, mos, 16));
+    }
+    let first_up = rates.iter().copied().find(|&r| r != 300_000);
+    assert!(first_up.is_some_and(|r| r <= 375_000), "{:?}", kbps(&rates));
 }

@@ -52,6 +52,10 @@ pub(super) const TOK_GW_TCP: u64 = 91;
 const RX_BATCH: usize = 64;
 /// Copy buffer (voice packets are small; longer ones are truncated and ignored).
 const BUF: usize = 2048;
+/// One controller step in `gateway.history`: (band, MOS, rate after, the
+/// calls' spread, calls heard).
+type HistoryStep = (Band, Option<f64>, u64, Option<Spread>, usize);
+
 /// Controller steps kept for `airpack stats` (`gateway.history`): two
 /// minutes at the default period, a whole lab point.
 const HISTORY: usize = 128;
@@ -106,10 +110,12 @@ pub(super) struct Gateway {
     active_flows: usize,
     network_mos: Option<f64>,
     calls_with_mos: usize,
+    /// Calls heard (from their first packet; the controller's number of calls).
+    calls_heard: usize,
     last_band: Option<Band>,
     decisions: [u64; 5],
-    /// The last steps: (band, MOS, rate after, the calls' spread).
-    history: VecDeque<(Band, Option<f64>, u64, Option<Spread>)>,
+    /// The last steps.
+    history: VecDeque<HistoryStep>,
     rtp_up: u64,
     rtp_down: u64,
     rtcp_up: u64,
@@ -244,6 +250,7 @@ impl Gateway {
             active_flows: 0,
             network_mos: None,
             calls_with_mos: 0,
+            calls_heard: 0,
             last_band: None,
             decisions: [0; 5],
             history: VecDeque::with_capacity(HISTORY),
@@ -560,8 +567,13 @@ impl Gateway {
         let mos = self.vpm.network_mos(now);
         self.network_mos = mos;
         self.calls_with_mos = self.vpm.active_calls(now);
+        // The controller's joins and leaves count calls from their first
+        // packet (a joining call is judged only after 1 s of packets, and
+        // meanwhile runs at the rate of fewer calls); the MOS stays over the
+        // judged calls.
+        self.calls_heard = self.vpm.heard_calls(now);
         let band = self.rate.config().band(mos);
-        let rate = self.rate.on_timeout(now, mos, self.calls_with_mos);
+        let rate = self.rate.on_timeout(now, mos, self.calls_heard);
         if self.rate.poll_timeout() != Some(due) {
             self.decisions[band_index(band)] += 1;
             self.last_band = Some(band);
@@ -569,7 +581,8 @@ impl Gateway {
                 self.history.pop_front();
             }
             let spread = self.vpm.spread(now);
-            self.history.push_back((band, mos, rate, spread));
+            self.history
+                .push_back((band, mos, rate, spread, self.calls_heard));
         }
         self.share_bps = (rate / active.max(1) as u64).max(1);
         self.socket_drops += self.voice_sock.drops() + self.tcp_sock.drops();
@@ -673,13 +686,15 @@ impl Gateway {
             "network_mos": self.network_mos,
             "calls": self.vpm.calls(),
             "calls_with_mos": self.calls_with_mos,
+            "calls_heard": self.calls_heard,
             "tcp_rate_bps": self.rate.rate_bps(),
             "tcp_share_bps": self.share_bps,
             "htb_tcp_rate_bps": class(htb::TCP).rate_bps,
             "last_band": self.last_band.map(|b| BAND_NAMES[band_index(b)]),
             "decisions": decisions,
-            "history": self.history.iter().map(|(b, m, r, sp)| json!({
+            "history": self.history.iter().map(|(b, m, r, sp, heard)| json!({
                 "band": BAND_NAMES[band_index(*b)],
+                "calls_heard": heard,
                 "mos": m,
                 "rate_bps": r,
                 "spread": sp.map(|s| json!({
