@@ -305,43 +305,24 @@ fn ap_frame_dscp_defaults_to_ef_and_is_checked() {
 #[test]
 fn frame_copies_are_one_to_four_and_compact_only() {
     let base = format!("[ap]\nenabled = true\ninterfaces = [\"wlan0\"]\nkey = \"{K}\"\n");
-    let copies = |v: &str| {
-        parse("t.toml", &format!("{base}frame_copies = {v}\n"), &[], &[])
-            .map(|p| p.ap.unwrap().mux.copies)
+    // the copies of `[ap]` = base + `extra`
+    let copies_with = |extra: &str| {
+        parse("t.toml", &format!("{base}{extra}"), &[], &[]).map(|p| p.ap.unwrap().mux.copies)
     };
+    let copies = |v: &str| copies_with(&format!("frame_copies = {v}\n"));
+    let rates = "unicast_rate = 11.0\nmulticast_rate = 2.0\n";
     assert_eq!(
-        parse("t.toml", &base, &[], &[])
-            .unwrap()
-            .ap
-            .unwrap()
-            .mux
-            .copies,
+        copies_with("").unwrap(),
         1,
         "unset without the airtime rule: one copy (nothing prices a copy)"
     );
-    let rates = "unicast_rate = 11.0\nmulticast_rate = 2.0\n";
     assert_eq!(
-        parse("t.toml", &format!("{base}{rates}"), &[], &[])
-            .unwrap()
-            .ap
-            .unwrap()
-            .mux
-            .copies,
+        copies_with(rates).unwrap(),
         2,
         "unset with the airtime rule: two copies in the compact layout"
     );
     assert_eq!(
-        parse(
-            "t.toml",
-            &format!("{base}{rates}format = \"seed\"\n"),
-            &[],
-            &[]
-        )
-        .unwrap()
-        .ap
-        .unwrap()
-        .mux
-        .copies,
+        copies_with(&format!("{rates}format = \"seed\"\n")).unwrap(),
         1,
         "unset: one copy in the seed layout (no sequence number)"
     );
