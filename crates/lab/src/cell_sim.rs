@@ -93,7 +93,12 @@ fn fold(mut acc: u32) -> u16 {
 /// checksum, RTP (PT `pt`, sequence `seq`, timestamp `seq * step`, marker
 /// on the first), `payload` voice bytes: what `airpack voip` sends.
 pub fn voip_packet(seq: u16, step: u32, pt: u8, id: u16, payload: usize) -> Vec<u8> {
-    let (src, dst) = ([10, 202, 0, 2], [10, 201, 0, 2]);
+    voip_packet_to(2, seq, step, pt, id, payload)
+}
+
+/// [`voip_packet`] for the station at 10.201.0.`host`.
+pub fn voip_packet_to(host: u8, seq: u16, step: u32, pt: u8, id: u16, payload: usize) -> Vec<u8> {
+    let (src, dst) = ([10, 202, 0, 2], [10, 201, 0, host]);
     let udp_len = 8 + 12 + payload;
     let mut p = vec![0x45, 0xb8];
     p.extend_from_slice(&((20 + udp_len) as u16).to_be_bytes());

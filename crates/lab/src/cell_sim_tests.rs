@@ -369,3 +369,86 @@ fn small_cell_with_frame_copies() {
     let ap = p.frames_per_node["AP"];
     assert!(ap >= 2 * m.frames && ap < 2 * m.frames + 80, "{ap} {m:?}");
 }
+
+/// Frames sent and frames the airtime rule sent as unicast when `stations`
+/// stations each get one `payload`-byte RTP packet per 20 ms for 50
+/// intervals through airpack-core's [`Mux`] with the daemon's airtime rule
+/// (unicast at `uni`, multicast at `mc` Mbit/s, long preamble) and
+/// `copies` copies per frame; every packet leaves (multiplexed or unicast).
+fn rule_frames(uni: f64, mc: f64, copies: u8, payload: usize, stations: u8) -> (u64, u64) {
+    let mut m = Mux::new(MuxConfig {
+        airtime: Some(CellPhy {
+            unicast: Rate::of(uni, false).unwrap(),
+            multicast: Rate::of(mc, false).unwrap(),
+        }),
+        copies,
+        idle_release: false,
+        ..MuxConfig::default()
+    });
+    for s in 0..stations {
+        let a = IpAddr::V4(Ipv4Addr::new(10, 201, 0, 2 + s));
+        m.add_stream(a, 16000, u16::from(s) + 1).unwrap();
+    }
+    let mut buf = vec![0u8; m.config().max_frame];
+    let (mut packets, intervals) = (0u64, 50u16);
+    for k in 0..intervals {
+        for s in 0..stations {
+            let now = u64::from(k) * 20_000 + u64::from(s) * 100;
+            let p = voip_packet_to(2 + s, k, 160, 0, 100 + k, payload);
+            m.handle_packet(now, &p);
+            while let Some(t) = m.poll_transmit(now, &mut buf) {
+                packets += t.packets as u64;
+            }
+        }
+    }
+    m.flush();
+    while let Some(t) = m.poll_transmit(u64::from(intervals) * 20_000, &mut buf) {
+        packets += t.packets as u64;
+    }
+    let st = m.stats();
+    assert_eq!(packets, u64::from(stations) * u64::from(intervals));
+    assert_eq!(
+        (st.dropped, st.copies),
+        (0, st.frames_sent() * (u64::from(copies) - 1))
+    );
+    (st.frames_sent(), st.fallback_frames)
+}
+
+/// The daemon's airtime rule prices every copy (`ap.frame_copies`), so
+/// copies never make the AP multicast what unicast carries in less airtime
+/// (docs/results.md, "Frame copies in every configuration"): 802.11b at 11
+/// with multicast at 2 Mbit/s, a full G.711 frame (8 entries, 6.1 ms per
+/// copy) beats its packets as unicast (7.5 ms) once, not twice: with 2
+/// copies every frame is unicast (the setup is `off`); G.729 frames stay
+/// multiplexed with 2 copies. 802.11g at 54 with multicast at 6: a G.711
+/// frame (2.0 ms) costs more than its packets at 54 (1.6 ms) already once.
+#[test]
+fn airtime_rule_turns_copies_that_cost_more_than_unicast_into_unicast() {
+    const G711: usize = 160;
+    const G729: usize = 20;
+    let (sent, fallback) = rule_frames(11.0, 2.0, 1, G711, 8);
+    assert!(
+        sent >= 45 && fallback <= 2,
+        "b11 mc2 G.711, 1 copy: {sent} sent, {fallback} unicast"
+    );
+    let (sent, fallback) = rule_frames(11.0, 2.0, 2, G711, 8);
+    assert!(
+        sent == 0 && fallback >= 50,
+        "b11 mc2 G.711, 2 copies: {sent} sent, {fallback} unicast"
+    );
+    let (sent, fallback) = rule_frames(11.0, 2.0, 2, G729, 20);
+    assert!(
+        sent >= 45 && fallback == 0,
+        "b11 mc2 G.729, 2 copies: {sent} sent, {fallback} unicast"
+    );
+    let (sent, fallback) = rule_frames(54.0, 6.0, 1, G711, 8);
+    assert!(
+        sent == 0 && fallback >= 50,
+        "g54 mc6 G.711, 1 copy: {sent} sent, {fallback} unicast"
+    );
+    let (sent, fallback) = rule_frames(54.0, 54.0, 4, G711, 8);
+    assert!(
+        sent >= 45 && fallback <= 2,
+        "g54 mc54 G.711, 4 copies: {sent} sent, {fallback} unicast"
+    );
+}
