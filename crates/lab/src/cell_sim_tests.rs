@@ -370,12 +370,13 @@ fn small_cell_with_frame_copies() {
     assert!(ap >= 2 * m.frames && ap < 2 * m.frames + 80, "{ap} {m:?}");
 }
 
-/// Frames sent and frames the airtime rule sent as unicast when `stations`
+/// Frames sent, frames the airtime rule sent as unicast and further copies
+/// it priced out when `stations`
 /// stations each get one `payload`-byte RTP packet per 20 ms for 50
 /// intervals through airpack-core's [`Mux`] with the daemon's airtime rule
 /// (unicast at `uni`, multicast at `mc` Mbit/s, long preamble) and
 /// `copies` copies per frame; every packet leaves (multiplexed or unicast).
-fn rule_frames(uni: f64, mc: f64, copies: u8, payload: usize, stations: u8) -> (u64, u64) {
+fn rule_frames(uni: f64, mc: f64, copies: u8, payload: usize, stations: u8) -> (u64, u64, u64) {
     let mut m = Mux::new(MuxConfig {
         airtime: Some(CellPhy {
             unicast: Rate::of(uni, false).unwrap(),
@@ -408,10 +409,10 @@ fn rule_frames(uni: f64, mc: f64, copies: u8, payload: usize, stations: u8) -> (
     let st = m.stats();
     assert_eq!(packets, u64::from(stations) * u64::from(intervals));
     assert_eq!(
-        (st.dropped, st.copies),
+        (st.dropped, st.copies + st.copies_priced_out),
         (0, st.frames_sent() * (u64::from(copies) - 1))
     );
-    (st.frames_sent(), st.fallback_frames)
+    (st.frames_sent(), st.fallback_frames, st.copies_priced_out)
 }
 
 /// The daemon's airtime rule prices every copy (`ap.frame_copies`), so
@@ -419,34 +420,35 @@ fn rule_frames(uni: f64, mc: f64, copies: u8, payload: usize, stations: u8) -> (
 /// (docs/results.md, "Frame copies in every configuration"): 802.11b at 11
 /// with multicast at 2 Mbit/s, a full G.711 frame (8 entries, 6.1 ms per
 /// copy) beats its packets as unicast (7.5 ms) once, not twice: with 2
-/// copies every frame is unicast (the setup is `off`); G.729 frames stay
+/// copies every frame is sent once, its copy priced out; G.729 frames stay
 /// multiplexed with 2 copies. 802.11g at 54 with multicast at 6: a G.711
-/// frame (2.0 ms) costs more than its packets at 54 (1.6 ms) already once.
+/// frame (2.0 ms) costs more than its packets at 54 (1.6 ms) already once:
+/// unicast.
 #[test]
-fn airtime_rule_turns_copies_that_cost_more_than_unicast_into_unicast() {
+fn airtime_rule_prices_out_copies_that_cost_more_than_unicast() {
     const G711: usize = 160;
     const G729: usize = 20;
-    let (sent, fallback) = rule_frames(11.0, 2.0, 1, G711, 8);
+    let (sent, fallback, _) = rule_frames(11.0, 2.0, 1, G711, 8);
     assert!(
         sent >= 45 && fallback <= 2,
         "b11 mc2 G.711, 1 copy: {sent} sent, {fallback} unicast"
     );
-    let (sent, fallback) = rule_frames(11.0, 2.0, 2, G711, 8);
+    let (sent, fallback, priced) = rule_frames(11.0, 2.0, 2, G711, 8);
     assert!(
-        sent == 0 && fallback >= 50,
-        "b11 mc2 G.711, 2 copies: {sent} sent, {fallback} unicast"
+        sent >= 45 && fallback <= 2 && priced == sent,
+        "b11 mc2 G.711, 2 copies: {sent} sent once, {fallback} unicast, {priced} copies priced out"
     );
-    let (sent, fallback) = rule_frames(11.0, 2.0, 2, G729, 20);
+    let (sent, fallback, _) = rule_frames(11.0, 2.0, 2, G729, 20);
     assert!(
         sent >= 45 && fallback == 0,
         "b11 mc2 G.729, 2 copies: {sent} sent, {fallback} unicast"
     );
-    let (sent, fallback) = rule_frames(54.0, 6.0, 1, G711, 8);
+    let (sent, fallback, _) = rule_frames(54.0, 6.0, 1, G711, 8);
     assert!(
         sent == 0 && fallback >= 50,
         "g54 mc6 G.711, 1 copy: {sent} sent, {fallback} unicast"
     );
-    let (sent, fallback) = rule_frames(54.0, 54.0, 4, G711, 8);
+    let (sent, fallback, _) = rule_frames(54.0, 54.0, 4, G711, 8);
     assert!(
         sent >= 45 && fallback <= 2,
         "g54 mc54 G.711, 4 copies: {sent} sent, {fallback} unicast"
