@@ -156,6 +156,8 @@ pub struct VpmCounters {
     pub byes: u64,
     /// Upstream RTP of a source that had said BYE (ignored).
     pub rtp_after_bye: u64,
+    /// Calls started: a new upstream flow, or a new source on a known one.
+    pub started: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -297,6 +299,7 @@ impl Vpm {
                 key,
                 Call::new(profile_of(h.payload_type, self.cfg.default_profile), h.ssrc),
             );
+            self.counters.started += 1;
         }
         let playout_us = (self.cfg.playout_ms * 1000.0) as i64;
         let window = self.cfg.window_us;
@@ -308,6 +311,7 @@ impl Vpm {
             let down = c.down_ssrc;
             *c = Call::new(profile_of(h.payload_type, self.cfg.default_profile), h.ssrc);
             c.down_ssrc = down;
+            self.counters.started += 1;
         }
         c.last_seen_us = now_us;
         if c.ended {

@@ -219,6 +219,11 @@ fn a_call_is_heard_at_its_first_packet_and_judged_after_min_judged() {
     // Downstream RTP alone does not make a call heard.
     v.on_rtp_downstream(key(3), &rtp_m(DOWN, 0, true), t);
     assert_eq!(v.heard_calls(t), 2);
+    // `started` counts each call's first packet once (the daemon's early
+    // step on a join), and a new source on a known flow as a new call.
+    assert_eq!(v.counters().started, 2);
+    v.on_rtp_upstream(key(2), &rtp_m(UP ^ 1, 60, true), t + T);
+    assert_eq!(v.counters().started, 3, "a new SSRC on call 2's flow");
 }
 
 #[test]

@@ -260,6 +260,7 @@ pub const META: &[Meta] = &[
     m("gateway.calls", G, "Gateway: calls in the Voice Protection Module's table."),
     m("gateway.calls_with_mos", G, "Gateway: calls with a MOS now (judged: at least 1 s of packets in the window)."),
     m("gateway.calls_heard", G, "Gateway: calls heard now (from their first packet until BYE or silence); the rate controller's number of calls."),
+    m("gateway.joins_early", C, "Gateway: new calls heard between steps; each brings the rate controller's next step forward (to 60 ms after its first packet, at the earliest half a period after the last step)."),
     m("gateway.tcp_rate_bps", G, "Gateway: total TCP rate the controller allows into the mesh, bit/s."),
     m("gateway.tcp_share_bps", G, "Gateway: each active paced flow's share, bit/s."),
     m("gateway.htb_tcp_rate_bps", G, "Gateway: the TCP aggregate class's rate as the kernel reports it, bit/s."),

@@ -213,12 +213,18 @@ impl RateConfig {
     }
 }
 
+/// How long a step brought forward by a join waits for the other calls
+/// starting with it (µs): a few packet intervals.
+pub const JOIN_GATHER_US: Micros = 60_000;
+
 /// The controller: the current total TCP rate and when it moves next.
 #[derive(Clone, Debug)]
 pub struct RateController {
     cfg: RateConfig,
     rate_bps: u64,
     next_tick: Option<Micros>,
+    /// When the clock started or the last step ran.
+    last_step: Micros,
     search: Search,
     /// Time of the last call of [`RateController::on_timeout`].
     now: Micros,
@@ -232,6 +238,7 @@ impl RateController {
             rate_bps: cfg.initial_bps.clamp(cfg.floor_bps, cfg.ceiling_bps),
             cfg,
             next_tick: None,
+            last_step: 0,
             search: Search::default(),
             now: 0,
         })
@@ -278,6 +285,24 @@ impl RateController {
         self.next_tick
     }
 
+    /// Calls joined (the daemon heard a new call's first packet): the next
+    /// step comes at most half a period after now instead of at the end of
+    /// the period, so a join reaches the controller (search rule 6: the
+    /// rate remembered for that many calls) before the joiners' load has
+    /// filled the mesh for a whole period (issue 12 point 8: rejoining
+    /// calls failed on the 0.4-0.9 s at the old rate). The step waits
+    /// [`JOIN_GATHER_US`] so that calls starting together are heard in the
+    /// same step (a staggered join seen in two steps would end the
+    /// recalled rate's hold-off, rule 5). Never later than planned, never
+    /// within half a period of the last step; the grid continues from the
+    /// step.
+    pub fn bring_forward(&mut self, now: Micros) {
+        if let Some(t) = self.next_tick {
+            let earliest = self.last_step.saturating_add(self.cfg.period_us / 2);
+            self.next_tick = Some(t.min(now.saturating_add(JOIN_GATHER_US).max(earliest)));
+        }
+    }
+
     /// Call at (or after) [`RateController::poll_timeout`] with the
     /// network's MOS and the number of calls (the daemon: calls heard,
     /// search rule 5; the seed's mode ignores it): applies one
@@ -286,8 +311,12 @@ impl RateController {
     pub fn on_timeout(&mut self, now: Micros, mos: Option<f64>, calls: usize) -> u64 {
         self.now = self.now.max(now);
         match self.next_tick {
-            None => self.next_tick = Some(now.saturating_add(self.cfg.period_us)),
+            None => {
+                self.next_tick = Some(now.saturating_add(self.cfg.period_us));
+                self.last_step = now;
+            }
             Some(t) if now >= t => {
+                self.last_step = now;
                 self.rate_bps = match self.cfg.mode {
                     Mode::Seed => self.cfg.next_rate(self.rate_bps, mos),
                     Mode::Search => self.search.step(
@@ -339,6 +368,63 @@ mod tests {
             assert_eq!(c.next_rate(1_000_000, Some(mos)), next, "{mos}");
         }
         assert_eq!(c.band(None), Band::Good);
+    }
+
+    /// A join brings the next step forward: to the join plus the gather
+    /// time, at the earliest half a period after the last step, never
+    /// after the planned tick; the grid continues from the early step.
+    #[test]
+    fn a_join_brings_the_next_step_forward_by_at_most_half_a_period() {
+        let mut r = RateController::new(RateConfig::default()).unwrap(); // 1 s period
+        r.bring_forward(0);
+        assert_eq!(r.poll_timeout(), None, "no clock before the first call");
+        r.on_timeout(0, Some(4.0), 1);
+        assert_eq!(r.poll_timeout(), Some(1_000_000));
+        let mut g = r.clone();
+        g.bring_forward(460_000);
+        assert_eq!(
+            g.poll_timeout(),
+            Some(460_000 + JOIN_GATHER_US),
+            "its companions gathered"
+        );
+        r.bring_forward(100_000);
+        assert_eq!(
+            r.poll_timeout(),
+            Some(500_000),
+            "half a period after the last step"
+        );
+        r.bring_forward(200_000);
+        assert_eq!(r.poll_timeout(), Some(500_000), "not earlier again");
+        r.on_timeout(499_999, Some(4.0), 2);
+        assert_eq!(r.poll_timeout(), Some(500_000), "not due yet");
+        r.on_timeout(500_000, Some(4.0), 2);
+        assert_eq!(
+            r.poll_timeout(),
+            Some(1_500_000),
+            "the step ran, the grid from it"
+        );
+        r.bring_forward(1_200_000);
+        assert_eq!(r.poll_timeout(), Some(1_200_000 + JOIN_GATHER_US));
+        r.bring_forward(1_480_000);
+        assert_eq!(
+            r.poll_timeout(),
+            Some(1_200_000 + JOIN_GATHER_US),
+            "never later"
+        );
+        r.bring_forward(1_490_000);
+        assert_eq!(
+            r.poll_timeout(),
+            Some(1_200_000 + JOIN_GATHER_US),
+            "never later"
+        );
+        let mut late = RateController::new(RateConfig::default()).unwrap();
+        late.on_timeout(0, Some(4.0), 1);
+        late.bring_forward(990_000);
+        assert_eq!(
+            late.poll_timeout(),
+            Some(1_000_000),
+            "never after the planned tick"
+        );
     }
 
     #[test]

@@ -112,6 +112,8 @@ pub(super) struct Gateway {
     calls_with_mos: usize,
     /// Calls heard (from their first packet; the controller's number of calls).
     calls_heard: usize,
+    /// New calls that brought the controller's next step forward.
+    joins_early: u64,
     last_band: Option<Band>,
     decisions: [u64; 5],
     /// The last steps.
@@ -251,6 +253,7 @@ impl Gateway {
             network_mos: None,
             calls_with_mos: 0,
             calls_heard: 0,
+            joins_early: 0,
             last_band: None,
             decisions: [0; 5],
             history: VecDeque::with_capacity(HISTORY),
@@ -393,7 +396,17 @@ impl Gateway {
         match (rtcp, outgoing) {
             (false, false) => {
                 self.rtp_up += 1;
+                let started = self.vpm.counters().started;
                 self.vpm.on_rtp_upstream(key, payload, now);
+                // A new call's first packet (a new flow, or a new source on
+                // a known one): the controller hears the join early
+                // (`RateController::bring_forward`).
+                if self.vpm.counters().started > started
+                    && self.vpm.heard_calls(now) > self.calls_heard
+                {
+                    self.rate.bring_forward(now);
+                    self.joins_early += 1;
+                }
             }
             (false, true) => {
                 self.rtp_down += 1;
@@ -687,6 +700,7 @@ impl Gateway {
             "calls": self.vpm.calls(),
             "calls_with_mos": self.calls_with_mos,
             "calls_heard": self.calls_heard,
+            "joins_early": self.joins_early,
             "tcp_rate_bps": self.rate.rate_bps(),
             "tcp_share_bps": self.share_bps,
             "htb_tcp_rate_bps": class(htb::TCP).rate_bps,
@@ -723,6 +737,7 @@ impl Gateway {
                 "rtcp_up": self.rtcp_up,
                 "rtcp_down": self.rtcp_down,
                 "calls_ended_by_bye": v.byes,
+                "calls_started": v.started,
                 "tcp_control": self.tcp_control,
             },
             "ignored": {
