@@ -229,6 +229,17 @@ impl Redundancy {
             partial: false,
         }
     }
+
+    /// `ap.unicast_rate`, `ap.multicast_rate` and `ap.preamble` lines: the
+    /// airtime rule on the cell's rates.
+    pub fn rates_toml(&self) -> String {
+        format!(
+            "unicast_rate = {:?}\nmulticast_rate = {:?}\npreamble = \"{}\"\n",
+            self.unicast_mbit,
+            self.multicast_mbit,
+            if self.short_preamble { "short" } else { "long" }
+        )
+    }
 }
 
 /// The AP's daemon config (`[ap]` on radio0). `air_file`: the AP's medium
@@ -260,15 +271,13 @@ pub fn ap_config(
     ));
     if let Some(r) = red {
         s.push_str(&format!(
-            "redundancy = {}\nunicast_rate = {:?}\nmulticast_rate = {:?}\npreamble = \"{}\"\n",
+            "redundancy = {}\n{}",
             if r.depth == 1 {
                 "true".to_string()
             } else {
                 r.depth.to_string()
             },
-            r.unicast_mbit,
-            r.multicast_mbit,
-            if r.short_preamble { "short" } else { "long" }
+            r.rates_toml()
         ));
         if r.partial {
             s.push_str("redundancy_partial = true\n");

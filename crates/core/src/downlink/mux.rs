@@ -619,6 +619,7 @@ impl Mux {
             return;
         }
         self.open_mut().reason = reason;
+        self.open_mut().copies = self.cfg.copies;
         if let Some(cell) = self.cfg.airtime {
             let overhead = self.cfg.frame_overhead;
             let idx = (self.head + self.ready) % self.frames.len();
@@ -627,7 +628,7 @@ impl Mux {
             // never lower capacity (a G.711 frame at a low multicast rate
             // pays once, not twice).
             let once = cell.multicast_us(f.len as u32 + overhead);
-            let mut k = self.cfg.copies;
+            let mut k = f.copies;
             while k > 1 && once * f64::from(k) >= f.unicast_us {
                 k -= 1;
             }
@@ -650,9 +651,6 @@ impl Mux {
                 self.next_seq = seq;
                 self.stats.fallback_frames += 1;
             }
-        } else {
-            let idx = (self.head + self.ready) % self.frames.len();
-            self.frames[idx].copies = self.cfg.copies;
         }
         if self.cfg.redundancy > 0 {
             self.add_repeat();

@@ -243,12 +243,7 @@ pub fn daemon_config(
                     // their copies (ap.frame_copies: 2 with the rule on),
                     // and unicast for the loss rule's airtime guard.
                     let r = crate::cell::Redundancy::of(&cfg.medium.phy, topo.wifi.multicast_mbit);
-                    s.push_str(&format!(
-                        "unicast_rate = {:?}\nmulticast_rate = {:?}\npreamble = \"{}\"\n",
-                        r.unicast_mbit,
-                        r.multicast_mbit,
-                        if r.short_preamble { "short" } else { "long" }
-                    ));
+                    s.push_str(&r.rates_toml());
                 }
                 if !matches!(setup, Setup::DownlinkMuxLoss | Setup::DownlinkMuxRedLoss) {
                     s.push_str("loss_aware = false\n");
