@@ -53,6 +53,8 @@ struct EdcaCfg
     std::vector<uint32_t> stations;
     uint64_t tagged = 0;          // AP packets tagged for AC_VO
     uint64_t vo = 0, be = 0;      // MPDUs enqueued at the AP's AC_VO / AC_BE
+    uint64_t vo_mgt = 0;          // management frames enqueued at the AP's AC_VO
+    uint64_t sta_vo = 0, sta_vo_mgt = 0; // MPDUs (management frames) at the stations' AC_VO
 } g_edca;
 std::map<int, uint64_t> g_sta_rx_drop; // the first station's PHY drops, by reason
 
@@ -64,6 +66,14 @@ void StaRxDrop(Ptr<const Packet>, WifiPhyRxfailureReason r)
 void CountVo(Ptr<const WifiMpdu> mpdu)
 {
     g_edca.vo += mpdu->GetHeader().IsQosData() ? 1 : 0;
+    g_edca.vo_mgt += mpdu->GetHeader().IsMgt() ? 1 : 0;
+}
+
+// A station's AC_VO (which takes the AP's AC_VO values from its beacons): what it sends there.
+void CountStaVo(Ptr<const WifiMpdu> mpdu)
+{
+    g_edca.sta_vo++;
+    g_edca.sta_vo_mgt += mpdu->GetHeader().IsMgt() ? 1 : 0;
 }
 
 void CountBe(Ptr<const WifiMpdu> mpdu)
@@ -125,6 +135,8 @@ void EdcaConfigure(uint32_t ap, const std::vector<uint32_t>& stations)
     for (uint32_t i : stations)
     {
         DcfAccess(g_wifi[i]->GetMac());
+        g_wifi[i]->GetMac()->GetQosTxop(AC_VO)->GetWifiMacQueue()->TraceConnectWithoutContext(
+            "Enqueue", MakeCallback(&CountStaVo));
     }
     if (!stations.empty())
     {
@@ -206,6 +218,8 @@ std::string EdcaJson()
     o << "{\"aifsn\":" << g_edca.aifsn << ",\"cwmin\":" << g_edca.cwmin << ",\"cwmax\":" << g_edca.cwmax
       << ",\"txop_us\":" << g_edca.txop_us << ",\"tagged\":" << g_edca.tagged
       << ",\"ap_vo_mpdus\":" << g_edca.vo << ",\"ap_be_mpdus\":" << g_edca.be
+      << ",\"ap_vo_mgt\":" << g_edca.vo_mgt << ",\"sta_vo_mpdus\":" << g_edca.sta_vo
+      << ",\"sta_vo_mgt\":" << g_edca.sta_vo_mgt
       << ",\"ap_vo_access\":" << Access(g_edca.ap, AC_VO)
       << ",\"ap_be_access\":" << Access(g_edca.ap, AC_BE);
     // the stations' access at the end, after the AP's beacons (UpdateApInfo)
