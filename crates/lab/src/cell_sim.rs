@@ -477,6 +477,7 @@ pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point>
         free_downlink: FREE_DOWNLINK.get().copied().unwrap_or(false),
         frame_copies: FRAME_COPIES.get().copied().unwrap_or(1),
         airtime_rule: AIRTIME_RULE.get().copied().unwrap_or(false),
+        sta_vo: STA_VO.get().copied().flatten(),
     };
     cell_point_with(cfg, setup, n, knobs)
 }
@@ -500,6 +501,10 @@ pub struct Knobs {
     /// The daemon's per-frame airtime rule (`--airtime-rule`,
     /// [`rule_table`]): copies priced against unicast, unicast fallback.
     pub airtime_rule: bool,
+    /// With `edca`: the stations' AC_VO kept at `[aifsn, cwmin, cwmax]`
+    /// (`--sta-vo-edca`, hostapd's advertised `wmm_ac_vo_*`); None: the
+    /// stations take the AP's AC_VO from its beacons, as ns-3 does.
+    pub sta_vo: Option<[u32; 3]>,
 }
 
 /// [`cell_point`] with the model's options `knobs`.
@@ -515,6 +520,7 @@ pub fn cell_point_with(
         free_downlink: free,
         frame_copies,
         airtime_rule,
+        sta_vo,
     } = knobs;
     let t0 = Instant::now();
     if crate::netns::interrupted() {
@@ -565,7 +571,11 @@ pub fn cell_point_with(
         text.push_str(&loss_directive(&c, &phy, ip, period_ms));
     }
     if let Some(e) = edca {
-        text.push_str(&edca_directive(e));
+        let d = edca_directive(e);
+        match sta_vo {
+            Some(v) => text.push_str(&format!("{} {} {} {}\n", d.trim_end(), v[0], v[1], v[2])),
+            None => text.push_str(&d),
+        }
     }
     if send_jitter_us > 0 {
         text.push_str(&format!("send_jitter_us {send_jitter_us}\n"));
@@ -718,7 +728,15 @@ pub struct CellSimArgs {
     /// and its packets leave as unicast when one copy does not pay).
     #[arg(long)]
     airtime_rule: bool,
+    /// With `--ap-vo`: keep the stations' AC_VO at `AIFSN,CWMIN,CWMAX`
+    /// (hostapd advertises `wmm_ac_vo_*`, 2,3,7, apart from the AP's own
+    /// queue; without it the stations take the AP's AC_VO from its beacons).
+    #[arg(long)]
+    sta_vo_edca: Option<String>,
 }
+
+/// The run's `--sta-vo-edca` (set once by [`main`]).
+static STA_VO: std::sync::OnceLock<Option<[u32; 3]>> = std::sync::OnceLock::new();
 
 /// The run's `--airtime-rule` (set once by [`main`]).
 static AIRTIME_RULE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -831,6 +849,17 @@ pub fn main(a: CellSimArgs) -> Result<()> {
     }
     let _ = FRAME_COPIES.set(a.frame_copies);
     let _ = AIRTIME_RULE.set(a.airtime_rule);
+    let sta_vo = match &a.sta_vo_edca {
+        Some(v) => {
+            let e = parse_edca(v)?;
+            if e[3] != 0 {
+                bail!("--sta-vo-edca {v}: AIFSN,CWMIN,CWMAX");
+            }
+            Some([e[0], e[1], e[2]])
+        }
+        None => None,
+    };
+    let _ = STA_VO.set(sta_vo);
     crate::netns::catch_interrupts();
     let split = |s: &str| -> Vec<String> {
         s.split(',')

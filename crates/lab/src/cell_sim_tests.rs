@@ -22,6 +22,7 @@ fn args() -> CellSimArgs {
         free_downlink: false,
         frame_copies: 1,
         airtime_rule: false,
+        sta_vo_edca: None,
     }
 }
 
@@ -550,4 +551,25 @@ fn small_cell_with_the_airtime_rule() {
         m.frames >= 200 && m.stations.iter().all(|s| s.copies == m.frames),
         "{m:?}"
     );
+}
+
+/// Runs the ns-3 program: with `--sta-vo-edca` the stations' AC_VO stays
+/// at the given values after the AP's beacons and association responses
+/// (without it, they take the AP's AC_VO, `small_cell_with_the_ap_on_ac_vo`).
+#[test]
+fn small_cell_keeps_the_stations_ac_vo() {
+    let Some((w, c)) = b11_cell("stavo") else {
+        return;
+    };
+    let k = Knobs {
+        edca: Some([1, 1, 1, 0]),
+        sta_vo: Some([2, 7, 15]),
+        ..Knobs::default()
+    };
+    let p = cell_point_with(&c, Setup::DownlinkMux, 4, k).unwrap();
+    let _ = std::fs::remove_dir_all(&w);
+    let e = &p.downlink["AP.edca"];
+    assert_eq!(e["ap_vo_access"], serde_json::json!([1, 1, 1]), "{e}");
+    assert_eq!(e["sta_vo_access"], serde_json::json!([2, 7, 15]), "{e}");
+    assert!(p.supported, "{}", crate::experiment::point_line(&p));
 }
