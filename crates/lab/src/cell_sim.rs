@@ -29,6 +29,8 @@
 //! `--ap-vo` (any setup): the AP's voice (frames and unicast relays) on a
 //! WMM access point's AC_VO queue (`ap_edca`, `crates/lab/ns3/air_edca.cc`;
 //! stations keep the DCF's access): `off` with it is the fair control.
+//! `--sta-vo-edca` (with `--ap-vo`): the stations' AC_VO kept at hostapd's
+//! advertised values instead of the AP's own (which ns-3's beacons carry).
 //! `--airtime-rule` (multiplexed setups): the daemon's per-frame airtime
 //! rule (`Mux::close`: copies priced against unicast, unicast fallback) as
 //! a table by entry count ([`rule_table`], computed by driving
