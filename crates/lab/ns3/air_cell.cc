@@ -47,8 +47,18 @@
 // + 60 bytes per flow of the stations on trial)) fits BUDGET, else the new stations return to
 // the frame. The core's end of a trial without reports is not modelled (every station reports).
 //
+// Airtime rule (`mux_rule`, crates/core's `Mux::close`): as a frame of k own
+// entries closes it is sent C_k times (C_k <= N of `mux_copies`), or, with
+// C_k = 0, not at all: its packets leave the AP as the unicast frames they
+// came as (each flow packet rebuilt: its bytes, flow index and sequence
+// number), at the close, and the frame's index goes to the next frame (the
+// stations see no gap); each of those streams starts over at its first entry
+// size (the core restarts its RTP context: full entries). The table is the lab's, computed by driving the real
+// mux with the cell's rates; a frame holding a trial entry (loss rule) is
+// never sent as unicast, as in the core. Repeated blocks are not priced.
+//
 // Not modelled (docs/lab.md, section 5, "Pure simulation of the cell"):
-// the idle release of a lone packet, the airtime rule's unicast fallback,
+// the idle release of a lone packet, the airtime rule without `mux_rule`,
 // partial repeats, the demultiplexer's loss of RTP context after lost
 // frames (`no_context`).
 //
@@ -62,6 +72,9 @@
 //                                  takes the first copy it gets, ignores the rest
 //   mux_loss LIMIT CLEAR KEEP MIN_FRAMES PERIOD_US BUDGET UNICAST_US MC_FIXED_US MC_US_PER_BYTE
 //            START CHECK_US TRIAL_US  the loss rule (fractions; airtime guard; new stations)
+//   mux_rule C1 C2 .. Cn           the airtime rule: a frame of k own entries is
+//                                  sent Ck times (0-4; 0 = its packets as unicast;
+//                                  beyond n entries Cn)
 //
 // Must not touch: the scenario (air.cc), the relaying of voice mode
 // (air_io.cc calls MuxTake and MuxFrameReceived).
@@ -81,6 +94,8 @@ namespace
 struct MuxEntry
 {
     uint32_t flow, seq, bytes;
+    uint32_t to = 0;    // the station (next hop from the AP)
+    bool trial = false; // also relayed by unicast (loss rule's trial)
 };
 
 struct MuxFrame
@@ -109,6 +124,7 @@ struct MuxCfg
     uint64_t check_us = 200000;
     uint64_t trial_us = 0;
     uint32_t copies = 1;
+    std::vector<uint32_t> rule; // copies per own entry count (`mux_rule`), empty = N
 } g_mux;
 
 // Loss rule, per node (a station: a node MuxTake was asked to reach).
@@ -192,6 +208,8 @@ std::vector<uint64_t> g_rx_frames, g_rx_own, g_rx_repeat, g_rx_dup;
 std::vector<uint64_t> g_rx_copies;
 std::vector<int64_t> g_rx_last;
 uint64_t g_closed_size = 0, g_closed_interval = 0, g_repeated = 0;
+// airtime rule: frames sent as unicast, their packets, copies priced out
+uint64_t g_rule_frames = 0, g_rule_packets = 0, g_rule_priced = 0;
 
 const uint32_t kMagic = 0xA1C0FFEE;
 
@@ -216,6 +234,37 @@ void Close(bool by_size)
     MuxFrame f = g_open;
     g_open = MuxFrame();
     f.len = g_mux.header + f.own_bytes;
+    uint32_t copies = g_mux.copies;
+    if (!g_mux.rule.empty())
+    {
+        const size_t k = std::min(f.own.size(), g_mux.rule.size());
+        copies = std::min(g_mux.rule[k - 1], g_mux.copies);
+        const bool trial = std::any_of(f.own.begin(), f.own.end(), [](const MuxEntry& e) {
+            return e.trial;
+        });
+        if (copies == 0 && !trial)
+        {
+            // unicast: every packet as it came, the frame index kept for the next frame
+            g_rule_frames++;
+            for (const MuxEntry& e : f.own)
+            {
+                std::vector<uint8_t> b(g_flows[e.flow].bytes, 0);
+                for (int x = 0; x < 4; x++)
+                {
+                    b[x] = uint8_t(e.flow >> (24 - 8 * x));
+                    b[4 + x] = uint8_t(e.seq >> (24 - 8 * x));
+                }
+                Ptr<Packet> p = Create<Packet>(b.data(), b.size());
+                EdcaTag(g_mux.ap, p);
+                SendWifiFrom(g_mux.ap, p, g_air_mac[e.to], 0x0800);
+                g_rule_packets++;
+                g_entries_of[e.flow] = 0; // its context starts over: full entries, as a new stream's
+            }
+            return;
+        }
+        copies = std::max(copies, 1u);
+        g_rule_priced += g_mux.copies - copies;
+    }
     // redundancy: blocks of frames seq-1 .. seq-k, newest first, while they fit
     uint32_t blocks_len = 0, count = f.own.size();
     for (uint32_t j = 0; j < g_mux.depth && j < g_sent.size(); j++)
@@ -248,7 +297,7 @@ void Close(bool by_size)
         b[x] = uint8_t(kMagic >> (24 - 8 * x));
         b[4 + x] = uint8_t(index >> (24 - 8 * x));
     }
-    for (uint32_t c = 0; c < g_mux.copies; c++)
+    for (uint32_t c = 0; c < copies; c++)
     {
         Ptr<Packet> frame = Create<Packet>(b.data(), bytes);
         EdcaTag(g_mux.ap, frame); // AC_VO with `ap_edca` (air_edca.cc)
@@ -497,6 +546,17 @@ bool MuxDirective(const std::string& k, std::istringstream& s)
         }
         return g_mux.period > 0 && g_mux.period <= g_mux.sizes.size();
     }
+    if (k == "mux_rule")
+    {
+        uint32_t x;
+        g_mux.rule.clear();
+        while (s >> x)
+        {
+            g_mux.rule.push_back(x);
+        }
+        auto valid = [](uint32_t c) { return c <= 4; };
+        return !g_mux.rule.empty() && std::all_of(g_mux.rule.begin(), g_mux.rule.end(), valid);
+    }
     if (k == "mux_report")
     {
         return bool(s >> g_mux.report);
@@ -575,7 +635,7 @@ bool MuxTake(uint32_t i, uint32_t k, uint32_t seq, uint32_t next)
     {
         g_close = Simulator::Schedule(MicroSeconds(g_mux.interval_us), &Close, false);
     }
-    g_open.own.push_back({k, seq, cost});
+    g_open.own.push_back({k, seq, cost, next, dup});
     g_open.own_bytes += cost;
     return !dup; // a trial's packet is relayed by unicast as well
 }
@@ -658,6 +718,9 @@ void WriteMuxReport()
       << ",\"loss_shed\":" << g_shed << ",\"loss_start_unicast\":" << g_start_unicast
       << ",\"loss_start_held\":" << g_start_held << ",\"loss_start_cleared\":" << g_start_cleared
       << ",\"loss_start_trials\":" << g_trials << ",\"loss_trial_packets\":" << g_trial_pkts
+      << ",\"rule_unicast_frames\":" << g_rule_frames
+      << ",\"rule_unicast_packets\":" << g_rule_packets
+      << ",\"rule_copies_priced_out\":" << g_rule_priced
       << ",\"stations\":[";
     bool first = true;
     for (uint32_t i = 0; i < g_rx_frames.size(); i++)

@@ -31,7 +31,10 @@
 // voice relayed as unicast take AC_VO; `tagged` counts UP 6-7 there.
 //
 // Directive (air.cc's list):
-//   ap_edca AIFSN CWMIN CWMAX TXOP_US   the AP's AC_VO; infrastructure mode
+//   ap_edca AIFSN CWMIN CWMAX TXOP_US [STA_AIFSN STA_CWMIN STA_CWMAX]
+//                                       the AP's AC_VO; infrastructure mode; with the last
+//                                       three the stations' AC_VO stays at them (hostapd's
+//                                       advertised wmm_ac_vo_*) instead of the AP's values
 //
 // Must not touch: the scenario (air.cc), the relaying (air_io.cc calls
 // EdcaTag), the multiplexer (air_cell.cc calls EdcaTag).
@@ -53,6 +56,12 @@ struct EdcaCfg
     std::vector<uint32_t> stations;
     uint64_t tagged = 0;          // AP packets tagged for AC_VO
     uint64_t vo = 0, be = 0;      // MPDUs enqueued at the AP's AC_VO / AC_BE
+    uint64_t vo_mgt = 0;          // management frames enqueued at the AP's AC_VO
+    uint64_t sta_vo = 0, sta_vo_mgt = 0; // MPDUs (management frames) at the stations' AC_VO
+    // the stations' AC_VO kept at these values (AIFSN, CWmin, CWmax) after every beacon and
+    // association, as hostapd advertises `wmm_ac_vo_*` apart from its own `tx_queue_data0_*`;
+    // empty: the stations take the AP's AC_VO from its beacons (ns-3's EDCA parameter set)
+    std::vector<uint32_t> sta_vo_edca;
 } g_edca;
 std::map<int, uint64_t> g_sta_rx_drop; // the first station's PHY drops, by reason
 
@@ -64,6 +73,33 @@ void StaRxDrop(Ptr<const Packet>, WifiPhyRxfailureReason r)
 void CountVo(Ptr<const WifiMpdu> mpdu)
 {
     g_edca.vo += mpdu->GetHeader().IsQosData() ? 1 : 0;
+    g_edca.vo_mgt += mpdu->GetHeader().IsMgt() ? 1 : 0;
+}
+
+// Station i's AC_VO back at the advertised values (after ns-3 applied the AP's EDCA set).
+void StaVoReset(uint32_t i)
+{
+    Ptr<QosTxop> q = g_wifi[i]->GetMac()->GetQosTxop(AC_VO);
+    q->SetAifsn(g_edca.sta_vo_edca[0]);
+    q->SetMinCw(g_edca.sta_vo_edca[1]);
+    q->SetMaxCw(g_edca.sta_vo_edca[2]);
+}
+
+void StaBeacon(uint32_t i, Time)
+{
+    Simulator::ScheduleNow(&StaVoReset, i); // after the beacon's UpdateApInfo
+}
+
+void StaAssoc(uint32_t i, Mac48Address)
+{
+    Simulator::ScheduleNow(&StaVoReset, i); // after the association response's UpdateApInfo
+}
+
+// A station's AC_VO (which takes the AP's AC_VO values from its beacons): what it sends there.
+void CountStaVo(Ptr<const WifiMpdu> mpdu)
+{
+    g_edca.sta_vo++;
+    g_edca.sta_vo_mgt += mpdu->GetHeader().IsMgt() ? 1 : 0;
 }
 
 void CountBe(Ptr<const WifiMpdu> mpdu)
@@ -104,9 +140,16 @@ bool EdcaDirective(const std::string& k, std::istringstream& s)
         return false;
     }
     g_edca.on = true;
-    return bool(s >> g_edca.aifsn >> g_edca.cwmin >> g_edca.cwmax >> g_edca.txop_us) &&
-           g_edca.aifsn >= 1 && g_edca.aifsn <= 15 && g_edca.cwmin <= g_edca.cwmax &&
-           g_edca.cwmax <= 32767 && g_edca.txop_us <= 8160;
+    bool ok = bool(s >> g_edca.aifsn >> g_edca.cwmin >> g_edca.cwmax >> g_edca.txop_us) &&
+              g_edca.aifsn >= 1 && g_edca.aifsn <= 15 && g_edca.cwmin <= g_edca.cwmax &&
+              g_edca.cwmax <= 32767 && g_edca.txop_us <= 8160;
+    uint32_t a, lo, hi;
+    if (ok && s >> a >> lo >> hi)
+    {
+        g_edca.sta_vo_edca = {a, lo, hi};
+        ok = a >= 1 && a <= 15 && lo <= hi && hi <= 32767;
+    }
+    return ok;
 }
 
 bool EdcaOn()
@@ -125,6 +168,19 @@ void EdcaConfigure(uint32_t ap, const std::vector<uint32_t>& stations)
     for (uint32_t i : stations)
     {
         DcfAccess(g_wifi[i]->GetMac());
+        g_wifi[i]->GetMac()->GetQosTxop(AC_VO)->GetWifiMacQueue()->TraceConnectWithoutContext(
+            "Enqueue", MakeCallback(&CountStaVo));
+        if (!g_edca.sta_vo_edca.empty())
+        {
+            StaVoReset(i);
+            Ptr<WifiMac> m = g_wifi[i]->GetMac();
+            if (!m->TraceConnectWithoutContext("BeaconArrival", MakeBoundCallback(&StaBeacon, i)) ||
+                !m->TraceConnectWithoutContext("Assoc", MakeBoundCallback(&StaAssoc, i)))
+            {
+                std::fprintf(stderr, "airpack-ns3-air: no beacon/assoc trace at node %u\n", i);
+                std::exit(2);
+            }
+        }
     }
     if (!stations.empty())
     {
@@ -206,6 +262,8 @@ std::string EdcaJson()
     o << "{\"aifsn\":" << g_edca.aifsn << ",\"cwmin\":" << g_edca.cwmin << ",\"cwmax\":" << g_edca.cwmax
       << ",\"txop_us\":" << g_edca.txop_us << ",\"tagged\":" << g_edca.tagged
       << ",\"ap_vo_mpdus\":" << g_edca.vo << ",\"ap_be_mpdus\":" << g_edca.be
+      << ",\"ap_vo_mgt\":" << g_edca.vo_mgt << ",\"sta_vo_mpdus\":" << g_edca.sta_vo
+      << ",\"sta_vo_mgt\":" << g_edca.sta_vo_mgt
       << ",\"ap_vo_access\":" << Access(g_edca.ap, AC_VO)
       << ",\"ap_be_access\":" << Access(g_edca.ap, AC_BE);
     // the stations' access at the end, after the AP's beacons (UpdateApInfo)

@@ -29,8 +29,15 @@
 //! `--ap-vo` (any setup): the AP's voice (frames and unicast relays) on a
 //! WMM access point's AC_VO queue (`ap_edca`, `crates/lab/ns3/air_edca.cc`;
 //! stations keep the DCF's access): `off` with it is the fair control.
-//! Not modelled: the idle release, the airtime rule's unicast fallback,
-//! partial repeats, RTP-context loss at the stations (docs/lab.md 5).
+//! `--sta-vo-edca` (with `--ap-vo`): the stations' AC_VO kept at hostapd's
+//! advertised values instead of the AP's own (which ns-3's beacons carry).
+//! `--airtime-rule` (multiplexed setups): the daemon's per-frame airtime
+//! rule (`Mux::close`: copies priced against unicast, unicast fallback) as
+//! a table by entry count ([`rule_table`], computed by driving
+//! airpack-core's real [`Mux`] with the preset's rates; `mux_rule`).
+//! Not modelled: the idle release, the airtime rule without
+//! `--airtime-rule` (and with it, the pricing of repeated blocks), partial
+//! repeats, RTP-context loss at the stations (docs/lab.md 5).
 //!
 //! Must not touch: the emulated cell ([`crate::cell`], the daemons), the
 //! E-model and support criterion, the search rule ([`crate::experiment`]).
@@ -44,7 +51,7 @@ use crate::voip::{Direction, Spec};
 use airpack_core::downlink::airtime::{CellPhy, Rate};
 use airpack_core::downlink::compact;
 use airpack_core::downlink::loss::LossConfig;
-use airpack_core::downlink::mux::{Mux, MuxConfig};
+use airpack_core::downlink::mux::{FrameReason, Mux, MuxConfig};
 use anyhow::{bail, Context, Result};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -166,6 +173,94 @@ pub fn entry_sizes(payload: usize, step: u32, pt: u8) -> Result<(usize, Vec<u32>
         .find(|&p| (half..PROBE_PACKETS).all(|i| sizes[i] == sizes[i - p]))
         .context("entry sizes without a period")?;
     Ok((period, sizes))
+}
+
+/// The daemon's airtime rule as a table (`mux_rule`): entry `k - 1` is how
+/// many times airpack-core's real [`Mux`] sends a frame of `k` entries of
+/// this stream's packets (`payload` voice bytes, RTP step `step`, PT `pt`)
+/// in a cell of rates `phy` with `copies` copies configured (the daemon's
+/// `ap.unicast_rate`, `ap.multicast_rate`, `ap.frame_copies`), 0 = its
+/// packets leave as unicast ([`Mux`]'s close: copies priced against
+/// unicast, unicast when one copy does not pay). The rule's arithmetic is
+/// the mux's own: for each k, k streams (one per station) each send one
+/// packet per interval for [`PROBE_PACKETS`] intervals, the frame is
+/// closed (`flush`) and what leaves is counted; the verdict is the most
+/// frequent one of the second half (the steady state: compressed entries,
+/// a full one every 16th packet). The table ends at the largest k whose
+/// packets one frame holds (beyond it the model uses the last entry).
+pub fn rule_table(phy: CellPhy, copies: u8, payload: usize, step: u32, pt: u8) -> Result<Vec<u8>> {
+    let mut table = Vec::new();
+    // stream ids stay below 128 (one-byte sid), as in the model
+    for k in 1..=120u8 {
+        let mut m = Mux::new(MuxConfig {
+            airtime: Some(phy),
+            copies,
+            idle_release: false,
+            ..MuxConfig::default()
+        });
+        for s in 0..k {
+            let a = IpAddr::V4(Ipv4Addr::new(10, 201, 0, 2 + s));
+            m.add_stream(a, 16000, u16::from(s) + 1)
+                .map_err(|e| anyhow::anyhow!("add_stream: {e:?}"))?;
+        }
+        let mut buf = vec![0u8; m.config().max_frame];
+        let mut verdicts = [0usize; 5];
+        for j in 0..PROBE_PACKETS {
+            let now = j as u64 * 20_000;
+            for s in 0..k {
+                let p = voip_packet_to(2 + s, j as u16, step, pt, 100 + j as u16, payload);
+                m.handle_packet(now + u64::from(s), &p);
+            }
+            m.flush();
+            let (mut frames, mut extra, mut unicast, mut split) = (0, 0, 0, false);
+            while let Some(t) = m.poll_transmit(now + u64::from(k), &mut buf) {
+                split |= t.reason != FrameReason::Flush;
+                match (t.unicast, t.copy) {
+                    (true, _) => unicast += t.packets,
+                    (false, true) => extra += 1,
+                    (false, false) => frames += 1,
+                }
+            }
+            // an interval whose packets did not fit one frame (closed by
+            // size: the full entries of every stream at once) says nothing
+            let verdict = match (frames, unicast) {
+                (1, 0) => 1 + extra,
+                (0, u) if u == usize::from(k) => 0,
+                _ => continue,
+            };
+            if j >= PROBE_PACKETS / 2 && !split {
+                verdicts[verdict.min(4)] += 1;
+            }
+        }
+        if verdicts.iter().all(|&v| v == 0) {
+            break; // k packets never fit one frame
+        }
+        let best = (0..verdicts.len())
+            .max_by_key(|&v| (verdicts[v], std::cmp::Reverse(v)))
+            .unwrap_or(0);
+        table.push(best as u8);
+    }
+    if table.is_empty() {
+        bail!("the airtime rule's table is empty: one packet does not fit a frame");
+    }
+    Ok(table)
+}
+
+/// The `mux_rule` directive of `table` ([`rule_table`]).
+pub fn rule_directive(table: &[u8]) -> String {
+    let t: Vec<String> = table.iter().map(u8::to_string).collect();
+    format!("mux_rule {}\n", t.join(" "))
+}
+
+/// The cell's rates as the daemon's airtime rule and loss guard price
+/// them (`ap.unicast_rate`, `ap.multicast_rate` of the preset).
+pub fn cell_phy(cfg: &ExperimentConfig) -> Result<CellPhy> {
+    let r = crate::cell::Redundancy::of(&cfg.medium.phy, cfg.topo.wifi.multicast_mbit);
+    let rate = |m| Rate::of(m, r.short_preamble).context("the preset's rate");
+    Ok(CellPhy {
+        unicast: rate(r.unicast_mbit)?,
+        multicast: rate(r.multicast_mbit)?,
+    })
 }
 
 /// The flows of `n` calls in `spec`'s cell for `cfg` (whose topology is
@@ -294,13 +389,14 @@ pub struct StationRx {
 /// The multiplexer model's counters (`mux_report`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MuxReport {
-    /// Frames sent.
+    /// Frames sent (multicast; without the airtime rule's unicast frames).
     pub frames: u64,
     /// Packets in them (own entries).
     pub entries: u64,
     /// Frame bytes (UDP payload) sent.
     pub frame_bytes: u64,
-    /// Frames closed because the next entry did not fit.
+    /// Frames closed because the next entry did not fit (the airtime
+    /// rule's unicast frames included, as for the next field).
     pub closed_size: u64,
     /// Frames closed at the interval.
     pub closed_interval: u64,
@@ -339,6 +435,15 @@ pub struct MuxReport {
     /// Loss rule: packets sent both in a frame and by unicast on a trial.
     #[serde(default)]
     pub loss_trial_packets: u64,
+    /// Airtime rule (`--airtime-rule`): frames whose packets left as unicast.
+    #[serde(default)]
+    pub rule_unicast_frames: u64,
+    /// Airtime rule: packets of those frames.
+    #[serde(default)]
+    pub rule_unicast_packets: u64,
+    /// Airtime rule: copies not sent because they would not pay.
+    #[serde(default)]
+    pub rule_copies_priced_out: u64,
     /// Stations that received at least one frame.
     pub stations: Vec<StationRx>,
 }
@@ -347,7 +452,9 @@ impl MuxReport {
     /// Parse the program's report (strict: every field present).
     pub fn parse(text: &str) -> Result<MuxReport> {
         let r: MuxReport = serde_json::from_str(text.trim()).context("mux report")?;
-        if r.entries < r.frames || r.closed_size + r.closed_interval != r.frames {
+        if r.entries < r.frames
+            || r.closed_size + r.closed_interval != r.frames + r.rule_unicast_frames
+        {
             bail!("mux report inconsistent: {}", text.trim());
         }
         Ok(r)
@@ -371,6 +478,8 @@ pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point>
         send_jitter_us: SEND_JITTER_US.get().copied().unwrap_or(0),
         free_downlink: FREE_DOWNLINK.get().copied().unwrap_or(false),
         frame_copies: FRAME_COPIES.get().copied().unwrap_or(1),
+        airtime_rule: AIRTIME_RULE.get().copied().unwrap_or(false),
+        sta_vo: STA_VO.get().copied().flatten(),
     };
     cell_point_with(cfg, setup, n, knobs)
 }
@@ -391,6 +500,13 @@ pub struct Knobs {
     /// Every multiplexed frame sent this many times (`--frame-copies`,
     /// the daemon's `ap.frame_copies`; 0 or 1: once).
     pub frame_copies: u32,
+    /// The daemon's per-frame airtime rule (`--airtime-rule`,
+    /// [`rule_table`]): copies priced against unicast, unicast fallback.
+    pub airtime_rule: bool,
+    /// With `edca`: the stations' AC_VO kept at `[aifsn, cwmin, cwmax]`
+    /// (`--sta-vo-edca`, hostapd's advertised `wmm_ac_vo_*`); None: the
+    /// stations take the AP's AC_VO from its beacons, as ns-3 does.
+    pub sta_vo: Option<[u32; 3]>,
 }
 
 /// [`cell_point`] with the model's options `knobs`.
@@ -405,6 +521,8 @@ pub fn cell_point_with(
         send_jitter_us,
         free_downlink: free,
         frame_copies,
+        airtime_rule,
+        sta_vo,
     } = knobs;
     let t0 = Instant::now();
     if crate::netns::interrupted() {
@@ -438,12 +556,7 @@ pub fn cell_point_with(
     let (packets, report) = (dir.join("packets.txt"), dir.join("mux.json"));
     let mut text = cell_config(&cfg, &spec, &flows, d, &packets, &report)?;
     if setup == Setup::DownlinkMuxLoss {
-        let r = crate::cell::Redundancy::of(&cfg.medium.phy, cfg.topo.wifi.multicast_mbit);
-        let rate = |m| Rate::of(m, r.short_preamble).context("the preset's rate");
-        let phy = CellPhy {
-            unicast: rate(r.unicast_mbit)?,
-            multicast: rate(r.multicast_mbit)?,
-        };
+        let phy = cell_phy(&cfg)?;
         let profile = spec.profile()?;
         let payload = airpack_voice::rtp::probe_payload_len(profile.payload_bytes());
         let ip = voip_packet(0, 0, 0, 0, payload).len() as u32;
@@ -460,13 +573,32 @@ pub fn cell_point_with(
         text.push_str(&loss_directive(&c, &phy, ip, period_ms));
     }
     if let Some(e) = edca {
-        text.push_str(&edca_directive(e));
+        let d = edca_directive(e);
+        match sta_vo {
+            Some(v) => text.push_str(&format!("{} {} {} {}\n", d.trim_end(), v[0], v[1], v[2])),
+            None => text.push_str(&d),
+        }
     }
     if send_jitter_us > 0 {
         text.push_str(&format!("send_jitter_us {send_jitter_us}\n"));
     }
     if d.is_some() && frame_copies > 1 {
         text.push_str(&format!("mux_copies {frame_copies}\n"));
+    }
+    let mut rule = None;
+    if d.is_some() && airtime_rule {
+        let profile = spec.profile()?;
+        let payload = airpack_voice::rtp::probe_payload_len(profile.payload_bytes());
+        let copies = u8::try_from(frame_copies.clamp(1, 4)).unwrap_or(1);
+        let table = rule_table(
+            cell_phy(&cfg)?,
+            copies,
+            payload,
+            profile.timestamp_step(),
+            profile.params().payload_type,
+        )?;
+        text.push_str(&rule_directive(&table));
+        rule = Some(table);
     }
     let (mut p, r) =
         crate::validate_sim::run_program(&cfg, setup, n, &spec, &flows, &dir, text, &packets, t0)?;
@@ -494,6 +626,9 @@ pub fn cell_point_with(
         }
         let mut v = serde_json::to_value(&m)?;
         v["lost_frames_pct"] = serde_json::json!(m.lost_frames_pct(stations));
+        if let Some(t) = rule {
+            v["rule_table"] = serde_json::json!(t);
+        }
         p.downlink.insert("AP.mux".into(), v);
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -589,7 +724,24 @@ pub struct CellSimArgs {
     /// copy its own channel access (the daemon's `ap.frame_copies`).
     #[arg(long, default_value_t = 1)]
     frame_copies: u32,
+    /// Multiplexed setups: the daemon's per-frame airtime rule with the
+    /// preset's rates (`Mux::close`: a frame is sent as many times, up to
+    /// `--frame-copies`, as still cost less than its packets as unicast,
+    /// and its packets leave as unicast when one copy does not pay).
+    #[arg(long)]
+    airtime_rule: bool,
+    /// With `--ap-vo`: keep the stations' AC_VO at `AIFSN,CWMIN,CWMAX`
+    /// (hostapd advertises `wmm_ac_vo_*`, 2,3,7, apart from the AP's own
+    /// queue; without it the stations take the AP's AC_VO from its beacons).
+    #[arg(long)]
+    sta_vo_edca: Option<String>,
 }
+
+/// The run's `--sta-vo-edca` (set once by [`main`]).
+static STA_VO: std::sync::OnceLock<Option<[u32; 3]>> = std::sync::OnceLock::new();
+
+/// The run's `--airtime-rule` (set once by [`main`]).
+static AIRTIME_RULE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// The run's `--frame-copies` (set once by [`main`]).
 static FRAME_COPIES: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
@@ -698,6 +850,18 @@ pub fn main(a: CellSimArgs) -> Result<()> {
         bail!("--frame-copies {}: must be 1-4", a.frame_copies);
     }
     let _ = FRAME_COPIES.set(a.frame_copies);
+    let _ = AIRTIME_RULE.set(a.airtime_rule);
+    let sta_vo = match &a.sta_vo_edca {
+        Some(v) => {
+            let e = parse_edca(v)?;
+            if e[3] != 0 {
+                bail!("--sta-vo-edca {v}: AIFSN,CWMIN,CWMAX");
+            }
+            Some([e[0], e[1], e[2]])
+        }
+        None => None,
+    };
+    let _ = STA_VO.set(sta_vo);
     crate::netns::catch_interrupts();
     let split = |s: &str| -> Vec<String> {
         s.split(',')

@@ -21,6 +21,8 @@ fn args() -> CellSimArgs {
         loss_start_frame: false,
         free_downlink: false,
         frame_copies: 1,
+        airtime_rule: false,
+        sta_vo_edca: None,
     }
 }
 
@@ -453,4 +455,121 @@ fn airtime_rule_prices_out_copies_that_cost_more_than_unicast() {
         sent >= 45 && fallback <= 2,
         "g54 mc54 G.711, 4 copies: {sent} sent, {fallback} unicast"
     );
+}
+
+/// The airtime rule's table of a preset and codec with `copies` copies
+/// configured, as `cell_point` computes it for `--airtime-rule`.
+fn preset_rule(preset: &str, codec: &str, copies: u8) -> Vec<u8> {
+    let c = config(preset, codec, &args(), &work("rule")).unwrap();
+    let (c, spec) = spec_of(&c, 1);
+    let profile = spec.profile().unwrap();
+    let payload = airpack_voice::rtp::probe_payload_len(profile.payload_bytes());
+    rule_table(
+        cell_phy(&c).unwrap(),
+        copies,
+        payload,
+        profile.timestamp_step(),
+        profile.params().payload_type,
+    )
+    .unwrap()
+}
+
+/// `--airtime-rule`: the table is airpack-core's own verdict per frame
+/// size (`Mux::close` driven with the preset's rates, 2 copies configured).
+/// G.711 at 54 with multicast at 6: no frame pays, every frame leaves as
+/// unicast. 802.11b at 11 with multicast at 2, G.711: a full frame (8
+/// entries) is sent once, its second copy priced out (6.1 ms per copy
+/// against 7.5 ms as unicast), frames of up to 4 packets as unicast. G.729
+/// at 54 with multicast at 54: every frame of 2 or more entries is sent
+/// twice, a lone entry once. The tables end at the most entries a frame
+/// holds (G.711 7 when every entry is full, as after a fallback frame, 8
+/// compressed; G.729 57); the directive lists the table.
+#[test]
+fn rule_table_is_the_real_muxs_verdict() {
+    let g54mc6 = preset_rule("cell:g54:6:4", "g711", 2);
+    assert_eq!(g54mc6, vec![0; 7], "g54 mc6 G.711");
+    let b11mc2 = preset_rule("cell:b11:2", "g711", 2);
+    assert_eq!(b11mc2, vec![0, 0, 0, 0, 1, 1, 1, 1], "b11 mc2 G.711");
+    let g54mc54 = preset_rule("cell:g54:54:4", "g729", 2);
+    assert_eq!(g54mc54.len(), 57, "g54 mc54 G.729 {g54mc54:?}");
+    assert!(
+        g54mc54[0] == 1 && g54mc54[1..].iter().all(|&c| c == 2),
+        "g54 mc54 G.729 {g54mc54:?}"
+    );
+    // with one copy configured the rule never adds one
+    let one = preset_rule("cell:g54:54:4", "g729", 1);
+    assert!(one.iter().all(|&c| c == 1), "{one:?}");
+    assert_eq!(rule_directive(&b11mc2), "mux_rule 0 0 0 0 1 1 1 1\n");
+}
+
+/// Runs the ns-3 program: `--airtime-rule` with 2 copies in the 802.11b
+/// cell with multicast at 2 Mbit/s and G.711, 4 calls: a frame holds at
+/// most 4 entries, which the rule sends as unicast, so no frame is
+/// multicast, every closed frame's packets leave as unicast (counted in
+/// the report) and every packet arrives; without the rule the same point
+/// multicasts every frame twice.
+#[test]
+fn small_cell_with_the_airtime_rule() {
+    if let Err(why) = air_ns3::check_available() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let w = work("rule");
+    let c = config("cell:b11:2", "g711", &args(), &w).unwrap();
+    let two = Knobs {
+        frame_copies: 2,
+        ..Knobs::default()
+    };
+    let rule = Knobs {
+        airtime_rule: true,
+        ..two
+    };
+    let p = cell_point_with(&c, Setup::DownlinkMux, 4, rule).unwrap();
+    let plain = cell_point_with(&c, Setup::DownlinkMux, 4, two).unwrap();
+    let _ = std::fs::remove_dir_all(&w);
+    let line = crate::experiment::point_line;
+    for p in [&p, &plain] {
+        assert!(p.supported && p.loss_max == 0.0, "{}", line(p));
+    }
+    let v = &p.downlink["AP.mux"];
+    assert_eq!(v["rule_table"], serde_json::json!([0, 0, 0, 0, 1, 1, 1, 1]));
+    let m: MuxReport = serde_json::from_value(v.clone()).unwrap();
+    assert_eq!((m.frames, m.rule_copies_priced_out), (0, 0), "{m:?}");
+    assert!(m.stations.is_empty(), "{m:?}");
+    assert_eq!(m.closed_size + m.closed_interval, m.rule_unicast_frames);
+    assert!(m.rule_unicast_frames >= 200, "{m:?}");
+    assert!((800..=804).contains(&m.rule_unicast_packets), "{m:?}");
+    // the AP's frames: every downlink packet as unicast, plus beacons
+    let ap = p.frames_per_node["AP"];
+    assert!(
+        ap >= m.rule_unicast_packets && ap < m.rule_unicast_packets + 80,
+        "{ap}"
+    );
+    let m: MuxReport = serde_json::from_value(plain.downlink["AP.mux"].clone()).unwrap();
+    assert_eq!((m.rule_unicast_frames, m.rule_unicast_packets), (0, 0));
+    assert!(
+        m.frames >= 200 && m.stations.iter().all(|s| s.copies == m.frames),
+        "{m:?}"
+    );
+}
+
+/// Runs the ns-3 program: with `--sta-vo-edca` the stations' AC_VO stays
+/// at the given values after the AP's beacons and association responses
+/// (without it, they take the AP's AC_VO, `small_cell_with_the_ap_on_ac_vo`).
+#[test]
+fn small_cell_keeps_the_stations_ac_vo() {
+    let Some((w, c)) = b11_cell("stavo") else {
+        return;
+    };
+    let k = Knobs {
+        edca: Some([1, 1, 1, 0]),
+        sta_vo: Some([2, 7, 15]),
+        ..Knobs::default()
+    };
+    let p = cell_point_with(&c, Setup::DownlinkMux, 4, k).unwrap();
+    let _ = std::fs::remove_dir_all(&w);
+    let e = &p.downlink["AP.edca"];
+    assert_eq!(e["ap_vo_access"], serde_json::json!([1, 1, 1]), "{e}");
+    assert_eq!(e["sta_vo_access"], serde_json::json!([2, 7, 15]), "{e}");
+    assert!(p.supported, "{}", crate::experiment::point_line(&p));
 }
