@@ -43,7 +43,9 @@
 //   capture MARGIN_DB WINDOW_US   every PHY gets ns-3's SimpleFrameCaptureModel: a
 //                          receiver locked on a frame switches to a new one at least
 //                          MARGIN_DB stronger arriving within WINDOW_US of the locked
-//                          frame's start (default: no capture model)
+//                          frame's start (default: no capture model); ns-3 3.37 aborts
+//                          ("Invalid WifiPhy state RX") on a switch after the locked frame's
+//                          PHY header, so WINDOW_US must end within it (802.11a: 16-20 µs)
 //   ber I J BER            frames from node I received by node J are lost with
 //                          probability 1 - (1 - BER)^bits (air_ber.cc); one direction
 //   wired I J RATE_BPS DELAY_US MAC_I MAC_J FD_I FD_J   a point-to-point cable
