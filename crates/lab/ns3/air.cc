@@ -37,7 +37,15 @@
 //   rate_control constant  or `minstrel` (Minstrel, Minstrel-HT with ht_mcs)
 //   node NAME MAC FD [Q]   FD = tap descriptor (inherited), -1 = no tap (sim mode);
 //                          Q = the node's MAC queue limit (default: `queue`)
-//   link I J LOSS_DB       nodes I and J (0-based) hear each other
+//   link I J LOSS_DB       nodes I and J (0-based) hear each other (at 16.02 dBm sent:
+//                          detected from -82 dBm, i.e. 98 dB; interfering down to
+//                          -101 dBm, 117 dB)
+//   capture MARGIN_DB WINDOW_US   every PHY gets ns-3's SimpleFrameCaptureModel: a
+//                          receiver locked on a frame switches to a new one at least
+//                          MARGIN_DB stronger arriving within WINDOW_US of the locked
+//                          frame's start (default: no capture model); ns-3 3.37 aborts
+//                          ("Invalid WifiPhy state RX") on a switch after the locked frame's
+//                          PHY header, so WINDOW_US must end within it (802.11a: 16-20 µs)
 //   ber I J BER            frames from node I received by node J are lost with
 //                          probability 1 - (1 - BER)^bits (air_ber.cc); one direction
 //   wired I J RATE_BPS DELAY_US MAC_I MAC_J FD_I FD_J   a point-to-point cable
@@ -136,6 +144,7 @@ struct AirConfig
     uint32_t queue = 50, seed = 1, ap = 0, obs_ms = 20, ampdu = 1, amsdu = 0;
     int ht_mcs = -1;
     double max_delay_ms = 60000, hard_limit_ms = 100, duration_s = 0, mcast_mbit = 0;
+    double capture_db = -1, capture_us = 16; // capture_db < 0: no frame capture model
     uint32_t realtime = 0;
     std::vector<Link> links;
 };
@@ -201,6 +210,9 @@ AirConfig Parse(const char* path)
             }
             g_nodes.push_back(n);
         }
+        else if (k == "capture")
+            ok = bool(s >> c.capture_db >> c.capture_us) && c.capture_db >= 0 &&
+                 c.capture_us >= 0;
         else if (k == "link")
         {
             Link l;
@@ -441,6 +453,14 @@ int main(int argc, char** argv)
     if (ht)
     {
         phyHelper.Set("ChannelSettings", StringValue("{36, 20, BAND_5GHZ, 0}"));
+    }
+    if (cfg.capture_db >= 0)
+    {
+        phyHelper.SetFrameCaptureModel("ns3::SimpleFrameCaptureModel",
+                                       "Margin",
+                                       DoubleValue(cfg.capture_db),
+                                       "CaptureWindow",
+                                       TimeValue(MicroSeconds(cfg.capture_us)));
     }
     WifiHelper wifi;
     wifi.SetStandard(std);

@@ -204,19 +204,27 @@ pub fn config_text(
         }
         s.push('\n');
     }
-    for [a, b] in &topo.links {
-        let loss = topo
-            .wifi
+    if let Some(m) = topo.wifi.capture_db {
+        s.push_str(&format!(
+            "capture {m} {}\n",
+            crate::air_opts::CAPTURE_WINDOW_US
+        ));
+    }
+    let loss = |a: &str, b: &str| {
+        topo.wifi
             .link_loss_db
             .iter()
             .rev()
             .find(|(x, y, _)| (x == a && y == b) || (x == b && y == a))
-            .map_or(LINK_LOSS_DB, |l| l.2);
-        s.push_str(&format!("link {} {} {loss}\n", idx(a), idx(b)));
+            .map_or(LINK_LOSS_DB, |l| l.2)
+    };
+    for [a, b] in &topo.links {
+        s.push_str(&format!("link {} {} {}\n", idx(a), idx(b), loss(a, b)));
     }
-    // in range but not neighbours: heard and interfering, filtered above IP
+    // in range but not neighbours: heard (or, below the detection
+    // threshold, only interfering), filtered above IP
     for [a, b] in &topo.wifi.in_range {
-        s.push_str(&format!("link {} {} {LINK_LOSS_DB}\n", idx(a), idx(b)));
+        s.push_str(&format!("link {} {} {}\n", idx(a), idx(b), loss(a, b)));
     }
     // per-link bit errors, one directive per direction (air_ber.cc)
     for (i, a) in topo.nodes.iter().enumerate() {
@@ -334,6 +342,23 @@ mod tests {
         }
         assert_eq!(t.links.len(), 3, "in-range pairs are not neighbours");
         assert!(!c.contains("ber "), "no bit errors unless set: {c}");
+        assert!(!c.contains("capture"), "no capture model unless set: {c}");
+        // an in-range pair at its own loss, and frame capture
+        let mut far = t.clone();
+        far.wifi.link_loss_db = vec![("D".into(), "A".into(), 101.0)];
+        far.wifi.capture_db = Some(10.0);
+        far.validate().unwrap();
+        let c = config_text(
+            &far,
+            &opts,
+            &TapFds::default(),
+            &[],
+            1.0,
+            &Outputs::default(),
+        );
+        for l in ["link 0 3 101", "link 0 1 50", "capture 10 16"] {
+            assert!(c.lines().any(|x| x == l), "missing {l:?} in\n{c}");
+        }
         // one bad link C-D: both directions
         let mut bad = t.clone();
         bad.wifi.link_ber = vec![crate::air_opts::LinkBer {

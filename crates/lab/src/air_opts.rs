@@ -62,13 +62,24 @@ pub struct WifiOpts {
     /// Per-node MAC queue limits (packets), overriding `--queue-limit`.
     #[serde(default)]
     pub queues: std::collections::BTreeMap<String, u32>,
-    /// Path loss of individual links `[A, B, dB]` (default
-    /// [`crate::air_ns3::LINK_LOSS_DB`]); each pair must be a link.
+    /// Path loss of individual pairs `[A, B, dB]` (default
+    /// [`crate::air_ns3::LINK_LOSS_DB`]); each pair must be a link or
+    /// `in_range`.
     #[serde(default)]
     pub link_loss_db: Vec<(String, String, f64)>,
+    /// ns-3's frame capture (`SimpleFrameCaptureModel`) on every radio, at
+    /// this margin (dB): a receiver locked on a frame switches to a new one
+    /// at least this much stronger that arrives within
+    /// [`CAPTURE_WINDOW_US`] of the locked frame's start (ns-3's default
+    /// window); None: no capture model (ns-3's default). The lab's `:geo`
+    /// gateway presets set 10 dB (ns-2's capture threshold).
+    #[serde(default)]
+    pub capture_db: Option<f64>,
     /// Pairs that hear each other without being neighbours (adhoc only):
     /// their frames take airtime, defer each other's carrier sense and
-    /// interfere (at [`crate::air_ns3::LINK_LOSS_DB`]), but the neighbour
+    /// interfere (at [`crate::air_ns3::LINK_LOSS_DB`] unless
+    /// `link_loss_db` says otherwise: below the PHY's detection threshold
+    /// a pair only interferes), but the neighbour
     /// filter drops them and no route uses them, as seed 001's testbed,
     /// where all nodes were in range and MAC filtering made the routes.
     /// The tc air ignores it (one collision domain: every pair is in range).
@@ -115,6 +126,10 @@ impl WifiOpts {
             .map_or(0.0, |l| l.ber)
     }
 }
+
+/// Capture window of [`WifiOpts::capture_db`] (µs): ns-3 3.37's default
+/// `SimpleFrameCaptureModel::CaptureWindow` (a preamble's 16 µs).
+pub const CAPTURE_WINDOW_US: u32 = 16;
 
 /// How the Wi-Fi MAC picks data rates.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
@@ -201,22 +216,23 @@ impl Topology {
                 bail!("queues: {n:?} = {q} (a node and at least 1 packet)");
             }
         }
+        let hears = |a: &str, b: &str| {
+            let p = |[x, y]: &[String; 2]| (x == a && y == b) || (x == b && y == a);
+            self.links.iter().any(p) || w.in_range.iter().any(p)
+        };
         for (a, b, db) in &w.link_loss_db {
-            if !self
-                .links
-                .iter()
-                .any(|[x, y]| (x == a && y == b) || (x == b && y == a))
-            {
-                bail!("link_loss_db: {a}-{b} is not a link");
+            if !hears(a, b) {
+                bail!("link_loss_db: {a}-{b} is neither a link nor in_range");
             }
             if !(0.0..=400.0).contains(db) {
                 bail!("link_loss_db: {a}-{b}: {db} dB is not in 0..400");
             }
         }
-        let hears = |a: &str, b: &str| {
-            let p = |[x, y]: &[String; 2]| (x == a && y == b) || (x == b && y == a);
-            self.links.iter().any(p) || w.in_range.iter().any(p)
-        };
+        if let Some(m) = w.capture_db {
+            if !(0.0..=50.0).contains(&m) {
+                bail!("capture_db: {m} dB is not in 0..50");
+            }
+        }
         let mut seen = std::collections::BTreeSet::new();
         for l in &w.link_ber {
             if !known(&l.a) || !known(&l.b) || l.a == l.b {
@@ -448,6 +464,21 @@ mod tests {
             t.wifi.link_loss_db,
             [("G".to_string(), "A".to_string(), 90.5)]
         );
+        assert_eq!(t.wifi.capture_db, None);
+        // an in_range pair may have its own loss too, and capture is a [wifi] key
+        let t = Topology::from_toml(&format!(
+            "{BASE}[wifi]\nin_range = [['A', 'B']]\nlink_loss_db = [['B', 'A', 94.0], ['A', 'G', 82]]\n\
+             capture_db = 10\n[[wired]]\na = 'G'\nb = 'S'\nrate_mbit = 10\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            t.wifi.link_loss_db[0],
+            ("B".to_string(), "A".to_string(), 94.0)
+        );
+        assert_eq!(t.wifi.capture_db, Some(10.0));
+        let mut tc = t.clone();
+        tc.air = Air::Tc;
+        assert!(tc.check_air_opts_fit().is_err(), "capture is an ns-3 key");
     }
 
     #[test]
@@ -514,6 +545,11 @@ mod tests {
             format!("{BASE}[wifi]\nqueues = {{ A = 0 }}\n{w}"),
             format!("{BASE}[wifi]\nlink_loss_db = [['A', 'B', 70.0]]\n{w}"), // no link
             format!("{BASE}[wifi]\nlink_loss_db = [['A', 'G', -1.0]]\n{w}"),
+            format!(
+                "{BASE}[wifi]\nin_range = [['A', 'S']]\nlink_loss_db = [['A', 'B', 70.0]]\n{w}"
+            ), // neither
+            format!("{BASE}[wifi]\ncapture_db = -1\n{w}"),
+            format!("{BASE}[wifi]\ncapture_db = 60\n{w}"),
             format!("{BASE}{w}{w}"), // twice
             format!("{BASE}[[wired]]\na = 'G'\nb = 'S'\nrate_mbit = 0\n"), // no rate
             format!("{BASE}[[wired]]\na = 'A'\nb = 'G'\nrate_mbit = 1\n{w}"), // radio + wire

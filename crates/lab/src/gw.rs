@@ -2,7 +2,7 @@
 //! mesh gateway, a string of wireless hops behind the gateway, voice calls
 //! and TCP downloads from the wired side into the mesh.
 //!
-//! Owns: the `gw:N[:DELAY_MS[:RATE_MBIT]][:cs2]` presets ([`GwSpec`]), their
+//! Owns: the `gw:N[:DELAY_MS[:RATE_MBIT]][:cs2|:geo]` presets ([`GwSpec`]), their
 //! topology ([`GwSpec::topology`]), and what the gateway arms of an
 //! experiment put on the gateway `G`: the qdiscs of `voice-priority` and
 //! `fixed-shaper` ([`qdisc_script`]) and the daemon config of `pacer`
@@ -21,6 +21,12 @@
 //!   interference, no route); nodes three or more hops apart still do not
 //!   (the seed's "interference but no carrier sense" at three hops is not
 //!   expressible with `in_range`, which is all or nothing);
+//! - with `:geo` ([`GwSpec::geo`], seed 003's ns-2 geometry: two-ray ground,
+//!   power ~ d^-4), every pair of radio nodes k >= 2 hops apart is
+//!   `in_range` at the neighbours' loss [`GEO_LOSS_DB`] plus
+//!   [`geo_extra_db`]`(k)` (12 dB at two hops: sensed; 19 dB at three: below
+//!   ns-3's preamble detection threshold, so only interfering), and every
+//!   radio has a frame capture model ([`GEO_CAPTURE_DB`]);
 //! - every call is `S <-> MN` (seed 003: VoIP between the wired side and a
 //!   client at the end of the string, across all N hops), every TCP flow a
 //!   bulk transfer `S -> MN`.
@@ -43,6 +49,25 @@ pub const DEFAULT_WIRED_MBIT: f64 = 100.0;
 pub const TCP_PORT: u16 = 5201;
 /// HTB handle the lab's own gateway qdiscs use on `G`'s radio.
 pub const HANDLE: &str = "1b0";
+/// `:geo`: path loss between radio neighbours (dB). ns-3 3.37's YansWifiPhy
+/// sends at 16.02 dBm (TxPowerStart/End), detects a preamble from -82 dBm
+/// (ThresholdPreambleDetectionModel: MinimumRssi -82 dBm, SNR >= 4 dB),
+/// senses energy from -62 dBm (CcaEdThreshold) and ignores signals below
+/// -101 dBm (RxSensitivity); noise floor -94 dBm (20 MHz, 7 dB noise
+/// figure). At 82 dB: neighbours -66 dBm (SNR 28 dB), two hops (+12 dB)
+/// -78 dBm (detected, 4 dB above the threshold: carrier sense), three hops
+/// (+19 dB) -85 dBm (3 dB below it: not detected, not sensed, interferes),
+/// four (+24) -90 and five (+28) -94 dBm (interfering, above -101).
+pub const GEO_LOSS_DB: f64 = 82.0;
+/// `:geo`: frame capture margin (dB), ns-2's capture threshold (10).
+pub const GEO_CAPTURE_DB: f64 = 10.0;
+
+/// `:geo`: extra loss (dB) of a pair `k` radio hops apart over neighbours,
+/// two-ray ground (power ~ d^-4): 40 log10(k) rounded, 12 / 19 / 24 / 28 dB
+/// at 2 / 3 / 4 / 5 hops.
+pub fn geo_extra_db(k: usize) -> f64 {
+    (40.0 * (k as f64).log10()).round()
+}
 
 /// A gateway preset and the experiment's gateway options.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -76,17 +101,24 @@ pub struct GwSpec {
     /// radio string are in carrier-sense range (`[wifi] in_range`), not
     /// hidden from each other; false: only neighbours hear each other.
     pub cs2: bool,
+    /// Seed 003's ns-2 geometry (`:geo`): nodes k >= 2 hops apart in range
+    /// at [`GEO_LOSS_DB`] + [`geo_extra_db`]`(k)`, neighbours at
+    /// [`GEO_LOSS_DB`], frame capture at [`GEO_CAPTURE_DB`].
+    pub geo: bool,
 }
 
 impl GwSpec {
-    /// Parse `gw:N[:DELAY_MS[:RATE_MBIT]][:cs2]`; None if `name` is no
-    /// gateway preset. TCP options take their defaults (no flows, cubic).
+    /// Parse `gw:N[:DELAY_MS[:RATE_MBIT]][:cs2|:geo]`; None if `name` is
+    /// no gateway preset. TCP options take their defaults (no flows, cubic).
     pub fn parse(name: &str) -> Option<Result<GwSpec>> {
         let rest = name.strip_prefix("gw:")?;
         Some((|| {
-            let (rest, cs2) = match rest.strip_suffix(":cs2") {
-                Some(r) => (r, true),
-                None => (rest, false),
+            let (rest, cs2, geo) = if let Some(r) = rest.strip_suffix(":cs2") {
+                (r, true, false)
+            } else if let Some(r) = rest.strip_suffix(":geo") {
+                (r, false, true)
+            } else {
+                (rest, false, false)
             };
             let mut it = rest.split(':');
             let hops = it
@@ -115,7 +147,7 @@ impl GwSpec {
                 10_000.0,
             )?;
             if it.next().is_some() {
-                bail!("gateway preset {name:?}: use gw:HOPS[:DELAY_MS[:RATE_MBIT]][:cs2]");
+                bail!("gateway preset {name:?}: use gw:HOPS[:DELAY_MS[:RATE_MBIT]][:cs2|:geo]");
             }
             Ok(GwSpec {
                 hops,
@@ -130,11 +162,13 @@ impl GwSpec {
                 pacer_set: Vec::new(),
                 schedule: None,
                 cs2,
+                geo,
             })
         })())
     }
 
-    /// Name of the preset (`gw3`, `gw3-d10`, `gw3-d30-r10`, `gw4-cs2`).
+    /// Name of the preset (`gw3`, `gw3-d10`, `gw3-d30-r10`, `gw4-cs2`,
+    /// `gw4-geo`).
     pub fn name(&self) -> String {
         let mut s = format!("gw{}", self.hops);
         if self.wired_delay_ms != DEFAULT_DELAY_MS || self.wired_mbit != DEFAULT_WIRED_MBIT {
@@ -146,6 +180,9 @@ impl GwSpec {
         if self.cs2 {
             s.push_str("-cs2");
         }
+        if self.geo {
+            s.push_str("-geo");
+        }
         s
     }
 
@@ -156,20 +193,39 @@ impl GwSpec {
 
     /// The topology: `S` -cable- `G` -radio- `M1` -radio- ... `MN`, 802.11a
     /// 12 Mbit/s on the ns-3 air, calls `S <-> MN`; with `cs2`, each pair
-    /// two radio hops apart (`G`-`M2`, `M1`-`M3`, ...) in range.
+    /// two radio hops apart (`G`-`M2`, `M1`-`M3`, ...) in range; with `geo`,
+    /// every pair two or more hops apart in range at its geometric loss,
+    /// and frame capture.
     pub fn topology(&self) -> Topology {
         let mut nodes = vec![SERVER.to_string(), GW.to_string()];
         nodes.extend((1..=self.hops).map(|i| format!("M{i}")));
         let links = (1..=self.hops)
             .map(|i| [nodes[i].clone(), nodes[i + 1].clone()])
             .collect();
-        let in_range = if self.cs2 {
-            (1..self.hops)
-                .map(|i| [nodes[i].clone(), nodes[i + 2].clone()])
-                .collect()
-        } else {
-            Vec::new()
-        };
+        // radio nodes G, M1 .. MN are nodes[1..=hops+1]
+        let far = |k: usize| (1..=self.hops + 1 - k).map(move |i| (i, i + k));
+        let mut in_range = Vec::new();
+        let mut link_loss_db = Vec::new();
+        let mut capture_db = None;
+        if self.cs2 {
+            in_range.extend(far(2).map(|(i, j)| [nodes[i].clone(), nodes[j].clone()]));
+        }
+        if self.geo {
+            for (i, j) in far(1) {
+                link_loss_db.push((nodes[i].clone(), nodes[j].clone(), GEO_LOSS_DB));
+            }
+            for k in 2..=self.hops {
+                for (i, j) in far(k) {
+                    in_range.push([nodes[i].clone(), nodes[j].clone()]);
+                    link_loss_db.push((
+                        nodes[i].clone(),
+                        nodes[j].clone(),
+                        GEO_LOSS_DB + geo_extra_db(k),
+                    ));
+                }
+            }
+            capture_db = Some(GEO_CAPTURE_DB);
+        }
         Topology {
             name: self.name(),
             calls: vec![[SERVER.to_string(), self.mesh_end()]],
@@ -181,6 +237,8 @@ impl GwSpec {
             air: Air::Ns3,
             wifi: crate::air_opts::WifiOpts {
                 in_range,
+                link_loss_db,
+                capture_db,
                 ..Default::default()
             },
             wired: vec![Wired {
@@ -367,12 +425,29 @@ mod tests {
             "gw2-d10-r20-cs2"
         );
         assert!(!GwSpec::parse("gw:4:30").unwrap().unwrap().cs2);
+        // seed 003's ns-2 geometry: a trailing `:geo`
+        let g = GwSpec::parse("gw:4:30:geo").unwrap().unwrap();
+        assert_eq!(
+            (g.hops, g.wired_delay_ms, g.cs2, g.geo),
+            (4, 30.0, false, true)
+        );
+        assert_eq!(g.name(), "gw4-geo");
+        assert_eq!(
+            GwSpec::parse("gw:2:10:20:geo").unwrap().unwrap().name(),
+            "gw2-d10-r20-geo"
+        );
+        assert!(!GwSpec::parse("gw:4:30:cs2").unwrap().unwrap().geo);
         for bad in [
             "gw:cs2",
             "gw:4:cs2:30",
             "gw:4:cs3",
             "gw:4:30:cs2:cs2",
             "gw:4:30:10:1:cs2",
+            "gw:geo",
+            "gw:4:geo:30",
+            "gw:4:30:cs2:geo",
+            "gw:4:30:geo:cs2",
+            "gw:4:30:geo:geo",
         ] {
             assert!(GwSpec::parse(bad).unwrap().is_err(), "{bad}");
         }
@@ -436,6 +511,95 @@ mod tests {
         }
         // one hop: nothing two hops apart
         let one = GwSpec::parse("gw:1:cs2").unwrap().unwrap().topology();
+        assert!(one.wifi.in_range.is_empty());
+        one.validate().unwrap();
+    }
+
+    #[test]
+    fn geo_puts_every_pair_in_range_at_its_two_ray_loss_with_capture() {
+        assert_eq!([2, 3, 4, 5].map(geo_extra_db), [12.0, 19.0, 24.0, 28.0]);
+        let t = GwSpec::parse("gw:4:30:geo").unwrap().unwrap().topology();
+        t.validate().unwrap();
+        t.check_air_opts_fit().unwrap();
+        let plain = GwSpec::parse("gw:4:30").unwrap().unwrap().topology();
+        assert_eq!(t.links, plain.links);
+        assert_eq!(t.wired, plain.wired);
+        let nh = t.next_hops();
+        assert_eq!(
+            t.path(&nh, "S", "M4").unwrap(),
+            ["S", "G", "M1", "M2", "M3", "M4"]
+        );
+        assert!(!t.neighbours("G").contains(&"M2".to_string()));
+        // every radio pair is heard: 4 links, 3 + 2 + 1 in range; S only by cable
+        assert_eq!(t.wifi.in_range.len(), 6);
+        assert!(!t.wifi.in_range.iter().any(|p| p.contains(&"S".to_string())));
+        let loss = |a: &str, b: &str| {
+            t.wifi
+                .link_loss_db
+                .iter()
+                .find(|(x, y, _)| (x == a && y == b) || (x == b && y == a))
+                .map(|l| l.2)
+        };
+        for (a, b, db) in [
+            ("G", "M1", 82.0),
+            ("M3", "M4", 82.0),
+            ("G", "M2", 94.0),
+            ("M2", "M4", 94.0),
+            ("G", "M3", 101.0),
+            ("M1", "M4", 101.0),
+            ("G", "M4", 106.0),
+        ] {
+            assert_eq!(loss(a, b), Some(db), "{a}-{b}");
+        }
+        assert_eq!(loss("S", "G"), None);
+        assert_eq!(t.wifi.capture_db, Some(GEO_CAPTURE_DB));
+        // received powers at ns-3's 16.02 dBm: neighbours loud, two hops
+        // detected (>= -82 dBm), three hops not, four still above -101 dBm
+        let rx = |db: f64| 16.0206 - db;
+        assert!(rx(GEO_LOSS_DB) - (-94.0) > 20.0);
+        assert!(rx(GEO_LOSS_DB + geo_extra_db(2)) >= -82.0 + 3.0);
+        assert!(rx(GEO_LOSS_DB + geo_extra_db(3)) <= -82.0 - 2.0);
+        assert!(rx(GEO_LOSS_DB + geo_extra_db(5)) > -101.0);
+        // the ns-3 air: 10 links at their losses, capture on
+        let opts = crate::topology::MediumOpts {
+            phy: crate::medium::preset("a12").unwrap(),
+            queue_limit: 50,
+            loss_pct: 0.0,
+        };
+        let conf = |t: &Topology| {
+            crate::air_ns3_conf::config_text(
+                t,
+                &opts,
+                &Default::default(),
+                &[],
+                0.0,
+                &Default::default(),
+            )
+        };
+        let c = conf(&t);
+        let links: Vec<&str> = c.lines().filter(|l| l.starts_with("link ")).collect();
+        // node indices: S 0, G 1, M1 2 ... M4 5
+        assert_eq!(
+            links,
+            [
+                "link 1 2 82",
+                "link 2 3 82",
+                "link 3 4 82",
+                "link 4 5 82",
+                "link 1 3 94",
+                "link 2 4 94",
+                "link 3 5 94",
+                "link 1 4 101",
+                "link 2 5 101",
+                "link 1 5 106"
+            ],
+            "{c}"
+        );
+        assert!(c.lines().any(|l| l == "capture 10 16"), "{c}");
+        // without :geo the air's config has neither
+        let p = conf(&plain);
+        assert!(!p.contains("capture") && !p.contains(" 82\n"), "{p}");
+        let one = GwSpec::parse("gw:1:geo").unwrap().unwrap().topology();
         assert!(one.wifi.in_range.is_empty());
         one.validate().unwrap();
     }
