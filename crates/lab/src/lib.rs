@@ -78,7 +78,7 @@ enum LabCmd {
 struct Common {
     /// Topology preset: seed001, seed000, string:N (1..5 hops), an
     /// infrastructure cell cell:PHY[:MULTICAST_MBIT] (ns-3 air; one station per call),
-    /// or seed 003's gateway gw:N[:DELAY_MS[:RATE_MBIT]][:cs2] (server S -cable- G, N radio hops to MN; cs2: nodes two hops apart in carrier-sense range).
+    /// or seed 003's gateway gw:N[:DELAY_MS[:RATE_MBIT]][:cs2|:geo] (server S -cable- G, N radio hops to MN; cs2: nodes two hops apart in carrier-sense range; geo: seed 003's ns-2 geometry, every pair at its two-ray loss, frame capture).
     #[arg(long, default_value = "seed001", conflicts_with = "topology")]
     preset: String,
     /// Topology file (TOML; see docs/lab.md).

@@ -175,7 +175,7 @@ impl Topology {
             },
             _ => {
                 let Some(n) = name.strip_prefix("string:") else {
-                    bail!("unknown topology preset {name:?} (seed001, seed000, string:N, cell:PHY[:MULTICAST_MBIT], gw:N[:DELAY_MS[:RATE_MBIT]][:cs2])")
+                    bail!("unknown topology preset {name:?} (seed001, seed000, string:N, cell:PHY[:MULTICAST_MBIT], gw:N[:DELAY_MS[:RATE_MBIT]][:cs2|:geo])")
                 };
                 let hops: usize = n.parse().context("string:N needs a number of hops")?;
                 if !(1..=5).contains(&hops) {
