@@ -775,8 +775,14 @@ mod tests {
         let c = t.cell.clone().unwrap();
         let s = scaled_cell(&c, &t, 6);
         assert_eq!(s.nodes.iter().filter(|n| n.starts_with('S')).count(), 3);
-        assert_eq!(s.wifi.ap_set, [("frame_copies".to_string(), "2".to_string())]);
-        assert!(c.topology(6).wifi.ap_set.is_empty(), "the preset alone has none");
+        assert_eq!(
+            s.wifi.ap_set,
+            [("frame_copies".to_string(), "2".to_string())]
+        );
+        assert!(
+            c.topology(6).wifi.ap_set.is_empty(),
+            "the preset alone has none"
+        );
     }
 
     pub(super) fn cfg() -> ExperimentConfig {

@@ -463,17 +463,7 @@ mod tests {
             t.wifi.in_range,
             [pair("G", "M2"), pair("M1", "M3"), pair("M2", "M4")]
         );
-        // the same routes, links and neighbours as without: in range is not a route
-        let plain = GwSpec::parse("gw:4:30").unwrap().unwrap().topology();
-        assert!(plain.wifi.in_range.is_empty());
-        assert_eq!(t.links, plain.links);
-        assert_eq!(t.wired, plain.wired);
-        let nh = t.next_hops();
-        assert_eq!(
-            t.path(&nh, "S", "M4").unwrap(),
-            ["S", "G", "M1", "M2", "M3", "M4"]
-        );
-        assert!(!t.neighbours("G").contains(&"M2".to_string()));
+        routes_as_the_plain_string(&t);
         // three hops apart stays out of range (no carrier sense, no interference)
         for (a, b) in [("G", "M3"), ("M1", "M4"), ("G", "M4"), ("S", "M1")] {
             assert!(
@@ -515,13 +505,11 @@ mod tests {
         one.validate().unwrap();
     }
 
-    #[test]
-    fn geo_puts_every_pair_in_range_at_its_two_ray_loss_with_capture() {
-        assert_eq!([2, 3, 4, 5].map(geo_extra_db), [12.0, 19.0, 24.0, 28.0]);
-        let t = GwSpec::parse("gw:4:30:geo").unwrap().unwrap().topology();
-        t.validate().unwrap();
-        t.check_air_opts_fit().unwrap();
+    /// `t` (a `gw:4:30` variant) has the plain string's links, cable and
+    /// routes: being in range is not a route.
+    fn routes_as_the_plain_string(t: &Topology) {
         let plain = GwSpec::parse("gw:4:30").unwrap().unwrap().topology();
+        assert!(plain.wifi.in_range.is_empty());
         assert_eq!(t.links, plain.links);
         assert_eq!(t.wired, plain.wired);
         let nh = t.next_hops();
@@ -530,6 +518,15 @@ mod tests {
             ["S", "G", "M1", "M2", "M3", "M4"]
         );
         assert!(!t.neighbours("G").contains(&"M2".to_string()));
+    }
+
+    #[test]
+    fn geo_puts_every_pair_in_range_at_its_two_ray_loss_with_capture() {
+        assert_eq!([2, 3, 4, 5].map(geo_extra_db), [12.0, 19.0, 24.0, 28.0]);
+        let t = GwSpec::parse("gw:4:30:geo").unwrap().unwrap().topology();
+        t.validate().unwrap();
+        t.check_air_opts_fit().unwrap();
+        routes_as_the_plain_string(&t);
         // every radio pair is heard: 4 links, 3 + 2 + 1 in range; S only by cable
         assert_eq!(t.wifi.in_range.len(), 6);
         assert!(!t.wifi.in_range.iter().any(|p| p.contains(&"S".to_string())));
@@ -597,7 +594,7 @@ mod tests {
         );
         assert!(c.lines().any(|l| l == "capture 10 16"), "{c}");
         // without :geo the air's config has neither
-        let p = conf(&plain);
+        let p = conf(&GwSpec::parse("gw:4:30").unwrap().unwrap().topology());
         assert!(!p.contains("capture") && !p.contains(" 82\n"), "{p}");
         let one = GwSpec::parse("gw:1:geo").unwrap().unwrap().topology();
         assert!(one.wifi.in_range.is_empty());
