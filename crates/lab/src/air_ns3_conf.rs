@@ -261,6 +261,20 @@ pub fn config_text(
     s
 }
 
+/// [`config_text`] of `topo` alone: no taps, flows or outputs (tests of
+/// the links, losses and PHY directives).
+#[cfg(test)]
+pub(crate) fn bare_config_text(topo: &Topology, opts: &MediumOpts) -> String {
+    config_text(
+        topo,
+        opts,
+        &TapFds::default(),
+        &[],
+        1.0,
+        &Outputs::default(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,7 +342,7 @@ mod tests {
             queue_limit: 50,
             loss_pct: 0.0,
         };
-        let c = config_text(&t, &opts, &TapFds::default(), &[], 1.0, &Outputs::default());
+        let c = bare_config_text(&t, &opts);
         // A B C D = 0 1 2 3: neighbours A-C, B-C, C-D; in range A-B, A-D, B-D
         for l in [
             "link 0 2 50",
@@ -348,14 +362,7 @@ mod tests {
         far.wifi.link_loss_db = vec![("D".into(), "A".into(), 101.0)];
         far.wifi.capture_db = Some(10.0);
         far.validate().unwrap();
-        let c = config_text(
-            &far,
-            &opts,
-            &TapFds::default(),
-            &[],
-            1.0,
-            &Outputs::default(),
-        );
+        let c = bare_config_text(&far, &opts);
         for l in ["link 0 3 101", "link 0 1 50", "capture 10 16"] {
             assert!(c.lines().any(|x| x == l), "missing {l:?} in\n{c}");
         }
@@ -367,14 +374,7 @@ mod tests {
             ber: 1e-4,
             directional: false,
         }];
-        let c = config_text(
-            &bad,
-            &opts,
-            &TapFds::default(),
-            &[],
-            1.0,
-            &Outputs::default(),
-        );
+        let c = bare_config_text(&bad, &opts);
         let bers: Vec<&str> = c.lines().filter(|l| l.starts_with("ber ")).collect();
         assert_eq!(bers, ["ber 2 3 1e-4", "ber 3 2 1e-4"], "{c}");
         let base = "name = 'p'\nnodes = ['A', 'B', 'C']\nlinks = [['A', 'B'], ['B', 'C']]\ncalls = [['A', 'C']]\n[wifi]\n";

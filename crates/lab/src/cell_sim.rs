@@ -555,10 +555,10 @@ pub fn cell_point_with(
     std::fs::create_dir_all(&dir)?;
     let (packets, report) = (dir.join("packets.txt"), dir.join("mux.json"));
     let mut text = cell_config(&cfg, &spec, &flows, d, &packets, &report)?;
+    let profile = spec.profile()?;
+    let payload = airpack_voice::rtp::probe_payload_len(profile.payload_bytes());
     if setup == Setup::DownlinkMuxLoss {
         let phy = cell_phy(&cfg)?;
-        let profile = spec.profile()?;
-        let payload = airpack_voice::rtp::probe_payload_len(profile.payload_bytes());
         let ip = voip_packet(0, 0, 0, 0, payload).len() as u32;
         let c = LossConfig {
             airtime_budget: *LOSS_BUDGET
@@ -573,11 +573,7 @@ pub fn cell_point_with(
         text.push_str(&loss_directive(&c, &phy, ip, period_ms));
     }
     if let Some(e) = edca {
-        let d = edca_directive(e);
-        match sta_vo {
-            Some(v) => text.push_str(&format!("{} {} {} {}\n", d.trim_end(), v[0], v[1], v[2])),
-            None => text.push_str(&d),
-        }
+        text.push_str(&edca_directive_sta(e, sta_vo));
     }
     if send_jitter_us > 0 {
         text.push_str(&format!("send_jitter_us {send_jitter_us}\n"));
@@ -587,8 +583,6 @@ pub fn cell_point_with(
     }
     let mut rule = None;
     if d.is_some() && airtime_rule {
-        let profile = spec.profile()?;
-        let payload = airpack_voice::rtp::probe_payload_len(profile.payload_bytes());
         let copies = u8::try_from(frame_copies.clamp(1, 4)).unwrap_or(1);
         let table = rule_table(
             cell_phy(&cfg)?,
@@ -761,7 +755,18 @@ pub const AP_VO_DEFAULT: [u32; 4] = [1, 3, 7, 0];
 
 /// The `ap_edca` directive: the AP's AC_VO at `[aifsn, cwmin, cwmax, txop_us]`.
 pub fn edca_directive(e: [u32; 4]) -> String {
-    format!("ap_edca {} {} {} {}\n", e[0], e[1], e[2], e[3])
+    edca_directive_sta(e, None)
+}
+
+/// [`edca_directive`] with the stations' AC_VO kept at `sta` (`[aifsn,
+/// cwmin, cwmax]`, `--sta-vo-edca`: the directive's optional last fields).
+pub fn edca_directive_sta(e: [u32; 4], sta: Option<[u32; 3]>) -> String {
+    let mut d = format!("ap_edca {} {} {} {}", e[0], e[1], e[2], e[3]);
+    if let Some(v) = sta {
+        d.push_str(&format!(" {} {} {}", v[0], v[1], v[2]));
+    }
+    d.push('\n');
+    d
 }
 
 /// Parse `--ap-vo-edca` (`AIFSN,CWMIN,CWMAX[,TXOP_US]`; CW values 2^k - 1).

@@ -475,19 +475,7 @@ mod tests {
             );
         }
         // the ns-3 air gets each pair as a heard link at the links' loss
-        let opts = crate::topology::MediumOpts {
-            phy: crate::medium::preset("a12").unwrap(),
-            queue_limit: 50,
-            loss_pct: 0.0,
-        };
-        let conf = crate::air_ns3_conf::config_text(
-            &t,
-            &opts,
-            &Default::default(),
-            &[],
-            0.0,
-            &Default::default(),
-        );
+        let conf = a12_config_text(&t);
         let links: Vec<&str> = conf.lines().filter(|l| l.starts_with("link ")).collect();
         assert_eq!(links.len(), 4 + 3, "{conf}");
         // node indices: S 0, G 1, M1 2 ... M4 5
@@ -503,6 +491,16 @@ mod tests {
         let one = GwSpec::parse("gw:1:cs2").unwrap().unwrap().topology();
         assert!(one.wifi.in_range.is_empty());
         one.validate().unwrap();
+    }
+
+    /// The ns-3 air's config of `t` on seed 003's 802.11a 12 Mbit/s PHY.
+    fn a12_config_text(t: &Topology) -> String {
+        let opts = crate::topology::MediumOpts {
+            phy: crate::medium::preset("a12").unwrap(),
+            queue_limit: 50,
+            loss_pct: 0.0,
+        };
+        crate::air_ns3_conf::bare_config_text(t, &opts)
     }
 
     /// `t` (a `gw:4:30` variant) has the plain string's links, cable and
@@ -558,21 +556,7 @@ mod tests {
         assert!(rx(GEO_LOSS_DB + geo_extra_db(3)) <= -82.0 - 2.0);
         assert!(rx(GEO_LOSS_DB + geo_extra_db(5)) > -101.0);
         // the ns-3 air: 10 links at their losses, capture on
-        let opts = crate::topology::MediumOpts {
-            phy: crate::medium::preset("a12").unwrap(),
-            queue_limit: 50,
-            loss_pct: 0.0,
-        };
-        let conf = |t: &Topology| {
-            crate::air_ns3_conf::config_text(
-                t,
-                &opts,
-                &Default::default(),
-                &[],
-                0.0,
-                &Default::default(),
-            )
-        };
+        let conf = a12_config_text;
         let c = conf(&t);
         let links: Vec<&str> = c.lines().filter(|l| l.starts_with("link ")).collect();
         // node indices: S 0, G 1, M1 2 ... M4 5
