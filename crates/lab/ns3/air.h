@@ -144,6 +144,7 @@ void WritePackets(); // the per-packet records of voice mode
 std::vector<Ptr<WifiMacQueue>> Queues(uint32_t i);
 
 void SendWifiFrom(uint32_t i, Ptr<Packet> p, Mac48Address dst, uint16_t proto); // counted
+Ptr<Packet> VoicePacket(uint32_t flow, uint32_t seq); // voice mode: flow index, seq, padding
 
 // air_cell.cc (the AP's downlink multiplexer in voice mode)
 bool MuxDirective(const std::string& k, std::istringstream& s); // a `mux_*` line

@@ -248,13 +248,7 @@ void Close(bool by_size)
             g_rule_frames++;
             for (const MuxEntry& e : f.own)
             {
-                std::vector<uint8_t> b(g_flows[e.flow].bytes, 0);
-                for (int x = 0; x < 4; x++)
-                {
-                    b[x] = uint8_t(e.flow >> (24 - 8 * x));
-                    b[4 + x] = uint8_t(e.seq >> (24 - 8 * x));
-                }
-                Ptr<Packet> p = Create<Packet>(b.data(), b.size());
+                Ptr<Packet> p = VoicePacket(e.flow, e.seq);
                 EdcaTag(g_mux.ap, p);
                 SendWifiFrom(g_mux.ap, p, g_air_mac[e.to], 0x0800);
                 g_rule_packets++;

@@ -362,15 +362,9 @@ void FlowEmit(uint32_t k)
     if (g_voice)
     {
         uint32_t seq = f.sent_ns.size();
-        std::vector<uint8_t> b(f.bytes, 0);
-        for (int x = 0; x < 4; x++)
-        {
-            b[x] = uint8_t(k >> (24 - 8 * x));
-            b[4 + x] = uint8_t(seq >> (24 - 8 * x));
-        }
         f.sent_ns.push_back(Simulator::Now().GetNanoSeconds());
         f.recv_ns.push_back(-1);
-        Ptr<Packet> p = Create<Packet>(b.data(), f.bytes);
+        Ptr<Packet> p = VoicePacket(k, seq);
         if (!SendWired(f.from, f.path[1], p, 0x0800))
         {
             SendWifi(f.from, p, g_air_mac[f.path[1]], 0x0800);
@@ -453,6 +447,17 @@ Ptr<FdNetDevice> OpenTap(Ptr<Node> node, int fd)
 }
 
 } // namespace
+
+Ptr<Packet> VoicePacket(uint32_t k, uint32_t seq)
+{
+    std::vector<uint8_t> b(g_flows[k].bytes, 0);
+    for (int x = 0; x < 4; x++)
+    {
+        b[x] = uint8_t(k >> (24 - 8 * x));
+        b[4 + x] = uint8_t(seq >> (24 - 8 * x));
+    }
+    return Create<Packet>(b.data(), b.size());
+}
 
 void SendWifiFrom(uint32_t i, Ptr<Packet> p, Mac48Address dst, uint16_t proto)
 {
