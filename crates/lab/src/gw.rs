@@ -211,12 +211,12 @@ impl GwSpec {
             in_range.extend(far(2).map(|(i, j)| [nodes[i].clone(), nodes[j].clone()]));
         }
         if self.geo {
-            for (i, j) in far(1) {
-                link_loss_db.push((nodes[i].clone(), nodes[j].clone(), GEO_LOSS_DB));
-            }
-            for k in 2..=self.hops {
+            // k = 1: the neighbours (links already), at the base loss
+            for k in 1..=self.hops {
                 for (i, j) in far(k) {
-                    in_range.push([nodes[i].clone(), nodes[j].clone()]);
+                    if k >= 2 {
+                        in_range.push([nodes[i].clone(), nodes[j].clone()]);
+                    }
                     link_loss_db.push((
                         nodes[i].clone(),
                         nodes[j].clone(),
