@@ -503,7 +503,7 @@ fn route_flaps_do_not_delay_voice() {
                 let p = at + i;
                 if let Some((flow, seq, sent)) = stamp(&frame[p..len]) {
                     let age = (ts - sent) / 1000;
-                    if age > HOLD_US + 1000 && late.len() < 1000 {
+                    if age > HOLD_US + 1000 && late.len() < total {
                         late.push((flow, seq, sent, ts));
                     }
                     ages_us.push(age);
@@ -664,23 +664,48 @@ fn route_flaps_do_not_delay_voice() {
     assert_eq!(delta("/park/unchanged/lookup_expired"), 0, "{routes}");
     // The latency bound: packets leave within their hold time + 1 ms
     // although the routes change 50 times a second. On this VM's kernel
-    // (PREEMPT_NONE) a loaded machine now and then cannot run even a
-    // SCHED_FIFO thread for milliseconds (a CPU hog's non-preemptible kernel
-    // section, or the hypervisor), with or without route changes; the stall
-    // probes measure exactly that time on every CPU. So every packet older
-    // than hold + 1 ms must be explained by probe-measured stalls inside its
-    // own lifetime (to within one probe period); a daemon that blocked would
-    // leave the CPUs free and the probes on time, and fail here. The 99th
-    // percentile is asserted without any allowance.
+    // (PREEMPT_NONE) a machine now and then cannot run even a SCHED_FIFO
+    // thread for milliseconds (a CPU hog's non-preemptible kernel section,
+    // or the hypervisor holding the virtual CPU; CI's machine did so for
+    // more than 1 % of the packets with nothing else running), with or
+    // without route changes; the stall probes measure exactly that time on
+    // every CPU. So a packet's own age is what is left after the machine's
+    // measured stalls inside its lifetime: its 99th percentile must be
+    // within hold + 1 ms without any allowance, and every packet's within
+    // one probe period of it. A daemon that blocked (on netlink, on a child)
+    // would leave the CPUs free and the probes on time, and fail here.
     let max = *sorted.last().unwrap();
-    let p99 = pct(0.99).unwrap();
-    assert!(
-        p99 <= HOLD_US + 1000,
-        "p99 {p99} µs > hold {HOLD_US} µs + 1 ms (max {max} µs); routes: {routes}"
-    );
     let Some(stalls) = stalls else {
         panic!("the stall probes could not run at SCHED_FIFO 50 pinned to each CPU");
     };
+    let stalled_ns = |sent: i64, ts: i64| {
+        stalls
+            .iter()
+            .map(|s| stalled_within(s, sent, ts))
+            .max()
+            .unwrap_or(0)
+    };
+    // Packets within the bound keep their age; the late ones lose their stalls.
+    let mut own: Vec<i64> = sorted
+        .iter()
+        .copied()
+        .filter(|&a| a <= HOLD_US + 1000)
+        .chain(
+            late.iter()
+                .map(|&(_, _, sent, ts)| (ts - sent - stalled_ns(sent, ts)) / 1000),
+        )
+        .collect();
+    own.sort_unstable();
+    assert_eq!(own.len(), sorted.len());
+    let own_p99 = own[((own.len() as f64 - 1.0) * 0.99) as usize];
+    println!(
+        "age p99 {} µs, without the machine's stalls {own_p99} µs",
+        pct(0.99).unwrap()
+    );
+    assert!(
+        own_p99 <= HOLD_US + 1000,
+        "p99 without the machine's stalls {own_p99} µs > hold {HOLD_US} µs + 1 ms (max {max} µs); routes: {routes}"
+    );
     let total_stall_us: i64 = stalls.iter().flatten().map(|(a, b)| (b - a) / 1000).sum();
     let worst_stall_us = stalls
         .iter()
@@ -715,11 +740,7 @@ fn route_flaps_do_not_delay_voice() {
     let mut unexplained = Vec::new();
     for &(flow, seq, sent, ts) in &late {
         let excess_ns = (ts - sent) - (HOLD_US + 1000) * 1000;
-        let stalled = stalls
-            .iter()
-            .map(|s| stalled_within(s, sent, ts))
-            .max()
-            .unwrap_or(0);
+        let stalled = stalled_ns(sent, ts);
         if stalled + PROBE_PERIOD_US * 1000 < excess_ns {
             unexplained.push((flow, seq, (ts - sent) / 1000, stalled / 1000));
         }
