@@ -92,6 +92,7 @@ bool g_voice = false;
 std::string g_packets;
 double g_send_jitter_us = 0;
 uint32_t g_stations = 0, g_associated = 0;
+uint64_t g_assoc_events = 0, g_last_assoc_us = 0;
 } // namespace air
 
 using namespace air;
@@ -107,6 +108,8 @@ void OnSignal(int)
 void Assoc(Mac48Address)
 {
     g_associated++;
+    g_assoc_events++;
+    g_last_assoc_us = Simulator::Now().GetMicroSeconds();
 }
 
 void DeAssoc(Mac48Address)
@@ -269,7 +272,7 @@ AirConfig Parse(const char* path)
         }
         else if (k.rfind("mux_", 0) == 0)
             ok = MuxDirective(k, s);
-        else if (k == "ap_edca")
+        else if (k == "ap_edca" || k == "sta_be_edca")
             ok = EdcaDirective(k, s);
         else
             ok = false;

@@ -66,6 +66,8 @@ extern std::string g_packets; // where to write the per-packet records
 // Voice mode: each packet leaves up to this much (uniform, µs) after its
 // nominal time start + k / pps (0: exactly on time; `send_jitter_us`).
 extern double g_send_jitter_us;
+// infrastructure: associations so far (re-associations included), the time (µs) of the last
+extern uint64_t g_assoc_events, g_last_assoc_us;
 
 // One point-to-point cable between nodes a and b (taps `wiredK`).
 struct WiredCfg
@@ -154,7 +156,7 @@ void MuxFrameReceived(uint32_t i, Ptr<const Packet> p);         // a group frame
 void WriteMuxReport();
 
 // air_edca.cc (the AP's voice access category: `ap_edca`)
-bool EdcaDirective(const std::string& k, std::istringstream& s); // an `ap_edca` line
+bool EdcaDirective(const std::string& k, std::istringstream& s); // an `ap_edca` or `sta_be_edca` line
 bool EdcaOn();
 void EdcaConfigure(uint32_t ap, const std::vector<uint32_t>& stations); // after install
 void EdcaTag(uint32_t i, Ptr<Packet> p); // node i's voice packet -> AC_VO if i is the AP

@@ -75,6 +75,13 @@
 //   mux_rule C1 C2 .. Cn           the airtime rule: a frame of k own entries is
 //                                  sent Ck times (0-4; 0 = its packets as unicast;
 //                                  beyond n entries Cn)
+//   mux_guard BYTES                 before each frame (its first copy) a guard: an
+//                                  IP packet of BYTES bytes (>= 28: IPv4 + UDP, no
+//                                  payload) to the group, which no station takes. It
+//                                  is what collides when the AP's access meets a
+//                                  station's in the same slot (immediate access on an
+//                                  idle medium); the frame then follows a busy medium,
+//                                  at the AP's AIFS + backoff (docs/results.md)
 //
 // Must not touch: the scenario (air.cc), the relaying of voice mode
 // (air_io.cc calls MuxTake and MuxFrameReceived).
@@ -125,7 +132,9 @@ struct MuxCfg
     uint64_t trial_us = 0;
     uint32_t copies = 1;
     std::vector<uint32_t> rule; // copies per own entry count (`mux_rule`), empty = N
+    uint32_t guard = 0;         // guard packet bytes before each frame (`mux_guard`), 0 = none
 } g_mux;
+uint64_t g_guards = 0; // guard packets sent
 
 // Loss rule, per node (a station: a node MuxTake was asked to reach).
 struct LossSta
@@ -207,6 +216,8 @@ std::vector<uint64_t> g_rx_frames, g_rx_own, g_rx_repeat, g_rx_dup;
 // per node: extra copies of a frame already taken (mux_copies), last frame index taken
 std::vector<uint64_t> g_rx_copies;
 std::vector<int64_t> g_rx_last;
+// per node: the longest run of frames missed in a row, and the time (µs) of the frame after it
+std::vector<uint64_t> g_rx_gap, g_rx_gap_at_us;
 uint64_t g_closed_size = 0, g_closed_interval = 0, g_repeated = 0;
 // airtime rule: frames sent as unicast, their packets, copies priced out
 uint64_t g_rule_frames = 0, g_rule_packets = 0, g_rule_priced = 0;
@@ -290,6 +301,13 @@ void Close(bool by_size)
     {
         b[x] = uint8_t(kMagic >> (24 - 8 * x));
         b[4 + x] = uint8_t(index >> (24 - 8 * x));
+    }
+    if (g_mux.guard > 0)
+    {
+        Ptr<Packet> guard = Create<Packet>(g_mux.guard); // zeros: no magic, ignored
+        EdcaTag(g_mux.ap, guard);
+        SendWifiFrom(g_mux.ap, guard, Mac48Address("01:00:5e:00:00:0a"), 0x0800);
+        g_guards++;
     }
     for (uint32_t c = 0; c < copies; c++)
     {
@@ -522,6 +540,10 @@ bool MuxDirective(const std::string& k, std::istringstream& s)
                     g_mux.udp_ip >> g_mux.depth) &&
                g_mux.interval_us > 0 && g_mux.max_frame > g_mux.header && g_mux.depth <= 4;
     }
+    if (k == "mux_guard")
+    {
+        return bool(s >> g_mux.guard) && g_mux.guard >= 28 && g_mux.guard <= 1500;
+    }
     if (k == "mux_copies")
     {
         return bool(s >> g_mux.copies) && g_mux.copies >= 1 && g_mux.copies <= 4;
@@ -649,7 +671,8 @@ void MuxFrameReceived(uint32_t i, Ptr<const Packet> p)
     }
     if (g_rx_frames.size() < g_nodes.size())
     {
-        for (auto* v : {&g_rx_frames, &g_rx_own, &g_rx_repeat, &g_rx_dup, &g_rx_copies})
+        for (auto* v :
+             {&g_rx_frames, &g_rx_own, &g_rx_repeat, &g_rx_dup, &g_rx_copies, &g_rx_gap, &g_rx_gap_at_us})
         {
             v->resize(g_nodes.size(), 0);
         }
@@ -659,6 +682,11 @@ void MuxFrameReceived(uint32_t i, Ptr<const Packet> p)
     {
         g_rx_copies[i]++; // a copy of a frame already taken (mux_copies)
         return;
+    }
+    if (g_rx_last[i] >= 0 && uint64_t(index - g_rx_last[i] - 1) > g_rx_gap[i])
+    {
+        g_rx_gap[i] = index - g_rx_last[i] - 1;
+        g_rx_gap_at_us[i] = Simulator::Now().GetMicroSeconds();
     }
     g_rx_last[i] = index;
     g_rx_frames[i]++;
@@ -714,7 +742,7 @@ void WriteMuxReport()
       << ",\"loss_start_trials\":" << g_trials << ",\"loss_trial_packets\":" << g_trial_pkts
       << ",\"rule_unicast_frames\":" << g_rule_frames
       << ",\"rule_unicast_packets\":" << g_rule_packets
-      << ",\"rule_copies_priced_out\":" << g_rule_priced
+      << ",\"rule_copies_priced_out\":" << g_rule_priced << ",\"guards\":" << g_guards
       << ",\"stations\":[";
     bool first = true;
     for (uint32_t i = 0; i < g_rx_frames.size(); i++)
@@ -726,7 +754,8 @@ void WriteMuxReport()
         o << (first ? "" : ",") << "{\"node\":\"" << g_nodes[i].name
           << "\",\"frames\":" << g_rx_frames[i] << ",\"own\":" << g_rx_own[i]
           << ",\"recovered\":" << g_rx_repeat[i] << ",\"duplicates\":" << g_rx_dup[i]
-          << ",\"copies\":" << g_rx_copies[i] << "}";
+          << ",\"copies\":" << g_rx_copies[i] << ",\"max_gap\":" << g_rx_gap[i]
+          << ",\"max_gap_at_us\":" << g_rx_gap_at_us[i] << "}";
         first = false;
     }
     o << "]}\n";

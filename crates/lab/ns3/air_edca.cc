@@ -35,6 +35,10 @@
 //                                       the AP's AC_VO; infrastructure mode; with the last
 //                                       three the stations' AC_VO stays at them (hostapd's
 //                                       advertised wmm_ac_vo_*) instead of the AP's values
+//   sta_be_edca AIFSN CWMIN CWMAX       with ap_edca: the stations' AC_BE (where their
+//                                       untagged voice goes) kept at these values, e.g.
+//                                       WMM's AC_BE (3, 15, 1023: hostapd's advertised
+//                                       wmm_ac_be_*) instead of the DCF's (2, CWmin, 1023)
 //
 // Must not touch: the scenario (air.cc), the relaying (air_io.cc calls
 // EdcaTag), the multiplexer (air_cell.cc calls EdcaTag).
@@ -62,6 +66,8 @@ struct EdcaCfg
     // association, as hostapd advertises `wmm_ac_vo_*` apart from its own `tx_queue_data0_*`;
     // empty: the stations take the AP's AC_VO from its beacons (ns-3's EDCA parameter set)
     std::vector<uint32_t> sta_vo_edca;
+    // the stations' AC_BE kept at these values likewise (`sta_be_edca`); empty: the DCF's
+    std::vector<uint32_t> sta_be_edca;
 } g_edca;
 std::map<int, uint64_t> g_sta_rx_drop; // the first station's PHY drops, by reason
 
@@ -76,23 +82,31 @@ void CountVo(Ptr<const WifiMpdu> mpdu)
     g_edca.vo_mgt += mpdu->GetHeader().IsMgt() ? 1 : 0;
 }
 
-// Station i's AC_VO back at the advertised values (after ns-3 applied the AP's EDCA set).
-void StaVoReset(uint32_t i)
+// Station i's AC_VO and AC_BE back at the advertised values, where given (after ns-3
+// applied the AP's EDCA set).
+void StaReset(uint32_t i)
 {
-    Ptr<QosTxop> q = g_wifi[i]->GetMac()->GetQosTxop(AC_VO);
-    q->SetAifsn(g_edca.sta_vo_edca[0]);
-    q->SetMinCw(g_edca.sta_vo_edca[1]);
-    q->SetMaxCw(g_edca.sta_vo_edca[2]);
+    for (auto [ac, v] : {std::pair{AC_VO, &g_edca.sta_vo_edca}, std::pair{AC_BE, &g_edca.sta_be_edca}})
+    {
+        if (v->empty())
+        {
+            continue;
+        }
+        Ptr<QosTxop> q = g_wifi[i]->GetMac()->GetQosTxop(ac);
+        q->SetAifsn((*v)[0]);
+        q->SetMinCw((*v)[1]);
+        q->SetMaxCw((*v)[2]);
+    }
 }
 
 void StaBeacon(uint32_t i, Time)
 {
-    Simulator::ScheduleNow(&StaVoReset, i); // after the beacon's UpdateApInfo
+    Simulator::ScheduleNow(&StaReset, i); // after the beacon's UpdateApInfo
 }
 
 void StaAssoc(uint32_t i, Mac48Address)
 {
-    Simulator::ScheduleNow(&StaVoReset, i); // after the association response's UpdateApInfo
+    Simulator::ScheduleNow(&StaReset, i); // after the association response's UpdateApInfo
 }
 
 // A station's AC_VO (which takes the AP's AC_VO values from its beacons): what it sends there.
@@ -135,6 +149,13 @@ std::string Access(uint32_t node, AcIndex ac)
 
 bool EdcaDirective(const std::string& k, std::istringstream& s)
 {
+    if (k == "sta_be_edca")
+    {
+        uint32_t a, lo, hi;
+        bool ok = bool(s >> a >> lo >> hi) && a >= 1 && a <= 15 && lo <= hi && hi <= 32767;
+        g_edca.sta_be_edca = {a, lo, hi};
+        return ok;
+    }
     if (k != "ap_edca")
     {
         return false;
@@ -161,6 +182,11 @@ void EdcaConfigure(uint32_t ap, const std::vector<uint32_t>& stations)
 {
     if (!g_edca.on)
     {
+        if (!g_edca.sta_be_edca.empty())
+        {
+            std::fprintf(stderr, "airpack-ns3-air: sta_be_edca needs ap_edca\n");
+            std::exit(2);
+        }
         return;
     }
     g_edca.ap = ap;
@@ -170,9 +196,9 @@ void EdcaConfigure(uint32_t ap, const std::vector<uint32_t>& stations)
         DcfAccess(g_wifi[i]->GetMac());
         g_wifi[i]->GetMac()->GetQosTxop(AC_VO)->GetWifiMacQueue()->TraceConnectWithoutContext(
             "Enqueue", MakeCallback(&CountStaVo));
-        if (!g_edca.sta_vo_edca.empty())
+        if (!g_edca.sta_vo_edca.empty() || !g_edca.sta_be_edca.empty())
         {
-            StaVoReset(i);
+            StaReset(i);
             Ptr<WifiMac> m = g_wifi[i]->GetMac();
             if (!m->TraceConnectWithoutContext("BeaconArrival", MakeBoundCallback(&StaBeacon, i)) ||
                 !m->TraceConnectWithoutContext("Assoc", MakeBoundCallback(&StaAssoc, i)))

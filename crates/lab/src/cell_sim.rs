@@ -31,6 +31,11 @@
 //! stations keep the DCF's access): `off` with it is the fair control.
 //! `--sta-vo-edca` (with `--ap-vo`): the stations' AC_VO kept at hostapd's
 //! advertised values instead of the AP's own (which ns-3's beacons carry).
+//! `--sta-be-edca` (with `--ap-vo`): the stations' AC_BE, where their voice
+//! goes, kept at the given values (WMM's 3,15,1023) instead of the DCF's.
+//! `--frame-guard` (multiplexed setups): before each frame the AP sends a
+//! guard, an empty UDP datagram to the group that no station takes: what
+//! collides when the AP's access meets a station's in one slot.
 //! `--airtime-rule` (multiplexed setups): the daemon's per-frame airtime
 //! rule (`Mux::close`: copies priced against unicast, unicast fallback) as
 //! a table by entry count ([`rule_table`], computed by driving
@@ -267,7 +272,7 @@ pub fn cell_phy(cfg: &ExperimentConfig) -> Result<CellPhy> {
 /// the cell of `n` calls): per call the uplink (a -> b: station -> AP ->
 /// outer node) and the downlink (outer node -> AP -> station), each with a
 /// random start phase as `airpack voip` draws.
-pub fn cell_flows(cfg: &ExperimentConfig, spec: &Spec) -> Result<Vec<VoiceFlow>> {
+pub fn cell_flows(cfg: &ExperimentConfig, spec: &Spec, warmup_s: f64) -> Result<Vec<VoiceFlow>> {
     let idx = |x: &str| {
         cfg.topo
             .nodes
@@ -289,7 +294,7 @@ pub fn cell_flows(cfg: &ExperimentConfig, spec: &Spec) -> Result<Vec<VoiceFlow>>
                 call: c.id,
                 dir,
                 path,
-                start_s: WARMUP_S + rng.gen_range(0.0..interval_s),
+                start_s: warmup_s + rng.gen_range(0.0..interval_s),
             });
         }
     }
@@ -298,17 +303,19 @@ pub fn cell_flows(cfg: &ExperimentConfig, spec: &Spec) -> Result<Vec<VoiceFlow>>
 
 /// The program's config of a cell point: [`sim_config`]'s (nodes, links,
 /// infrastructure mode, multicast rate, cables, flows and paths) with the
-/// cell's warm-up, plus the multiplexer's directives when `depth` is set.
+/// flows' warm-up `warmup_s`, plus the multiplexer's directives when `depth`
+/// is set.
 pub fn cell_config(
     cfg: &ExperimentConfig,
     spec: &Spec,
     flows: &[VoiceFlow],
+    warmup_s: f64,
     depth: Option<u8>,
     packets: &Path,
     report: &Path,
 ) -> Result<String> {
     let text = sim_config(cfg, spec, flows, packets)?;
-    let duration = WARMUP_S
+    let duration = warmup_s
         + f64::from(spec.interval_ms) / 1000.0
         + spec.duration_s
         + spec.grace_ms as f64 / 1000.0;
@@ -384,6 +391,12 @@ pub struct StationRx {
     /// Extra copies of frames it had already taken (`--frame-copies`).
     #[serde(default)]
     pub copies: u64,
+    /// The most frames it missed in a row (after its first frame).
+    #[serde(default)]
+    pub max_gap: u64,
+    /// Simulated time (µs) of the frame that ended that gap.
+    #[serde(default)]
+    pub max_gap_at_us: u64,
 }
 
 /// The multiplexer model's counters (`mux_report`).
@@ -444,6 +457,9 @@ pub struct MuxReport {
     /// Airtime rule: copies not sent because they would not pay.
     #[serde(default)]
     pub rule_copies_priced_out: u64,
+    /// Guard packets sent before frames (`--frame-guard`).
+    #[serde(default)]
+    pub guards: u64,
     /// Stations that received at least one frame.
     pub stations: Vec<StationRx>,
 }
@@ -480,6 +496,8 @@ pub fn cell_point(cfg: &ExperimentConfig, setup: Setup, n: u32) -> Result<Point>
         frame_copies: FRAME_COPIES.get().copied().unwrap_or(1),
         airtime_rule: AIRTIME_RULE.get().copied().unwrap_or(false),
         sta_vo: STA_VO.get().copied().flatten(),
+        sta_be: STA_BE.get().copied().flatten(),
+        frame_guard: FRAME_GUARD.get().copied().unwrap_or(false),
     };
     cell_point_with(cfg, setup, n, knobs)
 }
@@ -507,14 +525,56 @@ pub struct Knobs {
     /// (`--sta-vo-edca`, hostapd's advertised `wmm_ac_vo_*`); None: the
     /// stations take the AP's AC_VO from its beacons, as ns-3 does.
     pub sta_vo: Option<[u32; 3]>,
+    /// With `edca`: the stations' AC_BE (their voice) kept at `[aifsn,
+    /// cwmin, cwmax]` (`--sta-be-edca`, hostapd's advertised `wmm_ac_be_*`);
+    /// None: the DCF's access.
+    pub sta_be: Option<[u32; 3]>,
+    /// Multiplexed setups: a guard (an empty UDP datagram to the group,
+    /// 28 bytes of IPv4) before each frame (`--frame-guard`).
+    pub frame_guard: bool,
 }
 
-/// [`cell_point`] with the model's options `knobs`.
+/// [`cell_point`] with the model's options `knobs`. The calls start after
+/// every station has associated: a point whose last association came after
+/// its first packet (association requests that keep colliding, as with the
+/// AP's smallest contention windows) is measured again with the warm-up
+/// extended past it (up to 60 simulated seconds); `downlink["cell.assoc"]`
+/// holds the warm-up used and the associations.
 pub fn cell_point_with(
     cfg: &ExperimentConfig,
     setup: Setup,
     n: u32,
     knobs: Knobs,
+) -> Result<Point> {
+    let mut warmup_s = WARMUP_S;
+    loop {
+        let p = cell_point_at(cfg, setup, n, knobs, warmup_s)?;
+        let a = &p.downlink["cell.assoc"];
+        let all = a["associated"] == a["stations"];
+        let last_s = a["last_assoc_us"].as_f64().unwrap_or(0.0) / 1e6;
+        if all && last_s < a["first_packet_us"].as_f64().unwrap_or(0.0) / 1e6 {
+            return Ok(p);
+        }
+        if warmup_s >= 60.0 {
+            bail!(
+                "{} of {} stations associated, the last at {last_s:.2} s, with a warm-up of {warmup_s} s",
+                a["associated"],
+                a["stations"]
+            );
+        }
+        // all associated: just past the last; else the run's end at least
+        let past = if all { last_s + 1.0 } else { warmup_s * 2.0 };
+        warmup_s = past.ceil().max(warmup_s + 1.0).min(60.0);
+    }
+}
+
+/// One run of [`cell_point_with`] with the calls starting after `warmup_s`.
+fn cell_point_at(
+    cfg: &ExperimentConfig,
+    setup: Setup,
+    n: u32,
+    knobs: Knobs,
+    warmup_s: f64,
 ) -> Result<Point> {
     let Knobs {
         edca,
@@ -523,6 +583,8 @@ pub fn cell_point_with(
         frame_copies,
         airtime_rule,
         sta_vo,
+        sta_be,
+        frame_guard,
     } = knobs;
     let t0 = Instant::now();
     if crate::netns::interrupted() {
@@ -539,7 +601,7 @@ pub fn cell_point_with(
     let mut spec: Spec =
         serde_json::from_value(voip_spec(&cfg, &addr, n, 0)).context("voip spec type")?;
     spec.start_at_unix_ms = None;
-    let mut flows = cell_flows(&cfg, &spec)?;
+    let mut flows = cell_flows(&cfg, &spec, warmup_s)?;
     if free {
         if setup != Setup::Off {
             bail!(
@@ -554,7 +616,12 @@ pub fn cell_point_with(
         .join(format!("cellsim-{}-{n}-{}", setup.name(), cfg.seed));
     std::fs::create_dir_all(&dir)?;
     let (packets, report) = (dir.join("packets.txt"), dir.join("mux.json"));
-    let mut text = cell_config(&cfg, &spec, &flows, d, &packets, &report)?;
+    let mut text = cell_config(&cfg, &spec, &flows, warmup_s, d, &packets, &report)?;
+    let first_packet_us = flows
+        .iter()
+        .map(|f| f.start_s)
+        .fold(f64::INFINITY, f64::min)
+        * 1e6;
     let profile = spec.profile()?;
     let payload = airpack_voice::rtp::probe_payload_len(profile.payload_bytes());
     if setup == Setup::DownlinkMuxLoss {
@@ -574,9 +641,15 @@ pub fn cell_point_with(
     }
     if let Some(e) = edca {
         text.push_str(&edca_directive_sta(e, sta_vo));
+        if let Some(b) = sta_be {
+            text.push_str(&format!("sta_be_edca {} {} {}\n", b[0], b[1], b[2]));
+        }
     }
     if send_jitter_us > 0 {
         text.push_str(&format!("send_jitter_us {send_jitter_us}\n"));
+    }
+    if d.is_some() && frame_guard {
+        text.push_str("mux_guard 28\n");
     }
     if d.is_some() && frame_copies > 1 {
         text.push_str(&format!("mux_copies {frame_copies}\n"));
@@ -598,9 +671,17 @@ pub fn cell_point_with(
         crate::validate_sim::run_program(&cfg, setup, n, &spec, &flows, &dir, text, &packets, t0)?;
     let stations = cfg.topo.nodes.len() - 1 - crate::cell::OUTER;
     let assoc = r["associated"].as_u64().unwrap_or(0);
-    if assoc < stations as u64 {
-        bail!("only {assoc} of {stations} stations associated");
-    }
+    p.downlink.insert(
+        "cell.assoc".into(),
+        serde_json::json!({
+            "warmup_s": warmup_s,
+            "associated": assoc,
+            "stations": stations,
+            "first_packet_us": first_packet_us.round(),
+            "last_assoc_us": r["last_assoc_us"],
+            "assoc_events": r["assoc_events"],
+        }),
+    );
     if edca.is_some() {
         let vo = r["ap_edca"]["ap_vo_mpdus"].as_u64();
         if vo.unwrap_or(0) == 0 {
@@ -729,10 +810,26 @@ pub struct CellSimArgs {
     /// queue; without it the stations take the AP's AC_VO from its beacons).
     #[arg(long)]
     sta_vo_edca: Option<String>,
+    /// With `--ap-vo`: keep the stations' AC_BE, where their voice goes, at
+    /// `AIFSN,CWMIN,CWMAX` (a WMM station's best effort: 3,15,1023 in g,
+    /// 3,31,1023 in b; without it the DCF's 2,CWMIN,1023).
+    #[arg(long)]
+    sta_be_edca: Option<String>,
+    /// Multiplexed setups: before each frame the AP sends a guard, an empty
+    /// UDP datagram to the group (28 bytes) that no station takes; what
+    /// collides when the AP's first slot meets a station's.
+    #[arg(long)]
+    frame_guard: bool,
 }
 
 /// The run's `--sta-vo-edca` (set once by [`main`]).
 static STA_VO: std::sync::OnceLock<Option<[u32; 3]>> = std::sync::OnceLock::new();
+
+/// The run's `--frame-guard` (set once by [`main`]).
+static FRAME_GUARD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// The run's `--sta-be-edca` (set once by [`main`]).
+static STA_BE: std::sync::OnceLock<Option<[u32; 3]>> = std::sync::OnceLock::new();
 
 /// The run's `--airtime-rule` (set once by [`main`]).
 static AIRTIME_RULE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -856,17 +953,20 @@ pub fn main(a: CellSimArgs) -> Result<()> {
     }
     let _ = FRAME_COPIES.set(a.frame_copies);
     let _ = AIRTIME_RULE.set(a.airtime_rule);
-    let sta_vo = match &a.sta_vo_edca {
-        Some(v) => {
-            let e = parse_edca(v)?;
-            if e[3] != 0 {
-                bail!("--sta-vo-edca {v}: AIFSN,CWMIN,CWMAX");
-            }
-            Some([e[0], e[1], e[2]])
+    let _ = FRAME_GUARD.set(a.frame_guard);
+    let station_edca = |flag: &str, v: &Option<String>| -> Result<Option<[u32; 3]>> {
+        let Some(v) = v else { return Ok(None) };
+        let e = parse_edca(v)?;
+        if e[3] != 0 {
+            bail!("--{flag} {v}: AIFSN,CWMIN,CWMAX");
         }
-        None => None,
+        if !a.ap_vo {
+            bail!("--{flag} needs --ap-vo (every node a QoS node)");
+        }
+        Ok(Some([e[0], e[1], e[2]]))
     };
-    let _ = STA_VO.set(sta_vo);
+    let _ = STA_VO.set(station_edca("sta-vo-edca", &a.sta_vo_edca)?);
+    let _ = STA_BE.set(station_edca("sta-be-edca", &a.sta_be_edca)?);
     crate::netns::catch_interrupts();
     let split = |s: &str| -> Vec<String> {
         s.split(',')

@@ -23,6 +23,8 @@ fn args() -> CellSimArgs {
         frame_copies: 1,
         airtime_rule: false,
         sta_vo_edca: None,
+        sta_be_edca: None,
+        frame_guard: false,
     }
 }
 
@@ -106,7 +108,7 @@ fn config_has_cell_flows_cables_and_the_mux() {
     let (c, s) = spec_of(&c, 3);
     // AP, S1, S2 (two calls per station), O1, O2
     assert_eq!(c.topo.nodes, ["AP", "S1", "S2", "O1", "O2"]);
-    let flows = cell_flows(&c, &s).unwrap();
+    let flows = cell_flows(&c, &s, WARMUP_S).unwrap();
     assert_eq!(flows.len(), 6);
     assert_eq!(
         (flows[0].path.clone(), flows[0].dir),
@@ -122,7 +124,7 @@ fn config_has_cell_flows_cables_and_the_mux() {
         .iter()
         .all(|f| f.start_s >= WARMUP_S && f.start_s < WARMUP_S + 0.02));
     let (pk, rp) = (Path::new("/x/p.txt"), Path::new("/x/m.json"));
-    let off = cell_config(&c, &s, &flows, None, pk, rp).unwrap();
+    let off = cell_config(&c, &s, &flows, WARMUP_S, None, pk, rp).unwrap();
     for want in [
         "mode infrastructure\n",
         "ap 0\n",
@@ -135,7 +137,7 @@ fn config_has_cell_flows_cables_and_the_mux() {
     }
     assert!(off.contains("wired 0 3 100000000 1000 "), "{off}");
     assert!(!off.contains("mux_"), "{off}");
-    let red = cell_config(&c, &s, &flows, Some(1), pk, rp).unwrap();
+    let red = cell_config(&c, &s, &flows, WARMUP_S, Some(1), pk, rp).unwrap();
     assert!(red.contains("mux_ap 20000 1440 4 2 28 1\n"), "{red}");
     assert!(red.contains("mux_entry 16 47 47 47 47 25 "), "{red}");
     assert!(red.contains("mux_report /x/m.json\n"), "{red}");
@@ -303,7 +305,7 @@ fn send_jitter_moves_packets_off_their_ticks() {
 fn free_downlink_puts_each_downlink_on_a_cable() {
     let c = config("cell:b11:11:2", "g729", &args(), &work("free")).unwrap();
     let (mut c, s) = spec_of(&c, 3);
-    let mut flows = cell_flows(&c, &s).unwrap();
+    let mut flows = cell_flows(&c, &s, WARMUP_S).unwrap();
     let before = c.topo.wired.len();
     free_downlink(&mut c.topo, &mut flows);
     // AP, S1, S2, O1, O2; calls S1-O1, S1-O2, S2-O1
@@ -319,7 +321,16 @@ fn free_downlink_puts_each_downlink_on_a_cable() {
     assert!(c.topo.wired[before..]
         .iter()
         .all(|w| w.rate_mbit == c.topo.wired[0].rate_mbit));
-    let text = cell_config(&c, &s, &flows, None, Path::new("/x/p"), Path::new("/x/m")).unwrap();
+    let text = cell_config(
+        &c,
+        &s,
+        &flows,
+        WARMUP_S,
+        None,
+        Path::new("/x/p"),
+        Path::new("/x/m"),
+    )
+    .unwrap();
     assert!(text.contains("path 1 3 1\n"), "{text}");
 }
 
@@ -553,17 +564,19 @@ fn small_cell_with_the_airtime_rule() {
     );
 }
 
-/// Runs the ns-3 program: with `--sta-vo-edca` the stations' AC_VO stays
-/// at the given values after the AP's beacons and association responses
-/// (without it, they take the AP's AC_VO, `small_cell_with_the_ap_on_ac_vo`).
+/// Runs the ns-3 program: with `--sta-vo-edca` / `--sta-be-edca` the
+/// stations' AC_VO / AC_BE stay at the given values after the AP's beacons
+/// and association responses (without them, they take the AP's AC_VO,
+/// `small_cell_with_the_ap_on_ac_vo`, and the DCF's AC_BE).
 #[test]
-fn small_cell_keeps_the_stations_ac_vo() {
+fn small_cell_keeps_the_stations_access() {
     let Some((w, c)) = b11_cell("stavo") else {
         return;
     };
     let k = Knobs {
         edca: Some([1, 1, 1, 0]),
         sta_vo: Some([2, 7, 15]),
+        sta_be: Some([3, 31, 1023]),
         ..Knobs::default()
     };
     let p = cell_point_with(&c, Setup::DownlinkMux, 4, k).unwrap();
@@ -571,5 +584,7 @@ fn small_cell_keeps_the_stations_ac_vo() {
     let e = &p.downlink["AP.edca"];
     assert_eq!(e["ap_vo_access"], serde_json::json!([1, 1, 1]), "{e}");
     assert_eq!(e["sta_vo_access"], serde_json::json!([2, 7, 15]), "{e}");
+    assert_eq!(e["sta_be_access"], serde_json::json!([3, 31, 1023]), "{e}");
+    assert_eq!(e["ap_be_access"], serde_json::json!([2, 31, 1023]), "{e}");
     assert!(p.supported, "{}", crate::experiment::point_line(&p));
 }
