@@ -967,3 +967,78 @@ fn frame_copies_reach_the_station_once() {
         2.0 * apd.stat("/ap/frames")
     );
 }
+
+/// `ap.frame_guard = true` (with `frame_copies = 2`): on the air each frame
+/// is preceded by exactly one guard, an empty UDP datagram from the AP to the
+/// group at port 9, and its copy by none; the station takes no guard (it
+/// rebuilds every packet once and counts no frame drop) and the AP counts one
+/// guard per frame.
+#[test]
+fn frame_guard_precedes_each_frame() {
+    if !can_run("daemon_downlink") {
+        return;
+    }
+    let mut net = Net::new("dg");
+    let (w, ap, st) = cell(&mut net, 1);
+    let s0 = &st[0];
+    let apd = net.daemon(
+        &ap,
+        &format!("{}frame_copies = 2\nframe_guard = true\n", ap_config()),
+        &[],
+    );
+    let sd = net.daemon(s0, &station_config(0), &[]);
+    wait_until("the station registered", WAIT, || {
+        apd.stats().pointer("/ap/stations").and_then(|v| v.as_u64()) == Some(1)
+            && sd.stats()["station"]["streams"] == 1
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let (cap, ready) = capture(s0, "wl", stop.clone());
+    ready.recv().unwrap();
+    let (rx, rstop) = receiver(s0, port(0));
+    const N: u32 = 30;
+    send(&w, 0, 0, N);
+    wait_until("every packet and every copy", WAIT, || {
+        let frames = apd.stat("/ap/frames");
+        rx.lock().unwrap().len() >= N as usize
+            && frames > 0.0
+            && sd.stat("/station/frame_copies") == frames
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    rstop.store(true, Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    let seen = cap.join().unwrap();
+    // What went to the group, in order: 'g' a guard, 'f' a frame datagram.
+    let kinds: String = seen
+        .iter()
+        .filter(|p| p[0] >> 4 == 4 && p[16..20] == [225, 0, 0, 10])
+        .map(|p| {
+            let ihl = usize::from(p[0] & 0x0f) * 4;
+            let dport = u16::from_be_bytes([p[ihl + 2], p[ihl + 3]]);
+            let udp_len = u16::from_be_bytes([p[ihl + 4], p[ihl + 5]]);
+            match (dport, udp_len) {
+                (9, 8) => 'g',
+                (9, _) => 'x',
+                _ => 'f',
+            }
+        })
+        .collect();
+    let frames = apd.stat("/ap/frames") as usize;
+    assert!(frames > 0);
+    assert_eq!(
+        kinds,
+        "gff".repeat(frames),
+        "guard, frame, copy for each frame"
+    );
+    assert_eq!(apd.stat("/ap/guards_sent"), frames as f64);
+    assert_eq!(apd.stat("/ap/guard_send_errors"), 0.0);
+    assert_eq!(rx.lock().unwrap().len(), N as usize, "each datagram once");
+    let s = sd.stats();
+    assert_eq!(s["station"]["packets"], N, "{s}");
+    assert_eq!(s["station"]["lost_frames"], 0, "{s}");
+    let drops = &s["station"]["drops"]["frames"];
+    assert!(
+        drops.as_object().unwrap().values().all(|v| v == 0),
+        "the station took a guard: {s}"
+    );
+    assert!(scrape(&ap, METRICS).contains("airpack_ap_guards_sent_total"));
+}

@@ -194,6 +194,8 @@ pub const META: &[Meta] = &[
     m("ap.frame_copies", C, "AP role: further copies of frames sent (ap.frame_copies; not in frames)."),
     m("ap.frame_datagrams_sent", C, "AP role: frame datagrams sent (one per frame and destination)."),
     m("ap.frame_send_errors", C, "AP role: frame datagrams the kernel refused."),
+    m("ap.guards_sent", C, "AP role: guard datagrams sent before frames (ap.frame_guard)."),
+    m("ap.guard_send_errors", C, "AP role: guard datagrams the kernel refused."),
     m("ap.bytes_in", C, "AP role: bytes of the original IP packets that left in frames."),
     m("ap.bytes_out", C, "AP role: bytes of the frames sent (UDP payloads)."),
     m("ap.bytes_saved", G, "AP role: bytes_in minus bytes_out (negative when framing cost more)."),

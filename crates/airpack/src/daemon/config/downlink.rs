@@ -144,6 +144,13 @@ pub struct ApSection {
     /// priority on the frame and fallback sockets, unless 0): 46 = EF, which
     /// a WMM AP sends on its AC_VO queue (`crate::linux::wmm`).
     pub frame_dscp: u8,
+    /// Before each frame (not its further copies) send a guard: an empty
+    /// UDP datagram to the frames' destination at port 9 (discard), which
+    /// no station takes. On a WMM AP whose own voice queue waits fewer slots
+    /// than any station's (docs/operator-guide.md), a station whose access
+    /// meets the AP's in one slot collides with the guard, and the frame
+    /// that follows the busy medium goes first: no frame collides.
+    pub frame_guard: bool,
     /// Share of its smoothed loss sums a station keeps at each report
     /// (0 ..< 1; about 1 / (1 - keep) reports of memory): higher values
     /// let a short burst move a station less easily.
@@ -225,6 +232,7 @@ impl Default for ApSection {
             loss_airtime_budget: LossConfig::default().airtime_budget,
             loss_start_unicast: LossConfig::default().start_unicast,
             frame_dscp: DEFAULT_FRAME_DSCP,
+            frame_guard: false,
             loss_keep: LossConfig::default().keep,
             loss_min_frames: LossConfig::default().min_frames,
         }
@@ -323,6 +331,8 @@ pub struct ApPlan {
     pub loss: LossConfig,
     /// DSCP of the frames (0-63; 0: unmarked, default priority).
     pub frame_dscp: u8,
+    /// A guard datagram before each frame (`ap.frame_guard`).
+    pub frame_guard: bool,
 }
 
 /// The validated `[station]`.
@@ -692,6 +702,7 @@ pub(super) fn check_ap(at: &Located<'_>, config: &Config) -> anyhow::Result<Opti
         lease,
         loss,
         frame_dscp: s.frame_dscp,
+        frame_guard: s.frame_guard,
     }))
 }
 

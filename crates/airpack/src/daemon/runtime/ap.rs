@@ -49,6 +49,8 @@ use tracing::{debug, error, info, warn};
 pub(super) const TOK_AP_REG4: u64 = 15;
 /// Poll token of the IPv6 registration server.
 pub(super) const TOK_AP_REG6: u64 = 16;
+/// UDP port of the guard datagrams (`ap.frame_guard`): discard (RFC 863).
+const GUARD_PORT: u16 = 9;
 /// Registration messages read per wakeup.
 const RX_BATCH: usize = 32;
 
@@ -80,6 +82,9 @@ pub(super) struct Ap {
     /// Frame datagrams sent (one per frame and destination).
     frames_sent: u64,
     frame_send_errors: u64,
+    /// Guard datagrams sent (`ap.frame_guard`), and failed sends of them.
+    guards_sent: u64,
+    guard_send_errors: u64,
     /// Packets of frames at least one destination took.
     packets_out: u64,
     /// Packets of frames no destination took (lost).
@@ -154,6 +159,8 @@ impl Ap {
             reg_errors: 0,
             frames_sent: 0,
             frame_send_errors: 0,
+            guards_sent: 0,
+            guard_send_errors: 0,
             packets_out: 0,
             packets_send_failed: 0,
             raw: match ap.mux.airtime {
@@ -300,6 +307,19 @@ impl Ap {
             }
             let mut taken = false;
             for (s, d) in &self.out {
+                if self.plan.frame_guard && !t.copy && d.ip().is_multicast() {
+                    // Empty, to the discard port: no station takes it
+                    // (operator guide, "The guard before each frame").
+                    let mut g = *d;
+                    g.set_port(GUARD_PORT);
+                    match s.send_to(&[], g) {
+                        Ok(_) => self.guards_sent += 1,
+                        Err(e) => {
+                            self.guard_send_errors += 1;
+                            debug!("ap: guard to {g}: {e}");
+                        }
+                    }
+                }
                 match s.send_to(&self.frame_buf[..t.len], *d) {
                     Ok(_) => {
                         self.frames_sent += 1;
@@ -397,6 +417,8 @@ impl Ap {
             "frames_by_reason": frames,
             "frame_datagrams_sent": self.frames_sent,
             "frame_send_errors": self.frame_send_errors,
+            "guards_sent": self.guards_sent,
+            "guard_send_errors": self.guard_send_errors,
             "bytes_in": m.bytes_in,
             "bytes_out": m.bytes_out,
             "bytes_saved": m.bytes_saved(),
