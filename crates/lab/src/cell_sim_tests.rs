@@ -178,7 +178,20 @@ fn small_cell_carries_four_calls_with_and_without_the_mux() {
     let off = cell_point(&c, Setup::Off, 4).unwrap();
     let line = crate::experiment::point_line;
     assert!(off.supported && off.loss_max == 0.0, "{}", line(&off));
-    assert!(off.downlink.is_empty());
+    // no multiplexer; the stations associated within the warm-up (no re-run)
+    assert_eq!(
+        off.downlink.keys().collect::<Vec<_>>(),
+        ["cell.assoc"],
+        "{:?}",
+        off.downlink
+    );
+    let a = &off.downlink["cell.assoc"];
+    assert_eq!(a["warmup_s"], WARMUP_S, "{a}");
+    assert!(
+        a["associated"] == a["stations"]
+            && a["last_assoc_us"].as_f64().unwrap() < a["first_packet_us"].as_f64().unwrap(),
+        "{a}"
+    );
     // every downlink packet was a unicast frame of the AP
     assert!(
         off.frames_per_node["AP"] >= 4 * 200,
