@@ -173,14 +173,16 @@ pub fn config_text(
     }
     // The emulated cell's AP on WMM queues by DSCP (crates/lab/ns3/air_edca.cc):
     // `AIRPACK_NS3_AP_EDCA=AIFSN,CWMIN,CWMAX,TXOP_US` (tap mode, infrastructure only;
-    // `lab cell-sim --ap-vo` is the pure simulation's switch).
+    // `lab cell-sim --ap-vo` is the pure simulation's switch), with it the stations'
+    // AC_VO / AC_BE at `AIRPACK_NS3_STA_VO_EDCA` / `AIRPACK_NS3_STA_BE_EDCA` =
+    // AIFSN,CWMIN,CWMAX (`--sta-vo-edca` / `--sta-be-edca`).
     if let (BssMode::Infrastructure, true) = (topo.wifi.mode, flows.is_empty()) {
-        if let Some(e) = std::env::var("AIRPACK_NS3_AP_EDCA")
-            .ok()
-            .and_then(|v| crate::cell_sim::parse_edca(&v).ok())
-        {
-            s.push_str(&crate::cell_sim::edca_directive(e));
-        }
+        let env = |k: &str| std::env::var(k).ok();
+        s.push_str(&env_edca_directives(
+            env("AIRPACK_NS3_AP_EDCA").as_deref(),
+            env("AIRPACK_NS3_STA_VO_EDCA").as_deref(),
+            env("AIRPACK_NS3_STA_BE_EDCA").as_deref(),
+        ));
     }
     if let Some(m) = topo.wifi.ht_mcs {
         let on = |b: Option<bool>, default: bool| u8::from(b.unwrap_or(default));
@@ -261,6 +263,26 @@ pub fn config_text(
     s
 }
 
+/// The EDCA directives of the emulated cell from the environment's values
+/// (`AIRPACK_NS3_AP_EDCA`, `..._STA_VO_EDCA`, `..._STA_BE_EDCA`): nothing
+/// without a valid AP value; a station value that does not parse as
+/// AIFSN,CWMIN,CWMAX is left out, as a bad AP value is.
+pub fn env_edca_directives(ap: Option<&str>, sta_vo: Option<&str>, sta_be: Option<&str>) -> String {
+    let Some(e) = ap.and_then(|v| crate::cell_sim::parse_edca(v).ok()) else {
+        return String::new();
+    };
+    let three = |v: Option<&str>| {
+        v.and_then(|v| crate::cell_sim::parse_edca(v).ok())
+            .filter(|e| e[3] == 0)
+            .map(|e| [e[0], e[1], e[2]])
+    };
+    let mut d = crate::cell_sim::edca_directive_sta(e, three(sta_vo));
+    if let Some(b) = three(sta_be) {
+        d.push_str(&format!("sta_be_edca {} {} {}\n", b[0], b[1], b[2]));
+    }
+    d
+}
+
 /// [`config_text`] of `topo` alone: no taps, flows or outputs (tests of
 /// the links, losses and PHY directives).
 #[cfg(test)]
@@ -279,6 +301,27 @@ pub(crate) fn bare_config_text(topo: &Topology, opts: &MediumOpts) -> String {
 mod tests {
     use super::*;
     use crate::topology::Air;
+
+    #[test]
+    fn env_edca_gives_the_ap_and_the_stations_access() {
+        assert_eq!(
+            env_edca_directives(None, Some("3,3,7"), Some("3,31,1023")),
+            ""
+        );
+        assert_eq!(
+            env_edca_directives(Some("1,3,7,0"), None, None),
+            "ap_edca 1 3 7 0\n"
+        );
+        assert_eq!(
+            env_edca_directives(Some("1,1,1"), Some("3,3,7"), Some("3,31,1023")),
+            "ap_edca 1 1 1 0 3 3 7\nsta_be_edca 3 31 1023\n"
+        );
+        // a station value with a TXOP, or not of the form 2^k - 1, is left out
+        assert_eq!(
+            env_edca_directives(Some("1,1,1"), Some("3,3,7,100"), Some("3,30,1023")),
+            "ap_edca 1 1 1 0\n"
+        );
+    }
 
     #[test]
     fn topology_chooses_the_air_and_config_lists_nodes_and_links() {
