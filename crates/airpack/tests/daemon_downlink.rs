@@ -918,6 +918,18 @@ fn ipv6_ap_and_two_stations() {
     assert_eq!(sd[0].stats()["station"]["lost_frames"], 0);
 }
 
+/// The AP's daemon (with `ap_extra` added to its `[ap]`) and station 0's
+/// in `s0`, once the station is registered.
+fn ap_and_registered_station(net: &Net, ap: &str, s0: &str, ap_extra: &str) -> (Daemon, Daemon) {
+    let apd = net.daemon(ap, &format!("{}{ap_extra}", ap_config()), &[]);
+    let sd = net.daemon(s0, &station_config(0), &[]);
+    wait_until("the station registered", WAIT, || {
+        apd.stats().pointer("/ap/stations").and_then(|v| v.as_u64()) == Some(1)
+            && sd.stats()["station"]["streams"] == 1
+    });
+    (apd, sd)
+}
+
 /// `ap.frame_copies = 2`: every frame leaves the AP twice with the same
 /// sequence number; the station rebuilds each packet once (its receiver
 /// gets every datagram exactly once) and counts each second copy in
@@ -931,12 +943,7 @@ fn frame_copies_reach_the_station_once() {
     let mut net = Net::new("dc");
     let (w, ap, st) = cell(&mut net, 1);
     let s0 = &st[0];
-    let apd = net.daemon(&ap, &format!("{}frame_copies = 2\n", ap_config()), &[]);
-    let sd = net.daemon(s0, &station_config(0), &[]);
-    wait_until("the station registered", WAIT, || {
-        apd.stats().pointer("/ap/stations").and_then(|v| v.as_u64()) == Some(1)
-            && sd.stats()["station"]["streams"] == 1
-    });
+    let (apd, sd) = ap_and_registered_station(&net, &ap, s0, "frame_copies = 2\n");
     let (rx, stop) = receiver(s0, port(0));
     const N: u32 = 30;
     send(&w, 0, 0, N);
@@ -981,16 +988,8 @@ fn frame_guard_precedes_each_frame() {
     let mut net = Net::new("dg");
     let (w, ap, st) = cell(&mut net, 1);
     let s0 = &st[0];
-    let apd = net.daemon(
-        &ap,
-        &format!("{}frame_copies = 2\nframe_guard = true\n", ap_config()),
-        &[],
-    );
-    let sd = net.daemon(s0, &station_config(0), &[]);
-    wait_until("the station registered", WAIT, || {
-        apd.stats().pointer("/ap/stations").and_then(|v| v.as_u64()) == Some(1)
-            && sd.stats()["station"]["streams"] == 1
-    });
+    let (apd, sd) =
+        ap_and_registered_station(&net, &ap, s0, "frame_copies = 2\nframe_guard = true\n");
     let stop = Arc::new(AtomicBool::new(false));
     let (cap, ready) = capture(s0, "wl", stop.clone());
     ready.recv().unwrap();
