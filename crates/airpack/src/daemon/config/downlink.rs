@@ -145,8 +145,8 @@ pub struct ApSection {
     /// a WMM AP sends on its AC_VO queue (`crate::linux::wmm`).
     pub frame_dscp: u8,
     /// Before each frame (not its further copies) send a guard: an empty
-    /// UDP datagram to the frames' destination at port 9 (discard), which
-    /// no station takes. On a WMM AP whose own voice queue waits fewer slots
+    /// UDP datagram to the frames' group at port 9 (discard), which no
+    /// station takes (a unicast destination gets none). On a WMM AP whose own voice queue waits fewer slots
     /// than any station's (docs/operator-guide.md), a station whose access
     /// meets the AP's in one slot collides with the guard, and the frame
     /// that follows the busy medium goes first: no frame collides.
