@@ -271,16 +271,8 @@ pub fn env_edca_directives(ap: Option<&str>, sta_vo: Option<&str>, sta_be: Optio
     let Some(e) = ap.and_then(|v| crate::cell_sim::parse_edca(v).ok()) else {
         return String::new();
     };
-    let three = |v: Option<&str>| {
-        v.and_then(|v| crate::cell_sim::parse_edca(v).ok())
-            .filter(|e| e[3] == 0)
-            .map(|e| [e[0], e[1], e[2]])
-    };
-    let mut d = crate::cell_sim::edca_directive_sta(e, three(sta_vo));
-    if let Some(b) = three(sta_be) {
-        d.push_str(&format!("sta_be_edca {} {} {}\n", b[0], b[1], b[2]));
-    }
-    d
+    let three = |v: Option<&str>| v.and_then(|v| crate::cell_sim::parse_station_edca(v).ok());
+    crate::cell_sim::edca_directive_sta(e, three(sta_vo), three(sta_be))
 }
 
 /// [`config_text`] of `topo` alone: no taps, flows or outputs (tests of

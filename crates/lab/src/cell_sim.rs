@@ -640,10 +640,7 @@ fn cell_point_at(
         text.push_str(&loss_directive(&c, &phy, ip, period_ms));
     }
     if let Some(e) = edca {
-        text.push_str(&edca_directive_sta(e, sta_vo));
-        if let Some(b) = sta_be {
-            text.push_str(&format!("sta_be_edca {} {} {}\n", b[0], b[1], b[2]));
-        }
+        text.push_str(&edca_directive_sta(e, sta_vo, sta_be));
     }
     if send_jitter_us > 0 {
         text.push_str(&format!("send_jitter_us {send_jitter_us}\n"));
@@ -852,18 +849,36 @@ pub const AP_VO_DEFAULT: [u32; 4] = [1, 3, 7, 0];
 
 /// The `ap_edca` directive: the AP's AC_VO at `[aifsn, cwmin, cwmax, txop_us]`.
 pub fn edca_directive(e: [u32; 4]) -> String {
-    edca_directive_sta(e, None)
+    edca_directive_sta(e, None, None)
 }
 
-/// [`edca_directive`] with the stations' AC_VO kept at `sta` (`[aifsn,
-/// cwmin, cwmax]`, `--sta-vo-edca`: the directive's optional last fields).
-pub fn edca_directive_sta(e: [u32; 4], sta: Option<[u32; 3]>) -> String {
+/// [`edca_directive`] with the stations' AC_VO kept at `sta_vo` (`[aifsn,
+/// cwmin, cwmax]`, `--sta-vo-edca`: the directive's optional last fields)
+/// and their AC_BE at `sta_be` (`--sta-be-edca`: a `sta_be_edca` line).
+pub fn edca_directive_sta(
+    e: [u32; 4],
+    sta_vo: Option<[u32; 3]>,
+    sta_be: Option<[u32; 3]>,
+) -> String {
     let mut d = format!("ap_edca {} {} {} {}", e[0], e[1], e[2], e[3]);
-    if let Some(v) = sta {
+    if let Some(v) = sta_vo {
         d.push_str(&format!(" {} {} {}", v[0], v[1], v[2]));
     }
     d.push('\n');
+    if let Some(b) = sta_be {
+        d.push_str(&format!("sta_be_edca {} {} {}\n", b[0], b[1], b[2]));
+    }
     d
+}
+
+/// Parse a station queue's `AIFSN,CWMIN,CWMAX` (`--sta-vo-edca`,
+/// `--sta-be-edca`: [`parse_edca`]'s values without a TXOP).
+pub fn parse_station_edca(s: &str) -> Result<[u32; 3]> {
+    let e = parse_edca(s)?;
+    if e[3] != 0 {
+        bail!("{s}: AIFSN,CWMIN,CWMAX (a station's queue has no TXOP here)");
+    }
+    Ok([e[0], e[1], e[2]])
 }
 
 /// Parse `--ap-vo-edca` (`AIFSN,CWMIN,CWMAX[,TXOP_US]`; CW values 2^k - 1).
@@ -956,14 +971,11 @@ pub fn main(a: CellSimArgs) -> Result<()> {
     let _ = FRAME_GUARD.set(a.frame_guard);
     let station_edca = |flag: &str, v: &Option<String>| -> Result<Option<[u32; 3]>> {
         let Some(v) = v else { return Ok(None) };
-        let e = parse_edca(v)?;
-        if e[3] != 0 {
-            bail!("--{flag} {v}: AIFSN,CWMIN,CWMAX");
-        }
+        let e = parse_station_edca(v).with_context(|| format!("--{flag}"))?;
         if !a.ap_vo {
             bail!("--{flag} needs --ap-vo (every node a QoS node)");
         }
-        Ok(Some([e[0], e[1], e[2]]))
+        Ok(Some(e))
     };
     let _ = STA_VO.set(station_edca("sta-vo-edca", &a.sta_vo_edca)?);
     let _ = STA_BE.set(station_edca("sta-be-edca", &a.sta_be_edca)?);

@@ -146,10 +146,11 @@ pub struct ApSection {
     pub frame_dscp: u8,
     /// Before each frame (not its further copies) send a guard: an empty
     /// UDP datagram to the frames' group at port 9 (discard), which no
-    /// station takes (a unicast destination gets none). On a WMM AP whose own voice queue waits fewer slots
-    /// than any station's (docs/operator-guide.md), a station whose access
-    /// meets the AP's in one slot collides with the guard, and the frame
-    /// that follows the busy medium goes first: no frame collides.
+    /// station takes (a unicast destination gets none). On a WMM AP whose
+    /// own voice queue waits fewer slots than any station's
+    /// (docs/operator-guide.md), a station whose access meets the AP's in
+    /// one slot collides with the guard, and the frame that follows the busy
+    /// medium goes first: no frame collides.
     pub frame_guard: bool,
     /// Share of its smoothed loss sums a station keeps at each report
     /// (0 ..< 1; about 1 / (1 - keep) reports of memory): higher values
