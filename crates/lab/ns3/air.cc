@@ -66,6 +66,8 @@
 //   mux_entry P S0 .. Sm   entry bytes of a stream's packets (the last P repeat)
 //   mux_report PATH        the multiplexer's counters (JSON) at exit
 //   mux_copies N           every multiplexed frame sent N times (1-4)
+//   agg_up AP HOLD_US B2 .. BK   voice mode: nodes bundle their first hops to AP
+//                          (air_agg.cc: up to K packets, B_j bytes for j of them)
 //   ap_edca AIFSN CWMIN CWMAX TXOP_US   infrastructure: every node QoS at the DCF's
 //                          access, the AP's AC_VO at these values, the AP's voice on
 //                          AC_VO (air_edca.cc)
@@ -272,6 +274,8 @@ AirConfig Parse(const char* path)
         }
         else if (k.rfind("mux_", 0) == 0)
             ok = MuxDirective(k, s);
+        else if (k == "agg_up")
+            ok = AggDirective(k, s);
         else if (k == "ap_edca" || k == "sta_be_edca")
             ok = EdcaDirective(k, s);
         else
@@ -329,6 +333,10 @@ AirConfig Parse(const char* path)
     if (!MuxCheck(c.ap))
     {
         Fail("mux_ap needs mux_entry and voice mode");
+    }
+    if (!AggCheck(n))
+    {
+        Fail("agg_up needs voice mode and a known access point");
     }
     return c;
 }

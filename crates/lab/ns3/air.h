@@ -155,6 +155,14 @@ bool MuxTake(uint32_t i, uint32_t flow, uint32_t seq, uint32_t next); // taken?
 void MuxFrameReceived(uint32_t i, Ptr<const Packet> p);         // a group frame at i
 void WriteMuxReport();
 
+// air_agg.cc (the stations' uplink aggregation in voice mode: `agg_up`)
+const uint32_t AGG_MARK = 0xffffffffu; // a bundle's flow index (its first 4 bytes)
+bool AggDirective(const std::string& k, std::istringstream& s); // an `agg_up` line
+bool AggCheck(uint32_t nodes);                                   // after parsing
+bool AggTake(uint32_t i, uint32_t flow, uint32_t seq, uint32_t next); // held?
+bool AggSplit(Ptr<const Packet> p, std::vector<std::pair<uint32_t, uint32_t>>& out); // a bundle?
+std::string AggJson(); // its counters (null without `agg_up`)
+
 // air_edca.cc (the AP's voice access category: `ap_edca`)
 bool EdcaDirective(const std::string& k, std::istringstream& s); // an `ap_edca` or `sta_be_edca` line
 bool EdcaOn();

@@ -110,9 +110,9 @@ bool SendWired(uint32_t i, uint32_t j, Ptr<const Packet> p, uint16_t proto)
     return false;
 }
 
-// Voice mode: node i received flow packet p; relay it to the path's next
-// node (a cable, the AP's multiplexer (air_cell.cc) or the air), or record
-// it at the flow's end.
+// Voice mode: node i received flow packet p (or a bundle of them,
+// air_agg.cc); relay it to the path's next node (a cable, the AP's
+// multiplexer (air_cell.cc) or the air), or record it at the flow's end.
 void VoiceReceived(uint32_t i, Ptr<const Packet> p, uint16_t proto)
 {
     uint8_t h[8];
@@ -122,6 +122,15 @@ void VoiceReceived(uint32_t i, Ptr<const Packet> p, uint16_t proto)
     }
     uint32_t k = uint32_t(h[0]) << 24 | uint32_t(h[1]) << 16 | uint32_t(h[2]) << 8 | h[3];
     uint32_t seq = uint32_t(h[4]) << 24 | uint32_t(h[5]) << 16 | uint32_t(h[6]) << 8 | h[7];
+    std::vector<std::pair<uint32_t, uint32_t>> parts;
+    if (k == AGG_MARK && AggSplit(p, parts))
+    {
+        for (auto& [pk, ps] : parts)
+        {
+            VoiceReceived(i, VoicePacket(pk, ps), proto);
+        }
+        return;
+    }
     if (k >= g_flows.size())
     {
         return;
@@ -365,7 +374,7 @@ void FlowEmit(uint32_t k)
         f.sent_ns.push_back(Simulator::Now().GetNanoSeconds());
         f.recv_ns.push_back(-1);
         Ptr<Packet> p = VoicePacket(k, seq);
-        if (!SendWired(f.from, f.path[1], p, 0x0800))
+        if (!SendWired(f.from, f.path[1], p, 0x0800) && !AggTake(f.from, k, seq, f.path[1]))
         {
             SendWifi(f.from, p, g_air_mac[f.path[1]], 0x0800);
         }

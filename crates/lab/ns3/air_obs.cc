@@ -294,7 +294,7 @@ std::string Report(const std::string& phy, bool tap, double sim, double wall, do
       << ",\"lag_p99_ms\":" << LagQuantileUs(0.99) / 1000
       << ",\"lag_p50_ms\":" << LagQuantileUs(0.5) / 1000 << ",\"io_max_ms\":" << g_io_max_s * 1000
       << ",\"associated\":" << g_associated << ",\"assoc_events\":" << g_assoc_events
-      << ",\"last_assoc_us\":" << g_last_assoc_us << ",\"ap_edca\":" << EdcaJson()
+      << ",\"last_assoc_us\":" << g_last_assoc_us << ",\"ap_edca\":" << EdcaJson() << ",\"agg_up\":" << AggJson()
       << ",\"nodes\":[";
     for (uint32_t i = 0; i < g_nodes.size(); i++)
     {

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The program's sources (`air.cc`, `air_io.cc`, `air_obs.cc`, `air_ber.cc`, `air_cell.cc`, `air_edca.cc`, `air.h`),
+/// The program's sources (`air.cc`, `air_io.cc`, `air_obs.cc`, `air_ber.cc`, `air_cell.cc`, `air_edca.cc`, `air_agg.cc`, `air.h`),
 /// in the repository.
 pub const SOURCE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/ns3");
 
@@ -34,6 +34,7 @@ const UNITS: &[&str] = &[
     "air_ber.cc",
     "air_cell.cc",
     "air_edca.cc",
+    "air_agg.cc",
 ];
 
 /// ns-3 modules the program links.

@@ -2,6 +2,11 @@
 //! and one small simulated cell.
 
 use super::*;
+use crate::air_ns3;
+use airpack_core::downlink::airtime::Rate;
+use airpack_core::downlink::mux::Mux;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
 
 fn args() -> CellSimArgs {
     CellSimArgs {
@@ -25,6 +30,7 @@ fn args() -> CellSimArgs {
         sta_vo_edca: None,
         sta_be_edca: None,
         frame_guard: false,
+        uplink_agg: false,
     }
 }
 
@@ -600,4 +606,94 @@ fn small_cell_keeps_the_stations_access() {
     assert_eq!(e["sta_be_access"], serde_json::json!([3, 31, 1023]), "{e}");
     assert_eq!(e["ap_be_access"], serde_json::json!([2, 31, 1023]), "{e}");
     assert!(p.supported, "{}", crate::experiment::point_line(&p));
+}
+
+/// The bundles' sizes are the bound's (`bundle_ip_bytes`): G.729 (60-byte
+/// packets) 20 + 2 + j x 61, G.711 (200 bytes, 2-byte prefixes) 20 + 2 + j x 202.
+#[test]
+fn bundle_sizes_are_the_bounds() {
+    use crate::downlink_bound::{bundle_ip_bytes, G711, G729};
+    assert_eq!(bundle_sizes(60, 3), vec![144, 205]);
+    assert_eq!(bundle_sizes(60, 1), Vec::<u32>::new());
+    for j in 2..=4 {
+        assert_eq!(
+            bundle_sizes(60, j)[j as usize - 2],
+            bundle_ip_bytes(&G729, j)
+        );
+        assert_eq!(
+            bundle_sizes(200, j)[j as usize - 2],
+            bundle_ip_bytes(&G711, j)
+        );
+    }
+    assert_eq!(agg_directive(0, 20000, &[144]), "agg_up 0 20000 144\n");
+}
+
+/// `--uplink-agg` on `cell:b11:11:2` (two calls per station): each station's
+/// two uplink packets of an interval leave as one 144-byte bundle, so the
+/// stations send about half the frames; every packet arrives once, the one
+/// that waits for its partner at most one interval later. A preset with one
+/// call per station has nothing to bundle and is refused.
+#[test]
+fn small_cell_with_uplink_aggregation() {
+    if let Err(why) = air_ns3::check_available() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let w = work("aggup");
+    let c = config("cell:b11:11:2", "g729", &args(), &w).unwrap();
+    let agg = Knobs {
+        uplink_agg: true,
+        ..Knobs::default()
+    };
+    let plain = cell_point_with(&c, Setup::Off, 4, Knobs::default()).unwrap();
+    let bundled = cell_point_with(&c, Setup::Off, 4, agg).unwrap();
+    let k1 = config("cell:b11:11", "g729", &args(), &w).unwrap();
+    let refused = cell_point_with(&k1, Setup::Off, 2, agg);
+    let _ = std::fs::remove_dir_all(&w);
+    let line = crate::experiment::point_line;
+    assert!(refused.is_err(), "K = 1 has nothing to bundle");
+    for p in [&plain, &bundled] {
+        assert!(p.supported && p.loss_max == 0.0, "{}", line(p));
+    }
+    assert!(!plain.downlink.contains_key("cell.agg_up"));
+    let a = &bundled.downlink["cell.agg_up"];
+    let n = |k: &str| a[k].as_u64().unwrap();
+    // every uplink packet the calls sent (4 calls, about 200 each) went in
+    // a bundle of two or alone
+    let calls = bundled.call_results.as_array().unwrap();
+    let sent: u64 = calls
+        .iter()
+        .map(|c| c["a_to_b"]["sent"].as_u64().unwrap())
+        .sum();
+    assert!((800..=808).contains(&sent), "{sent}");
+    assert_eq!((n("k"), n("hold_us")), (2, 20000), "{a}");
+    assert_eq!(n("bundled") + n("alone"), sent, "{a}");
+    assert_eq!(n("bundled"), 2 * n("bundles"), "{a}");
+    assert_eq!(
+        n("split"),
+        n("bundles"),
+        "every bundle split at the AP: {a}"
+    );
+    assert!(n("bundles") >= 396 && n("closed_hold") <= 4, "{a}");
+    for s in ["S1", "S2"] {
+        let (p, b) = (plain.frames_per_node[s], bundled.frames_per_node[s]);
+        assert!(b * 10 < p * 6, "{s}: {b} frames bundled, {p} without");
+    }
+    // the uplink (a -> b) waits for the partner packet, the downlink not
+    let dir = |p: &Point, d: &str, k: &str| -> Vec<f64> {
+        let c = p.call_results.as_array().unwrap();
+        c.iter().map(|c| c[d][k].as_f64().unwrap()).collect()
+    };
+    let mean = |v: Vec<f64>| v.iter().sum::<f64>() / v.len() as f64;
+    let up = (
+        mean(dir(&plain, "a_to_b", "delay_ms")),
+        mean(dir(&bundled, "a_to_b", "delay_ms")),
+    );
+    assert!(up.1 > up.0 + 1.0, "uplink delay {up:?}");
+    let max = |v: Vec<f64>| v.into_iter().fold(0.0, f64::max);
+    let (m0, m1) = (
+        max(dir(&plain, "a_to_b", "delay_max_ms")),
+        max(dir(&bundled, "a_to_b", "delay_max_ms")),
+    );
+    assert!(m1 <= m0 + 22.0, "held at most one interval: {m1} vs {m0}");
 }
