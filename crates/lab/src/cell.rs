@@ -168,6 +168,13 @@ impl CellSpec {
 /// calls without multiplexing and with it (compact layout, real frames),
 /// from [`crate::downlink_bound`] (mean backoff, no collisions).
 pub fn bound(spec: &CellSpec, codec: &str) -> Result<(u32, u32)> {
+    bound_agg(spec, codec, 1)
+}
+
+/// [`bound`] with each station's `k` calls' uplink packets of an interval
+/// in one bundle (`k = 1`: [`bound`]; the emulated `downlink-mux-agg` and
+/// `cell-sim --uplink-agg` bundle the preset's K).
+pub fn bound_agg(spec: &CellSpec, codec: &str, k: u32) -> Result<(u32, u32)> {
     use crate::downlink_bound as b;
     let phy = crate::medium::preset(&spec.phy).context("cell PHY")?;
     let c = match codec {
@@ -176,13 +183,14 @@ pub fn bound(spec: &CellSpec, codec: &str) -> Result<(u32, u32)> {
         o => bail!("no bound for codec {o:?}"),
     };
     Ok((
-        b::calls_unicast(&phy, &c, 20_000.0),
-        b::calls_multiplexed(
+        b::calls_unicast_agg(&phy, &c, k, 20_000.0),
+        b::calls_multiplexed_agg(
             &phy,
             spec.multicast_mbit,
             &c,
             b::Layout::Compact,
             b::Count::Packed,
+            k,
             20_000.0,
         ),
     ))
@@ -425,6 +433,12 @@ mod tests {
             "G.711 with multicast at 1 Mbit/s is below unicast"
         );
         assert!(bound(&CellSpec::parse("cell:b11").unwrap().unwrap(), "g723").is_err());
+        let k2 = CellSpec::parse("cell:b11:11:2").unwrap().unwrap();
+        assert_eq!(bound_agg(&k2, "g729", 2).unwrap(), (15, 40));
+        assert_eq!(
+            bound_agg(&k2, "g729", 1).unwrap(),
+            bound(&k2, "g729").unwrap()
+        );
     }
 
     #[test]

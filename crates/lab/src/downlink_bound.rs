@@ -179,11 +179,30 @@ pub fn bundle_ip_bytes(codec: &Codec, k: u32) -> u32 {
     20 + 2 + k * (l + if l < 128 { 1 } else { 2 })
 }
 
+/// Airtime of one interval's uplink for `n` calls whose stations carry `k`
+/// calls each and send their calls' packets of an interval as one bundle:
+/// `ceil(n/k)` exchanges of [`bundle_ip_bytes`] (a last station with one
+/// call sends its packet alone). `k = 1`: `n` plain exchanges.
+pub fn uplink_agg_us(cell: &Phy, codec: &Codec, k: u32, n: u32) -> f64 {
+    let k = k.max(1);
+    let (full, rest) = (n / k, n % k);
+    let one = |j: u32| {
+        cell.exchange_us(if j == 1 {
+            codec.ip_bytes()
+        } else {
+            bundle_ip_bytes(codec, j)
+        })
+    };
+    let mut t = full as f64 * one(k);
+    if rest > 0 {
+        t += one(rest);
+    }
+    t
+}
+
 /// Calls with multiplexing and uplink aggregation (issue 14 point 9): the
-/// stations carry `k` calls each and send their calls' uplink packets of
-/// an interval as one bundle (`ceil(N/k)` uplink exchanges of
-/// [`bundle_ip_bytes`]) instead of `N` exchanges; the downlink as in
-/// [`calls_multiplexed`]. `k = 1` is [`calls_multiplexed`].
+/// uplink of [`uplink_agg_us`] instead of `N` exchanges; the downlink as
+/// in [`calls_multiplexed`]. `k = 1` is [`calls_multiplexed`].
 pub fn calls_multiplexed_agg(
     cell: &Phy,
     rate: f64,
@@ -193,21 +212,23 @@ pub fn calls_multiplexed_agg(
     k: u32,
     interval_us: f64,
 ) -> u32 {
-    let k = k.max(1);
-    let up = |n: u32| {
-        let (full, rest) = (n / k, n % k);
-        let mut t = full as f64 * cell.exchange_us(bundle_ip_bytes(codec, k));
-        if rest > 0 {
-            t += cell.exchange_us(if rest == 1 {
-                codec.ip_bytes()
-            } else {
-                bundle_ip_bytes(codec, rest)
-            });
-        }
-        t
-    };
     let mut n = 0;
-    while up(n + 1) + downlink_us(cell, rate, codec, layout, count, n + 1) <= interval_us {
+    while uplink_agg_us(cell, codec, k, n + 1)
+        + downlink_us(cell, rate, codec, layout, count, n + 1)
+        <= interval_us
+    {
+        n += 1;
+    }
+    n
+}
+
+/// Calls without multiplexing but with the uplink aggregation of
+/// [`uplink_agg_us`]: the downlink stays `N` unicast exchanges (the
+/// control of [`calls_multiplexed_agg`]). `k = 1` is [`calls_unicast`].
+pub fn calls_unicast_agg(cell: &Phy, codec: &Codec, k: u32, interval_us: f64) -> u32 {
+    let down = cell.exchange_us(codec.ip_bytes());
+    let mut n = 0;
+    while uplink_agg_us(cell, codec, k, n + 1) + (n + 1) as f64 * down <= interval_us {
         n += 1;
     }
     n
@@ -446,5 +467,9 @@ mod tests {
             calls_multiplexed(&b11, 11.0, &G729, Layout::Compact, Count::Packed, 20_000.0)
         );
         assert_eq!((f(1), f(2)), (22, 40));
+        // without the mux: the uplink's savings alone, 11 -> 15
+        let u = |k| calls_unicast_agg(&b11, &G729, k, 20_000.0);
+        assert_eq!(u(1), calls_unicast(&b11, &G729, 20_000.0));
+        assert_eq!((u(1), u(2)), (11, 15));
     }
 }

@@ -115,7 +115,8 @@ pub struct Row {
     pub preset: String,
     /// Codec.
     pub codec: String,
-    /// Analytic bound of the setup ([`crate::cell::bound`]: off or mux).
+    /// Analytic bound of the setup ([`crate::cell::bound_agg`]: off or mux,
+    /// with `--uplink-agg` the preset's K calls per bundle).
     pub bound: u32,
     /// The search (capacity and every point).
     pub result: SetupResult,
@@ -217,7 +218,12 @@ pub fn main(a: CellSimArgs) -> Result<()> {
         for codec in split(&a.codecs) {
             let cfg = config(&preset, &codec, &a, &work)?;
             let cell = cfg.topo.cell.clone().expect("cell");
-            let (b_off, b_mux) = crate::cell::bound(&cell, &codec)?;
+            let k = if a.uplink_agg {
+                cell.calls_per_station
+            } else {
+                1
+            };
+            let (b_off, b_mux) = crate::cell::bound_agg(&cell, &codec, k)?;
             for &setup in &setups {
                 let bound = if setup == Setup::Off { b_off } else { b_mux };
                 eprintln!(
