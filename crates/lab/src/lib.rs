@@ -460,14 +460,7 @@ fn run(r: RunArgs) -> Result<()> {
             .unwrap_or_else(|| "topology".into()),
         None => r.common.preset.replace(':', ""),
     };
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let out = r
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("results/{topo_name}-{secs}")));
+    let out = out_or_default(&r.out, &topo_name, "");
     let work = out.join("work");
     let cfg = build_config(
         &r.common,
@@ -555,6 +548,17 @@ fn run(r: RunArgs) -> Result<()> {
         bail!("some setups stopped on errors (see the report)");
     }
     Ok(())
+}
+
+/// `out`, or the run's default output `results/<stem>-<unix seconds><suffix>`.
+pub(crate) fn out_or_default(out: &Option<PathBuf>, stem: &str, suffix: &str) -> PathBuf {
+    out.clone().unwrap_or_else(|| {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        PathBuf::from(format!("results/{stem}-{secs}{suffix}"))
+    })
 }
 
 #[cfg(test)]

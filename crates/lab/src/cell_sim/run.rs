@@ -203,14 +203,7 @@ pub fn main(a: CellSimArgs) -> Result<()> {
     for s in &setups {
         depth(*s)?;
     }
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let out = a
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("results/cell-sim-{secs}.json")));
+    let out = crate::out_or_default(&a.out, "cell-sim", ".json");
     let work = std::env::temp_dir().join(format!("airpack-cell-sim-{}", std::process::id()));
     let mut rows = Vec::new();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
