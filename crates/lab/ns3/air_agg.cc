@@ -5,7 +5,9 @@
 // instead, as airpack's hop-by-hop aggregation role on a station does it
 // (crates/core's engine with `hold_time_us` = HOLD, `max_packets` = K, link
 // mode `fixed`, the lab's `station_uplink_agg`): the bundle leaves when it
-// holds K packets or when its first packet has waited HOLD; a bundle of one
+// holds K packets (or as many as the node has flows to the access point, if
+// fewer: the daemon's `max_packets` is its station's calls) or when its
+// first packet has waited HOLD; a bundle of one
 // packet leaves as that packet, unchanged. A bundle of j >= 2 packets is one
 // unicast frame of B_j bytes to the access point (given by the lab: the
 // native encoding behind an IPv4 header, so the model invents no byte
@@ -23,6 +25,7 @@
 
 #include "air.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace air
@@ -47,6 +50,7 @@ struct AggQueue
 {
     std::vector<std::pair<uint32_t, uint32_t>> held; // (flow, seq)
     uint64_t gen = 0;                                // bundles opened so far
+    uint32_t max = 0; // packets per bundle: K, or the node's flows to the AP if fewer
 };
 
 std::vector<AggQueue> g_q; // per node
@@ -146,6 +150,15 @@ bool AggCheck(uint32_t n)
         return true;
     }
     g_q.assign(n, AggQueue());
+    // as the lab's station daemon: `max_packets` = the station's calls
+    const uint32_t k = g_agg.bytes.size() - 1;
+    for (const auto& f : g_flows)
+    {
+        if (f.from < n && f.path.size() > 1 && f.path[1] == g_agg.ap && f.from != g_agg.ap)
+        {
+            g_q[f.from].max = std::min(k, g_q[f.from].max + 1);
+        }
+    }
     return g_voice && g_agg.ap < n;
 }
 
@@ -161,7 +174,7 @@ bool AggTake(uint32_t i, uint32_t flow, uint32_t seq, uint32_t next)
     {
         Simulator::Schedule(MicroSeconds(g_agg.hold_us), &HoldExpired, i, q.gen);
     }
-    if (q.held.size() + 1 >= g_agg.bytes.size())
+    if (q.held.size() >= q.max)
     {
         g_aggc.closed_full++;
         Send(i);

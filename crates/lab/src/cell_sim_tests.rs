@@ -647,6 +647,7 @@ fn small_cell_with_uplink_aggregation() {
     };
     let plain = cell_point_with(&c, Setup::Off, 4, Knobs::default()).unwrap();
     let bundled = cell_point_with(&c, Setup::Off, 4, agg).unwrap();
+    let odd = cell_point_with(&c, Setup::Off, 3, agg).unwrap();
     let k1 = config("cell:b11:11", "g729", &args(), &w).unwrap();
     let refused = cell_point_with(&k1, Setup::Off, 2, agg);
     let _ = std::fs::remove_dir_all(&w);
@@ -696,4 +697,13 @@ fn small_cell_with_uplink_aggregation() {
         max(dir(&bundled, "a_to_b", "delay_max_ms")),
     );
     assert!(m1 <= m0 + 22.0, "held at most one interval: {m1} vs {m0}");
+    // three calls: the second station's one call is not held (its daemon's
+    // `max_packets` is its calls), so its packets leave alone at once
+    let a = &odd.downlink["cell.agg_up"];
+    let n = |k: &str| a[k].as_u64().unwrap();
+    assert!(odd.supported, "{}", line(&odd));
+    assert!((200..=202).contains(&n("alone")), "{a}");
+    assert!(n("closed_hold") <= 2, "{a}");
+    let third = &odd.call_results.as_array().unwrap()[2]["a_to_b"];
+    assert!(third["delay_max_ms"].as_f64().unwrap() < 10.0, "{third}");
 }
