@@ -9,7 +9,7 @@
 //! carrying their wired hop, and with multiplexing the `mux_*` directives
 //! of `crates/lab/ns3/air_cell.cc`), the per-packet entry sizes of the AP's
 //! compact frames ([`entry_sizes`], measured on airpack-core's real
-//! [`Mux`]), the mux's report ([`MuxReport`]), a point ([`cell_point`],
+//! [`Mux`](airpack_core::downlink::mux::Mux)), the mux's report ([`MuxReport`]), a point ([`cell_point`],
 //! judged by the quality path of every other point via
 //! [`crate::validate_sim`]) and the command ([`main`]: capacity search per
 //! setup and codec, against [`crate::cell::bound`]).
@@ -39,7 +39,7 @@
 //! `--airtime-rule` (multiplexed setups): the daemon's per-frame airtime
 //! rule (`Mux::close`: copies priced against unicast, unicast fallback) as
 //! a table by entry count ([`rule_table`], computed by driving
-//! airpack-core's real [`Mux`] with the preset's rates; `mux_rule`).
+//! airpack-core's real [`Mux`](airpack_core::downlink::mux::Mux) with the preset's rates; `mux_rule`).
 //! `--uplink-agg` (any setup; presets with K >= 2 calls per station): each
 //! station bundles its calls' uplink packets to the AP as the daemon's
 //! hop-by-hop role does beside `[station]` (up to K packets, held at most
@@ -51,7 +51,7 @@
 //!
 //! Layout: the byte counts taken from airpack's own code in [`sizes`], the
 //! command (`airpack lab cell-sim`: flags, capacity searches, JSON, table)
-//! in [`run`], a point's config and measurement here.
+//! in `run`, a point's config and measurement here.
 //!
 //! Must not touch: the emulated cell ([`crate::cell`], the daemons), the
 //! E-model and support criterion, the search rule ([`crate::experiment`]).

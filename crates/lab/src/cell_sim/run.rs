@@ -36,7 +36,7 @@ pub struct CellSimArgs {
     /// MAC queue limit (packets), as the lab's `--queue-limit`.
     #[arg(long, default_value_t = 50)]
     pub(super) queue_limit: u32,
-    /// JSON of the run (default: results/cell-sim-<unix time>.json).
+    /// JSON of the run (default: `results/cell-sim-<unix time>.json`).
     #[arg(long)]
     pub(super) out: Option<PathBuf>,
     /// `downlink-mux-loss`: the airtime guard's budget (share of the

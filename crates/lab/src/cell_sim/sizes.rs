@@ -6,7 +6,7 @@
 //! bundles ([`bundle_sizes`]: the native encoding's lengths).
 //!
 //! Must not touch: the program's config of a point (the parent module), the
-//! command ([`super::run`]).
+//! command (`cell_sim::run`).
 
 use crate::experiment::ExperimentConfig;
 use airpack_core::downlink::airtime::{CellPhy, Rate};
@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Packets of one stream fed to the real mux to find its entry sizes.
-const PROBE_PACKETS: usize = 64;
+pub const PROBE_PACKETS: usize = 64;
 
 fn csum(data: &[u8], mut acc: u32) -> u32 {
     for w in data.chunks(2) {
