@@ -30,6 +30,12 @@
 //   seed 1                 ns-3 RngRun
 //   mode adhoc             or `infrastructure` (then `ap I` names the access point)
 //   ap I                   the access point (infrastructure mode)
+//   assoc_stagger_ms T     infrastructure: the k-th station (0-based) starts to look
+//                          for the AP's SSID at k x T ms (it scans for another SSID
+//                          until then), so stations join one by one as in a real cell
+//                          instead of all at the first beacon (their association
+//                          requests, on AC_VO with CWmax 7 under `ap_edca`, then
+//                          collide for tens of seconds with 60 stations)
 //   mcast_mbit R           rate of group-addressed frames (0: the PHY's lowest)
 //   ht_mcs K               802.11n HT (5 GHz, 20 MHz) at MCS K for data; `phy` (OFDM)
 //                          then names the legacy rate of control frames
@@ -150,6 +156,7 @@ struct AirConfig
     int ht_mcs = -1;
     double max_delay_ms = 60000, hard_limit_ms = 100, duration_s = 0, mcast_mbit = 0;
     double capture_db = -1, capture_us = 16; // capture_db < 0: no frame capture model
+    double assoc_stagger_ms = 0; // > 0: station k looks for the AP's SSID from k x this
     uint32_t realtime = 0;
     std::vector<Link> links;
 };
@@ -192,6 +199,9 @@ AirConfig Parse(const char* path)
             ok = bool(s >> c.seed);
         else if (k == "mode")
             ok = bool(s >> c.mode) && (c.mode == "adhoc" || c.mode == "infrastructure");
+        else if (k == "assoc_stagger_ms")
+            ok = bool(s >> c.assoc_stagger_ms) && c.assoc_stagger_ms >= 0 &&
+                 c.assoc_stagger_ms <= 10000;
         else if (k == "ap")
             ok = bool(s >> c.ap);
         else if (k == "mcast_mbit")
@@ -564,6 +574,15 @@ int main(int argc, char** argv)
         }
     }
     EdcaConfigure(cfg.ap, stations);
+    if (cfg.assoc_stagger_ms > 0)
+    {
+        for (size_t k = 1; k < stations.size(); k++)
+        {
+            Ptr<WifiMac> m = g_wifi[stations[k]]->GetMac();
+            m->SetSsid(Ssid("airpack-lab-later"));
+            Simulator::Schedule(MilliSeconds(cfg.assoc_stagger_ms * k), &WifiMac::SetSsid, m, ssid);
+        }
+    }
     for (uint32_t i = 0; i < n; i++)
     {
         ConnectNode(i);

@@ -365,12 +365,20 @@ pub struct Knobs {
     pub loss_report_ms: Option<u32>,
 }
 
+/// Between two stations' first looks for the AP when a point staggers the
+/// association (ms, about one beacon interval: one station joins at a time).
+pub const ASSOC_STAGGER_MS: u32 = 100;
+
 /// [`cell_point`] with the model's options `knobs`. The calls start after
 /// every station has associated: a point whose last association came after
-/// its first packet (association requests that keep colliding, as with the
-/// AP's smallest contention windows) is measured again with the warm-up
-/// extended past it (up to 60 simulated seconds); `downlink["cell.assoc"]`
-/// holds the warm-up used and the associations.
+/// its first packet is measured again with the warm-up extended past it;
+/// a point where some station did not associate at all (all stations
+/// answering the first beacon at once, their requests colliding again and
+/// again, as with 60 stations under the AP-first access) is measured again
+/// with the stations joining one by one, [`ASSOC_STAGGER_MS`] apart, as in a
+/// real cell (`assoc_stagger_ms`); up to 60 simulated seconds of warm-up.
+/// `downlink["cell.assoc"]` holds the warm-up used, the stagger and the
+/// associations.
 pub fn cell_point_with(
     cfg: &ExperimentConfig,
     setup: Setup,
@@ -378,8 +386,9 @@ pub fn cell_point_with(
     knobs: Knobs,
 ) -> Result<Point> {
     let mut warmup_s = WARMUP_S;
+    let mut stagger_ms = 0;
     loop {
-        let p = cell_point_at(cfg, setup, n, knobs, warmup_s)?;
+        let p = cell_point_at(cfg, setup, n, knobs, warmup_s, stagger_ms)?;
         let a = &p.downlink["cell.assoc"];
         let all = a["associated"] == a["stations"];
         let last_s = a["last_assoc_us"].as_f64().unwrap_or(0.0) / 1e6;
@@ -388,13 +397,22 @@ pub fn cell_point_with(
         }
         if warmup_s >= 60.0 {
             bail!(
-                "{} of {} stations associated, the last at {last_s:.2} s, with a warm-up of {warmup_s} s",
+                "{} of {} stations associated, the last at {last_s:.2} s, with a warm-up of {warmup_s} s (stagger {stagger_ms} ms)",
                 a["associated"],
                 a["stations"]
             );
         }
-        // all associated: just past the last; else the run's end at least
-        let past = if all { last_s + 1.0 } else { warmup_s * 2.0 };
+        let past = if all {
+            // all associated: just past the last
+            last_s + 1.0
+        } else if stagger_ms == 0 {
+            // one by one: the last station looks from (stations - 1) x stagger
+            stagger_ms = ASSOC_STAGGER_MS;
+            let stations = a["stations"].as_f64().unwrap_or(0.0);
+            stations * f64::from(stagger_ms) / 1000.0 + 2.0
+        } else {
+            warmup_s * 2.0
+        };
         warmup_s = past.ceil().max(warmup_s + 1.0).min(60.0);
     }
 }
@@ -406,6 +424,7 @@ fn cell_point_at(
     n: u32,
     knobs: Knobs,
     warmup_s: f64,
+    stagger_ms: u32,
 ) -> Result<Point> {
     let Knobs {
         edca,
@@ -477,6 +496,9 @@ fn cell_point_at(
     if send_jitter_us > 0 {
         text.push_str(&format!("send_jitter_us {send_jitter_us}\n"));
     }
+    if stagger_ms > 0 {
+        text.push_str(&format!("assoc_stagger_ms {stagger_ms}\n"));
+    }
     if d.is_some() && frame_guard {
         text.push_str("mux_guard 28\n");
     }
@@ -522,6 +544,7 @@ fn cell_point_at(
         "cell.assoc".into(),
         serde_json::json!({
             "warmup_s": warmup_s,
+            "stagger_ms": stagger_ms,
             "associated": assoc,
             "stations": stations,
             "first_packet_us": first_packet_us.round(),

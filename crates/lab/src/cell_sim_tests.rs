@@ -707,3 +707,30 @@ fn small_cell_with_uplink_aggregation() {
     let third = &odd.call_results.as_array().unwrap()[2]["a_to_b"];
     assert!(third["delay_max_ms"].as_f64().unwrap() < 10.0, "{third}");
 }
+
+/// `assoc_stagger_ms`: the k-th station looks for the AP from k x the
+/// stagger, so with 4 stations 500 ms apart the last joins after 1.5 s
+/// (without it all join at the first beacons, within half a second); the
+/// calls after the warm-up are carried the same.
+#[test]
+fn stations_join_one_by_one_when_staggered() {
+    let Some((w, c)) = b11_cell("stagger") else {
+        return;
+    };
+    let at = |stagger| cell_point_at(&c, Setup::Off, 4, Knobs::default(), 3.0, stagger);
+    let (plain, staggered) = (at(0).unwrap(), at(500).unwrap());
+    let _ = std::fs::remove_dir_all(&w);
+    let last = |p: &Point| p.downlink["cell.assoc"]["last_assoc_us"].as_f64().unwrap() / 1e6;
+    for p in [&plain, &staggered] {
+        let a = &p.downlink["cell.assoc"];
+        assert_eq!(a["associated"], a["stations"], "{a}");
+        assert!(p.supported, "{}", crate::experiment::point_line(p));
+    }
+    assert!(last(&plain) < 0.5, "{}", last(&plain));
+    assert!(
+        (1.5..2.5).contains(&last(&staggered)),
+        "{}",
+        last(&staggered)
+    );
+    assert_eq!(staggered.downlink["cell.assoc"]["stagger_ms"], 500);
+}
