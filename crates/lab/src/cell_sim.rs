@@ -355,6 +355,10 @@ pub struct Knobs {
     /// (`--uplink-agg`; the preset's K calls per station, held at most one
     /// interval); `downlink["cell.agg_up"]` holds the program's counters.
     pub uplink_agg: bool,
+    /// With `uplink_agg`: the longest a packet waits for its bundle, µs
+    /// (`--uplink-hold-us`; None: one packet interval, as the lab's
+    /// station daemons).
+    pub uplink_hold_us: Option<u32>,
     /// `downlink-mux-loss`: the airtime guard's budget (`--loss-budget`;
     /// None: `LossConfig::default()`'s).
     pub loss_budget: Option<f64>,
@@ -436,6 +440,7 @@ fn cell_point_at(
         sta_be,
         frame_guard,
         uplink_agg,
+        uplink_hold_us,
         loss_budget,
         loss_start_unicast,
         loss_report_ms,
@@ -516,7 +521,7 @@ fn cell_point_at(
         let ip = crate::validate_sim::ip_bytes(&spec)? as usize;
         text.push_str(&agg_directive(
             ap,
-            spec.interval_ms * 1000,
+            uplink_hold_us.unwrap_or(spec.interval_ms * 1000),
             &bundle_sizes(ip, k),
         ));
     }

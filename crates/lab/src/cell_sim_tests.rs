@@ -31,6 +31,7 @@ fn args() -> CellSimArgs {
         sta_be_edca: None,
         frame_guard: false,
         uplink_agg: false,
+        uplink_hold_us: None,
     }
 }
 
@@ -648,6 +649,11 @@ fn small_cell_with_uplink_aggregation() {
     let plain = cell_point_with(&c, Setup::Off, 4, Knobs::default()).unwrap();
     let bundled = cell_point_with(&c, Setup::Off, 4, agg).unwrap();
     let odd = cell_point_with(&c, Setup::Off, 3, agg).unwrap();
+    let short_hold = Knobs {
+        uplink_hold_us: Some(100),
+        ..agg
+    };
+    let short = cell_point_with(&c, Setup::Off, 4, short_hold).unwrap();
     let k1 = config("cell:b11:11", "g729", &args(), &w).unwrap();
     let refused = cell_point_with(&k1, Setup::Off, 2, agg);
     let _ = std::fs::remove_dir_all(&w);
@@ -706,6 +712,15 @@ fn small_cell_with_uplink_aggregation() {
     assert!(n("closed_hold") <= 2, "{a}");
     let third = &odd.call_results.as_array().unwrap()[2]["a_to_b"];
     assert!(third["delay_max_ms"].as_f64().unwrap() < 10.0, "{third}");
+    // a 0.1 ms hold: the partner (a random phase later) is not waited
+    // for, nearly every packet leaves alone
+    let a = &short.downlink["cell.agg_up"];
+    let n = |k: &str| a[k].as_u64().unwrap();
+    assert!(short.supported, "{}", line(&short));
+    assert_eq!(n("hold_us"), 100, "{a}");
+    assert!(n("alone") > 700 && n("closed_hold") > 700, "{a}");
+    let m2 = max(dir(&short, "a_to_b", "delay_max_ms"));
+    assert!(m2 <= m0 + 1.0, "held at most 0.1 ms: {m2} vs {m0}");
 }
 
 /// `assoc_stagger_ms`: the k-th station looks for the AP from k x the

@@ -106,6 +106,11 @@ pub struct CellSimArgs {
     /// calls per station: up to K packets, held at most one interval).
     #[arg(long)]
     pub(super) uplink_agg: bool,
+    /// With `--uplink-agg`: the longest a packet waits for its bundle, µs
+    /// (default: one packet interval, as the lab's station daemons'
+    /// `hold_time_us`).
+    #[arg(long)]
+    pub(super) uplink_hold_us: Option<u32>,
 }
 
 /// One row of the run: a preset, codec and setup's capacity and its bound.
@@ -160,6 +165,11 @@ fn knobs(a: &CellSimArgs) -> Result<Knobs> {
     if !(1..=4).contains(&a.frame_copies) {
         bail!("--frame-copies {}: must be 1-4", a.frame_copies);
     }
+    if let Some(h) = a.uplink_hold_us {
+        if !a.uplink_agg || !(1..=1_000_000).contains(&h) {
+            bail!("--uplink-hold-us {h}: with --uplink-agg, 1-1000000");
+        }
+    }
     let station_edca = |flag: &str, v: &Option<String>| -> Result<Option<[u32; 3]>> {
         let Some(v) = v else { return Ok(None) };
         let e = parse_station_edca(v).with_context(|| format!("--{flag}"))?;
@@ -178,6 +188,7 @@ fn knobs(a: &CellSimArgs) -> Result<Knobs> {
         sta_be: station_edca("sta-be-edca", &a.sta_be_edca)?,
         frame_guard: a.frame_guard,
         uplink_agg: a.uplink_agg,
+        uplink_hold_us: a.uplink_hold_us,
         loss_budget: a.loss_budget,
         loss_start_unicast: Some(!a.loss_start_frame),
         loss_report_ms: Some(a.loss_report_ms),
