@@ -68,12 +68,17 @@ fn work(tag: &str) -> PathBuf {
 /// The simulated tests' cell (`cell:b11:11`, G.729) and its scratch
 /// directory, or None (after a SKIP line) without the ns-3 program.
 fn b11_cell(tag: &str) -> Option<(PathBuf, ExperimentConfig)> {
+    sim_cell(tag, "cell:b11:11", "g729")
+}
+
+/// [`b11_cell`] for another preset and codec.
+fn sim_cell(tag: &str, preset: &str, codec: &str) -> Option<(PathBuf, ExperimentConfig)> {
     if let Err(why) = air_ns3::check_available() {
         eprintln!("SKIP: {why}");
         return None;
     }
     let w = work(tag);
-    let c = config("cell:b11:11", "g729", &args(), &w).unwrap();
+    let c = config(preset, codec, &args(), &w).unwrap();
     Some((w, c))
 }
 
@@ -541,12 +546,9 @@ fn rule_table_is_the_real_muxs_verdict() {
 /// multicasts every frame twice.
 #[test]
 fn small_cell_with_the_airtime_rule() {
-    if let Err(why) = air_ns3::check_available() {
-        eprintln!("SKIP: {why}");
+    let Some((w, c)) = sim_cell("rule", "cell:b11:2", "g711") else {
         return;
-    }
-    let w = work("rule");
-    let c = config("cell:b11:2", "g711", &args(), &w).unwrap();
+    };
     let two = Knobs {
         frame_copies: 2,
         ..Knobs::default()
@@ -636,12 +638,9 @@ fn bundle_sizes_are_the_bounds() {
 /// call per station has nothing to bundle and is refused.
 #[test]
 fn small_cell_with_uplink_aggregation() {
-    if let Err(why) = air_ns3::check_available() {
-        eprintln!("SKIP: {why}");
+    let Some((w, c)) = sim_cell("aggup", "cell:b11:11:2", "g729") else {
         return;
-    }
-    let w = work("aggup");
-    let c = config("cell:b11:11:2", "g729", &args(), &w).unwrap();
+    };
     let agg = Knobs {
         uplink_agg: true,
         ..Knobs::default()
