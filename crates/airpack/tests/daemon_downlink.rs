@@ -16,7 +16,9 @@
 //!   packets are then forwarded unchanged; a station that
 //!   stops cleanly unregisters;
 //! - a reload (SIGHUP) of the AP keeps the role and its steering;
-//! - SIGTERM on the AP while W sends: every packet still arrives.
+//! - SIGTERM on the AP while W sends: every packet still arrives;
+//! - one daemon runs both roles on a node: a station bundles its uplink to
+//!   the AP beside `[station]`, the AP splits the bundles beside `[ap]`.
 //!
 //! The AP keeps new stations in the frame from their first packet
 //! (`loss_start_unicast = false`): these tests check the frame path byte
@@ -919,10 +921,17 @@ fn ipv6_ap_and_two_stations() {
 }
 
 /// The AP's daemon (with `ap_extra` added to its `[ap]`) and station 0's
-/// in `s0`, once the station is registered.
-fn ap_and_registered_station(net: &Net, ap: &str, s0: &str, ap_extra: &str) -> (Daemon, Daemon) {
+/// in `s0` (with `station_extra` after its `[station]`), once the station
+/// is registered.
+fn ap_and_registered_station(
+    net: &Net,
+    ap: &str,
+    s0: &str,
+    ap_extra: &str,
+    station_extra: &str,
+) -> (Daemon, Daemon) {
     let apd = net.daemon(ap, &format!("{}{ap_extra}", ap_config()), &[]);
-    let sd = net.daemon(s0, &station_config(0), &[]);
+    let sd = net.daemon(s0, &format!("{}{station_extra}", station_config(0)), &[]);
     wait_until("the station registered", WAIT, || {
         apd.stats().pointer("/ap/stations").and_then(|v| v.as_u64()) == Some(1)
             && sd.stats()["station"]["streams"] == 1
@@ -943,7 +952,7 @@ fn frame_copies_reach_the_station_once() {
     let mut net = Net::new("dc");
     let (w, ap, st) = cell(&mut net, 1);
     let s0 = &st[0];
-    let (apd, sd) = ap_and_registered_station(&net, &ap, s0, "frame_copies = 2\n");
+    let (apd, sd) = ap_and_registered_station(&net, &ap, s0, "frame_copies = 2\n", "");
     let (rx, stop) = receiver(s0, port(0));
     const N: u32 = 30;
     send(&w, 0, 0, N);
@@ -989,7 +998,7 @@ fn frame_guard_precedes_each_frame() {
     let (w, ap, st) = cell(&mut net, 1);
     let s0 = &st[0];
     let (apd, sd) =
-        ap_and_registered_station(&net, &ap, s0, "frame_copies = 2\nframe_guard = true\n");
+        ap_and_registered_station(&net, &ap, s0, "frame_copies = 2\nframe_guard = true\n", "");
     let stop = Arc::new(AtomicBool::new(false));
     let (cap, ready) = capture(s0, "wl", stop.clone());
     ready.recv().unwrap();
@@ -1040,4 +1049,77 @@ fn frame_guard_precedes_each_frame() {
         "the station took a guard: {s}"
     );
     assert!(scrape(&ap, METRICS).contains("airpack_ap_guards_sent_total"));
+}
+
+/// One daemon per node runs both roles (issue 14 point 1): station 0 has
+/// `[station]` and `[aggregation]` (its uplink bundled to the AP, at most two
+/// packets, held one interval, as the lab's `downlink-mux-agg`), the AP has
+/// `[ap]` and the station as a `[[peer]]`. Downlink: W's packets reach the
+/// station through the frame as before. Uplink: the station's packets from
+/// two ports reach W once each, every bundle of the station split at the AP
+/// (the AP's bundles received and packets taken from them are the station's
+/// bundles and bundled packets), nothing dropped.
+#[test]
+fn station_bundles_its_uplink_beside_the_mux() {
+    if !can_run("daemon_downlink") {
+        return;
+    }
+    let mut net = Net::new("da");
+    let (w, ap, st) = cell(&mut net, 1);
+    let s0 = &st[0];
+    let peer = format!("\n[[peer]]\naddress = \"{}\"\n", station_ip(0));
+    let agg = format!(
+        "\n[aggregation]\nencoding = \"native\"\nhold_time_us = 20000\nlink_mode = \"fixed\"\nmax_packets = 2\n\n\
+         [[class]]\nclass = \"bundle\"\nprotocol = \"udp\"\nports = \"20000-20002\"\n\n\
+         [[peer]]\naddress = \"{AP_CELL}\"\n"
+    );
+    let (apd, sd) = ap_and_registered_station(&net, &ap, s0, &peer, &agg);
+    // downlink through the frame
+    const N: u32 = 20;
+    let (rx, stop) = receiver(s0, port(0));
+    send(&w, 0, 0, N);
+    wait_until("the downlink", WAIT, || {
+        rx.lock().unwrap().len() >= N as usize
+    });
+    stop.store(true, Ordering::Relaxed);
+    // uplink: one packet from each of two ports per 20 ms, to W
+    let (up, up_stop) = receiver(&w, 30_000);
+    in_ns(s0, move || {
+        let socks: Vec<UdpSocket> = [20_001u16, 20_002]
+            .iter()
+            .map(|&p| UdpSocket::bind((Ipv4Addr::UNSPECIFIED, p)).unwrap())
+            .collect();
+        for k in 0..N {
+            for (i, s) in socks.iter().enumerate() {
+                let mut body = vec![0u8; 40];
+                body[0] = i as u8;
+                body[1..5].copy_from_slice(&k.to_be_bytes());
+                s.send_to(&body, (WIRED, 30_000)).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .join()
+    .unwrap();
+    wait_until("the uplink", WAIT, || {
+        up.lock().unwrap().len() >= 2 * N as usize
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    up_stop.store(true, Ordering::Relaxed);
+    let mut got: Vec<Vec<u8>> = up.lock().unwrap().clone();
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len(), 2 * N as usize, "every uplink packet once");
+    assert_eq!(up.lock().unwrap().len(), 2 * N as usize, "no duplicate");
+    let (s, a) = (sd.stats(), apd.stats());
+    let bundles = s["total"]["bundles"].as_u64().unwrap();
+    assert!(bundles > 0, "the station bundled nothing: {s}");
+    assert_eq!(s["total"]["aggregated_packets"], 2 * bundles, "{s}");
+    assert_eq!(a["total"]["bundles_received"], bundles, "{a}");
+    assert_eq!(a["total"]["packets_received"], 2 * bundles, "{a}");
+    for d in [&s, &a] {
+        assert_eq!(d["total"]["dropped_total"], 0, "{d}");
+    }
+    assert_eq!(s["station"]["packets"], N, "{s}");
+    assert_eq!(a["ap"]["packets"], N, "{a}");
 }
