@@ -59,6 +59,21 @@ struct FlowCfg
     std::vector<int64_t> sent_ns, recv_ns;
 };
 
+// The program's 32-bit fields in its own packets (flow index, sequence
+// number, frame magic and index, bundle count), big-endian.
+inline void PutU32(uint8_t* b, uint32_t v)
+{
+    for (int x = 0; x < 4; x++)
+    {
+        b[x] = uint8_t(v >> (24 - 8 * x));
+    }
+}
+
+inline uint32_t GetU32(const uint8_t* b)
+{
+    return uint32_t(b[0]) << 24 | uint32_t(b[1]) << 16 | uint32_t(b[2]) << 8 | b[3];
+}
+
 // Voice mode: every flow packet carries its flow index and sequence number
 // in its first 8 bytes and is relayed hop by hop along the flow's path.
 extern bool g_voice;

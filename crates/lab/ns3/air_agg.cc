@@ -61,19 +61,6 @@ struct AggCounters
              split = 0;
 } g_aggc;
 
-void Put(std::vector<uint8_t>& b, size_t at, uint32_t v)
-{
-    for (int x = 0; x < 4; x++)
-    {
-        b[at + x] = uint8_t(v >> (24 - 8 * x));
-    }
-}
-
-uint32_t Get(const uint8_t* b)
-{
-    return uint32_t(b[0]) << 24 | uint32_t(b[1]) << 16 | uint32_t(b[2]) << 8 | b[3];
-}
-
 void Send(uint32_t i)
 {
     AggQueue& q = g_q[i];
@@ -94,12 +81,12 @@ void Send(uint32_t i)
         g_aggc.bundles++;
         g_aggc.bundled += j;
         std::vector<uint8_t> b(g_agg.bytes[j], 0);
-        Put(b, 0, AGG_MARK);
-        Put(b, 4, uint32_t(j));
+        PutU32(&b[0], AGG_MARK);
+        PutU32(&b[4], uint32_t(j));
         for (size_t x = 0; x < j; x++)
         {
-            Put(b, 8 + 8 * x, q.held[x].first);
-            Put(b, 12 + 8 * x, q.held[x].second);
+            PutU32(&b[8 + 8 * x], q.held[x].first);
+            PutU32(&b[12 + 8 * x], q.held[x].second);
         }
         p = Create<Packet>(b.data(), b.size());
     }
@@ -192,11 +179,11 @@ bool AggSplit(Ptr<const Packet> p, std::vector<std::pair<uint32_t, uint32_t>>& o
     }
     std::vector<uint8_t> b(n);
     p->CopyData(b.data(), n);
-    if (Get(b.data()) != AGG_MARK)
+    if (GetU32(b.data()) != AGG_MARK)
     {
         return false;
     }
-    const uint32_t j = Get(b.data() + 4);
+    const uint32_t j = GetU32(b.data() + 4);
     if (j < 2 || 8 + uint64_t(8) * j > n)
     {
         return true; // a bundle, but not one of ours: nothing to relay
@@ -204,7 +191,7 @@ bool AggSplit(Ptr<const Packet> p, std::vector<std::pair<uint32_t, uint32_t>>& o
     g_aggc.split++;
     for (uint32_t x = 0; x < j; x++)
     {
-        out.emplace_back(Get(b.data() + 8 + 8 * x), Get(b.data() + 12 + 8 * x));
+        out.emplace_back(GetU32(b.data() + 8 + 8 * x), GetU32(b.data() + 12 + 8 * x));
     }
     return true;
 }

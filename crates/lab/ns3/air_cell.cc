@@ -297,11 +297,8 @@ void Close(bool by_size)
     uint32_t bytes = g_mux.udp_ip + f.len;
     g_sent.push_back(std::move(f));
     std::vector<uint8_t> b(bytes, 0);
-    for (int x = 0; x < 4; x++)
-    {
-        b[x] = uint8_t(kMagic >> (24 - 8 * x));
-        b[4 + x] = uint8_t(index >> (24 - 8 * x));
-    }
+    PutU32(&b[0], kMagic);
+    PutU32(&b[4], index);
     if (g_mux.guard > 0)
     {
         Ptr<Packet> guard = Create<Packet>(g_mux.guard); // zeros: no magic, ignored
@@ -663,8 +660,7 @@ void MuxFrameReceived(uint32_t i, Ptr<const Packet> p)
     {
         return;
     }
-    uint32_t magic = uint32_t(h[0]) << 24 | uint32_t(h[1]) << 16 | uint32_t(h[2]) << 8 | h[3];
-    uint32_t index = uint32_t(h[4]) << 24 | uint32_t(h[5]) << 16 | uint32_t(h[6]) << 8 | h[7];
+    uint32_t magic = GetU32(h), index = GetU32(h + 4);
     if (magic != kMagic || index >= g_sent.size())
     {
         return;

@@ -120,16 +120,18 @@ void VoiceReceived(uint32_t i, Ptr<const Packet> p, uint16_t proto)
     {
         return;
     }
-    uint32_t k = uint32_t(h[0]) << 24 | uint32_t(h[1]) << 16 | uint32_t(h[2]) << 8 | h[3];
-    uint32_t seq = uint32_t(h[4]) << 24 | uint32_t(h[5]) << 16 | uint32_t(h[6]) << 8 | h[7];
-    std::vector<std::pair<uint32_t, uint32_t>> parts;
-    if (k == AGG_MARK && AggSplit(p, parts))
+    uint32_t k = GetU32(h), seq = GetU32(h + 4);
+    if (k == AGG_MARK)
     {
-        for (auto& [pk, ps] : parts)
+        std::vector<std::pair<uint32_t, uint32_t>> parts;
+        if (AggSplit(p, parts))
         {
-            VoiceReceived(i, VoicePacket(pk, ps), proto);
+            for (auto& [pk, ps] : parts)
+            {
+                VoiceReceived(i, VoicePacket(pk, ps), proto);
+            }
+            return;
         }
-        return;
     }
     if (k >= g_flows.size())
     {
@@ -460,11 +462,8 @@ Ptr<FdNetDevice> OpenTap(Ptr<Node> node, int fd)
 Ptr<Packet> VoicePacket(uint32_t k, uint32_t seq)
 {
     std::vector<uint8_t> b(g_flows[k].bytes, 0);
-    for (int x = 0; x < 4; x++)
-    {
-        b[x] = uint8_t(k >> (24 - 8 * x));
-        b[4 + x] = uint8_t(seq >> (24 - 8 * x));
-    }
+    PutU32(&b[0], k);
+    PutU32(&b[4], seq);
     return Create<Packet>(b.data(), b.size());
 }
 

@@ -483,9 +483,10 @@ fn cell_point_at(
         * 1e6;
     let profile = spec.profile()?;
     let payload = airpack_voice::rtp::probe_payload_len(profile.payload_bytes());
+    // IP bytes of one voice packet (the loss rule's price, the bundles' sizes)
+    let ip = voip_packet(0, 0, 0, 0, payload).len();
     if setup == Setup::DownlinkMuxLoss {
         let phy = cell_phy(&cfg)?;
-        let ip = voip_packet(0, 0, 0, 0, payload).len() as u32;
         let d = LossConfig::default();
         let c = LossConfig {
             airtime_budget: loss_budget.unwrap_or(d.airtime_budget),
@@ -493,7 +494,7 @@ fn cell_point_at(
             ..d
         };
         let period_ms = loss_report_ms.unwrap_or(1000);
-        text.push_str(&loss_directive(&c, &phy, ip, period_ms));
+        text.push_str(&loss_directive(&c, &phy, ip as u32, period_ms));
     }
     if let Some(e) = edca {
         text.push_str(&edca_directive_sta(e, sta_vo, sta_be));
@@ -518,7 +519,6 @@ fn cell_point_at(
             .iter()
             .position(|x| x == crate::cell::AP)
             .context("the cell has no AP")?;
-        let ip = crate::validate_sim::ip_bytes(&spec)? as usize;
         text.push_str(&agg_directive(
             ap,
             uplink_hold_us.unwrap_or(spec.interval_ms * 1000),

@@ -162,10 +162,13 @@ pub fn calls_multiplexed(
     count: Count,
     interval_us: f64,
 ) -> u32 {
-    let up = cell.exchange_us(codec.ip_bytes());
+    calls_multiplexed_agg(cell, rate, codec, layout, count, 1, interval_us)
+}
+
+/// The largest `N` whose interval `fits` (0 if one call does not).
+fn most_calls(fits: impl Fn(u32) -> bool) -> u32 {
     let mut n = 0;
-    while (n + 1) as f64 * up + downlink_us(cell, rate, codec, layout, count, n + 1) <= interval_us
-    {
+    while fits(n + 1) {
         n += 1;
     }
     n
@@ -212,14 +215,10 @@ pub fn calls_multiplexed_agg(
     k: u32,
     interval_us: f64,
 ) -> u32 {
-    let mut n = 0;
-    while uplink_agg_us(cell, codec, k, n + 1)
-        + downlink_us(cell, rate, codec, layout, count, n + 1)
-        <= interval_us
-    {
-        n += 1;
-    }
-    n
+    most_calls(|n| {
+        uplink_agg_us(cell, codec, k, n) + downlink_us(cell, rate, codec, layout, count, n)
+            <= interval_us
+    })
 }
 
 /// Calls without multiplexing but with the uplink aggregation of
@@ -227,11 +226,7 @@ pub fn calls_multiplexed_agg(
 /// control of [`calls_multiplexed_agg`]). `k = 1` is [`calls_unicast`].
 pub fn calls_unicast_agg(cell: &Phy, codec: &Codec, k: u32, interval_us: f64) -> u32 {
     let down = cell.exchange_us(codec.ip_bytes());
-    let mut n = 0;
-    while uplink_agg_us(cell, codec, k, n + 1) + (n + 1) as f64 * down <= interval_us {
-        n += 1;
-    }
-    n
+    most_calls(|n| uplink_agg_us(cell, codec, k, n) + n as f64 * down <= interval_us)
 }
 
 /// The rule's outcome: the multicast rate to use (`None`: plain unicast) and the calls.
