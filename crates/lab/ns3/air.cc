@@ -74,6 +74,7 @@
 //   mux_copies N           every multiplexed frame sent N times (1-4)
 //   agg_up AP HOLD_US B2 .. BK   voice mode: nodes bundle their first hops to AP
 //                          (air_agg.cc: up to K packets, B_j bytes for j of them)
+//   agg_up_busy            with agg_up: hold only while the node's MAC queues hold a frame
 //   ap_edca AIFSN CWMIN CWMAX TXOP_US   infrastructure: every node QoS at the DCF's
 //                          access, the AP's AC_VO at these values, the AP's voice on
 //                          AC_VO (air_edca.cc)
@@ -284,7 +285,7 @@ AirConfig Parse(const char* path)
         }
         else if (k.rfind("mux_", 0) == 0)
             ok = MuxDirective(k, s);
-        else if (k == "agg_up")
+        else if (k == "agg_up" || k == "agg_up_busy")
             ok = AggDirective(k, s);
         else if (k == "ap_edca" || k == "sta_be_edca")
             ok = EdcaDirective(k, s);

@@ -176,6 +176,7 @@ bool AggDirective(const std::string& k, std::istringstream& s); // an `agg_up` l
 bool AggCheck(uint32_t nodes);                                   // after parsing
 bool AggTake(uint32_t i, uint32_t flow, uint32_t seq, uint32_t next); // held?
 bool AggSplit(Ptr<const Packet> p, std::vector<std::pair<uint32_t, uint32_t>>& out); // a bundle?
+void AggTxDone(uint32_t i); // node i's MPDU acked or dropped (agg_up_busy's release)
 std::string AggJson(); // its counters (null without `agg_up`)
 
 // air_edca.cc (the AP's voice access category: `ap_edca`)

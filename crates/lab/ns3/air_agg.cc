@@ -8,7 +8,13 @@
 // holds K packets (or as many as the node has flows to the access point, if
 // fewer: the daemon's `max_packets` is its station's calls) or when its
 // first packet has waited HOLD; a bundle of one
-// packet leaves as that packet, unchanged. A bundle of j >= 2 packets is one
+// packet leaves as that packet, unchanged. With `agg_up_busy` the hold is
+// the daemon's `link_mode = "hold-while-busy"` with the node's own radio as
+// the busy signal: a packet leaves at once while the node's MAC queues are
+// empty (nothing waiting, nothing in flight), else it waits in the bundle,
+// which leaves when those queues empty (its frame's predecessor acked or
+// dropped), when full, or after HOLD; so a bundle holds only what would
+// have waited for the medium anyway. A bundle of j >= 2 packets is one
 // unicast frame of B_j bytes to the access point (given by the lab: the
 // native encoding behind an IPv4 header, so the model invents no byte
 // count), which splits it at once and relays each packet on its path, as
@@ -17,11 +23,13 @@
 // Directive (air.cc's list):
 //   agg_up AP HOLD_US B2 .. BK   nodes other than AP bundle their packets to
 //                                AP: up to K packets, B_j bytes for j of them
+//   agg_up_busy                  ... and hold only while the node's radio is busy
 //
 // Counters: the report's "agg_up" (null without the directive).
 //
 // Must not touch: the AP's multiplexer (air_cell.cc), the relaying (air_io.cc
-// hands first hops to AggTake and bundles to AggSplit).
+// hands first hops to AggTake and bundles to AggSplit, and each acked or
+// dropped MPDU of a node to AggTxDone).
 
 #include "air.h"
 
@@ -41,6 +49,7 @@ namespace
 struct AggCfg
 {
     bool on = false;
+    bool busy = false; // agg_up_busy
     uint32_t ap = 0;
     uint64_t hold_us = 20000;
     std::vector<uint32_t> bytes; // bytes[j] = B_j (j >= 2); size K + 1
@@ -57,8 +66,8 @@ std::vector<AggQueue> g_q; // per node
 
 struct AggCounters
 {
-    uint64_t bundles = 0, bundled = 0, closed_full = 0, closed_hold = 0, alone = 0,
-             split = 0;
+    uint64_t bundles = 0, bundled = 0, closed_full = 0, closed_hold = 0, closed_idle = 0,
+             alone = 0, split = 0;
 } g_aggc;
 
 void Send(uint32_t i)
@@ -94,6 +103,30 @@ void Send(uint32_t i)
     SendWifiFrom(i, p, g_air_mac[g_agg.ap], 0x0800);
 }
 
+// Nothing of node i's waits or flies in its MAC queues.
+bool RadioIdle(uint32_t i)
+{
+    for (auto& q : Queues(i))
+    {
+        if (q->GetNPackets() > 0)
+        {
+            return false;
+        }
+    }
+    return true;
+}
+
+// agg_up_busy: node i's radio may have emptied (run after the MAC's own
+// handling of the acked or dropped MPDU, which leaves the queue then).
+void ReleaseIfIdle(uint32_t i)
+{
+    if (!g_q[i].held.empty() && RadioIdle(i))
+    {
+        g_aggc.closed_idle++;
+        Send(i);
+    }
+}
+
 void HoldExpired(uint32_t i, uint64_t gen)
 {
     if (g_q[i].gen == gen && !g_q[i].held.empty())
@@ -107,6 +140,12 @@ void HoldExpired(uint32_t i, uint64_t gen)
 
 bool AggDirective(const std::string& k, std::istringstream& s)
 {
+    if (k == "agg_up_busy")
+    {
+        g_agg.busy = true;
+        std::string rest;
+        return !(s >> rest); // no arguments
+    }
     if (k != "agg_up")
     {
         return false;
@@ -134,7 +173,7 @@ bool AggCheck(uint32_t n)
 {
     if (!g_agg.on)
     {
-        return true;
+        return !g_agg.busy;
     }
     g_q.assign(n, AggQueue());
     // as the lab's station daemon: `max_packets` = the station's calls
@@ -166,7 +205,19 @@ bool AggTake(uint32_t i, uint32_t flow, uint32_t seq, uint32_t next)
         g_aggc.closed_full++;
         Send(i);
     }
+    else if (g_agg.busy && q.held.size() == 1 && RadioIdle(i))
+    {
+        Send(i); // an idle radio: nothing to wait for
+    }
     return true;
+}
+
+void AggTxDone(uint32_t i)
+{
+    if (g_agg.busy && i < g_q.size() && !g_q[i].held.empty())
+    {
+        Simulator::ScheduleNow(&ReleaseIfIdle, i);
+    }
 }
 
 bool AggSplit(Ptr<const Packet> p, std::vector<std::pair<uint32_t, uint32_t>>& out)
@@ -204,8 +255,10 @@ std::string AggJson()
     }
     std::ostringstream o;
     o << "{\"k\":" << g_agg.bytes.size() - 1 << ",\"hold_us\":" << g_agg.hold_us
+      << ",\"busy\":" << (g_agg.busy ? "true" : "false")
       << ",\"bundles\":" << g_aggc.bundles << ",\"bundled\":" << g_aggc.bundled
       << ",\"closed_full\":" << g_aggc.closed_full << ",\"closed_hold\":" << g_aggc.closed_hold
+      << ",\"closed_idle\":" << g_aggc.closed_idle
       << ",\"alone\":" << g_aggc.alone << ",\"split\":" << g_aggc.split << "}";
     return o.str();
 }

@@ -242,6 +242,7 @@ void PhyTx(uint32_t i, Ptr<const Packet>, double)
 
 void Dropped(uint32_t i, WifiMacDropReason r, Ptr<const WifiMpdu>)
 {
+    AggTxDone(i);
     switch (r)
     {
     case WIFI_MAC_DROP_FAILED_ENQUEUE: // counted in SendWifi
@@ -314,6 +315,7 @@ void RxOk(uint32_t i,
 
 void Acked(uint32_t i, Ptr<const WifiMpdu> m)
 {
+    AggTxDone(i);
     uint32_t j = NodeOfAirMac(m->GetHeader().GetAddr1());
     if (j < g_air_mac.size())
     {

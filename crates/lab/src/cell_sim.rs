@@ -45,6 +45,11 @@
 //! hop-by-hop role does beside `[station]` (up to K packets, held at most
 //! one interval; `agg_up`, `crates/lab/ns3/air_agg.cc`): `downlink-mux
 //! --uplink-agg` is the emulated `downlink-mux-agg` without its repeats.
+//! `--uplink-agg-busy` (with `--uplink-agg`): a station holds only while its
+//! own radio has a frame queued or in flight (the daemon's `link_mode =
+//! "hold-while-busy"` with the radio's queue as its busy signal;
+//! `agg_up_busy`). `--call-arrival-ms A`: the calls join at random times
+//! within A ms instead of all in the first interval ([`cell_flows`]).
 //! Not modelled: the idle release, the airtime rule without
 //! `--airtime-rule` (and with it, the pricing of repeated blocks), partial
 //! repeats, RTP-context loss at the stations (docs/lab.md 5).
@@ -99,8 +104,16 @@ pub fn depth(setup: Setup) -> Result<Option<u8>> {
 /// The flows of `n` calls in `spec`'s cell for `cfg` (whose topology is
 /// the cell of `n` calls): per call the uplink (a -> b: station -> AP ->
 /// outer node) and the downlink (outer node -> AP -> station), each with a
-/// random start phase as `airpack voip` draws.
-pub fn cell_flows(cfg: &ExperimentConfig, spec: &Spec, warmup_s: f64) -> Result<Vec<VoiceFlow>> {
+/// random start phase as `airpack voip` draws. With `arrival_s` > 0 each
+/// call joins at a uniform random time within the first `arrival_s`
+/// seconds (its two directions at their phases after it) instead of every
+/// call in the first interval; each call lasts `spec.duration_s` either way.
+pub fn cell_flows(
+    cfg: &ExperimentConfig,
+    spec: &Spec,
+    warmup_s: f64,
+    arrival_s: f64,
+) -> Result<Vec<VoiceFlow>> {
     let idx = |x: &str| {
         cfg.topo
             .nodes
@@ -114,6 +127,11 @@ pub fn cell_flows(cfg: &ExperimentConfig, spec: &Spec, warmup_s: f64) -> Result<
     let mut flows = Vec::new();
     for c in &spec.calls {
         let (s, o) = (idx(&c.a.node)?, idx(&c.b.node)?);
+        let join = if arrival_s > 0.0 {
+            rng.gen_range(0.0..arrival_s)
+        } else {
+            0.0 // no draw: the phases of runs without arrivals stay as they were
+        };
         for (dir, path) in [
             (Direction::AToB, vec![s, ap, o]),
             (Direction::BToA, vec![o, ap, s]),
@@ -122,7 +140,7 @@ pub fn cell_flows(cfg: &ExperimentConfig, spec: &Spec, warmup_s: f64) -> Result<
                 call: c.id,
                 dir,
                 path,
-                start_s: warmup_s + rng.gen_range(0.0..interval_s),
+                start_s: warmup_s + join + rng.gen_range(0.0..interval_s),
             });
         }
     }
@@ -143,10 +161,12 @@ pub fn cell_config(
     report: &Path,
 ) -> Result<String> {
     let text = sim_config(cfg, spec, flows, packets)?;
-    let duration = warmup_s
-        + f64::from(spec.interval_ms) / 1000.0
-        + spec.duration_s
-        + spec.grace_ms as f64 / 1000.0;
+    // the last flow's start: one interval after the warm-up, later with arrivals
+    let last_start = flows
+        .iter()
+        .map(|f| f.start_s)
+        .fold(warmup_s + f64::from(spec.interval_ms) / 1000.0, f64::max);
+    let duration = last_start + spec.duration_s + spec.grace_ms as f64 / 1000.0;
     let mut out = String::new();
     for line in text.lines() {
         if line.starts_with("duration_s ") {
@@ -359,6 +379,14 @@ pub struct Knobs {
     /// (`--uplink-hold-us`; None: one packet interval, as the lab's
     /// station daemons).
     pub uplink_hold_us: Option<u32>,
+    /// With `uplink_agg`: a station's packet waits only while its radio has
+    /// a frame queued or in flight (`--uplink-agg-busy`); the bundle leaves
+    /// when the radio empties, when full or after the hold.
+    pub uplink_busy: bool,
+    /// Calls join at uniform random times within this many ms after the
+    /// warm-up (`--call-arrival-ms`; 0: every call starts in the first
+    /// interval, all at once), each lasting the point's duration.
+    pub arrival_ms: u32,
     /// `downlink-mux-loss`: the airtime guard's budget (`--loss-budget`;
     /// None: `LossConfig::default()`'s).
     pub loss_budget: Option<f64>,
@@ -441,6 +469,8 @@ fn cell_point_at(
         frame_guard,
         uplink_agg,
         uplink_hold_us,
+        uplink_busy,
+        arrival_ms,
         loss_budget,
         loss_start_unicast,
         loss_report_ms,
@@ -460,7 +490,7 @@ fn cell_point_at(
     let mut spec: Spec =
         serde_json::from_value(voip_spec(&cfg, &addr, n, 0)).context("voip spec type")?;
     spec.start_at_unix_ms = None;
-    let mut flows = cell_flows(&cfg, &spec, warmup_s)?;
+    let mut flows = cell_flows(&cfg, &spec, warmup_s, f64::from(arrival_ms) / 1000.0)?;
     if free {
         if setup != Setup::Off {
             bail!(
@@ -524,6 +554,9 @@ fn cell_point_at(
             uplink_hold_us.unwrap_or(spec.interval_ms * 1000),
             &bundle_sizes(ip, k),
         ));
+        if uplink_busy {
+            text.push_str("agg_up_busy\n");
+        }
     }
     if d.is_some() && frame_copies > 1 {
         text.push_str(&format!("mux_copies {frame_copies}\n"));

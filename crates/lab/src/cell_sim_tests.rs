@@ -32,6 +32,8 @@ fn args() -> CellSimArgs {
         frame_guard: false,
         uplink_agg: false,
         uplink_hold_us: None,
+        uplink_agg_busy: false,
+        call_arrival_ms: 0,
     }
 }
 
@@ -114,13 +116,67 @@ fn entry_sizes_come_from_the_real_mux() {
     );
 }
 
+/// `--call-arrival-ms`: each call joins at its own random time within the
+/// window, its two directions within one interval after that; the run
+/// lasts until the last call's end; without a window the flows are the
+/// cold start's, draw for draw.
+#[test]
+fn calls_arrive_over_the_window() {
+    let c = config("cell:b11:11", "g729", &args(), &work("arrive")).unwrap();
+    let (c, s) = spec_of(&c, 40);
+    let cold = cell_flows(&c, &s, WARMUP_S, 0.0).unwrap();
+    let again = cell_flows(&c, &s, WARMUP_S, 0.0).unwrap();
+    let spread = cell_flows(&c, &s, WARMUP_S, 2.0).unwrap();
+    let starts = |f: &[VoiceFlow]| f.iter().map(|f| f.start_s).collect::<Vec<_>>();
+    assert_eq!(starts(&cold), starts(&again));
+    assert!(starts(&cold)
+        .iter()
+        .all(|&t| (WARMUP_S..WARMUP_S + 0.02).contains(&t)));
+    assert_eq!(spread.len(), 80);
+    for call in spread.chunks(2) {
+        let (a, b) = (call[0].start_s, call[1].start_s);
+        assert_eq!(call[0].call, call[1].call);
+        assert!(
+            (a - b).abs() < 0.02,
+            "one call's directions join together: {a} {b}"
+        );
+        assert!((WARMUP_S..WARMUP_S + 2.02).contains(&a), "{a}");
+    }
+    // spread over the window: every half second of it has some joins
+    for q in 0..4 {
+        let lo = WARMUP_S + 0.5 * f64::from(q);
+        assert!(
+            starts(&spread).iter().any(|&t| (lo..lo + 0.5).contains(&t)),
+            "no call joins in [{lo}, {lo} + 0.5)"
+        );
+    }
+    let last = starts(&spread).into_iter().fold(0.0, f64::max);
+    let (pk, rp) = (Path::new("/x/p.txt"), Path::new("/x/m.json"));
+    let conf = cell_config(&c, &s, &spread, WARMUP_S, None, pk, rp).unwrap();
+    let d: f64 = conf
+        .lines()
+        .find_map(|l| l.strip_prefix("duration_s "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (d - (last + 4.0 + 1.0)).abs() < 1e-9,
+        "{d} vs last start {last}"
+    );
+    let mut a = args();
+    a.call_arrival_ms = 2000;
+    assert!(run::knobs(&a).is_err(), "2 s of arrivals in a 4 s point");
+    a.duration = 8.0;
+    assert_eq!(run::knobs(&a).unwrap().arrival_ms, 2000);
+}
+
 #[test]
 fn config_has_cell_flows_cables_and_the_mux() {
     let c = config("cell:b11:11:2", "g729", &args(), &work("conf")).unwrap();
     let (c, s) = spec_of(&c, 3);
     // AP, S1, S2 (two calls per station), O1, O2
     assert_eq!(c.topo.nodes, ["AP", "S1", "S2", "O1", "O2"]);
-    let flows = cell_flows(&c, &s, WARMUP_S).unwrap();
+    let flows = cell_flows(&c, &s, WARMUP_S, 0.0).unwrap();
     assert_eq!(flows.len(), 6);
     assert_eq!(
         (flows[0].path.clone(), flows[0].dir),
@@ -330,7 +386,7 @@ fn send_jitter_moves_packets_off_their_ticks() {
 fn free_downlink_puts_each_downlink_on_a_cable() {
     let c = config("cell:b11:11:2", "g729", &args(), &work("free")).unwrap();
     let (mut c, s) = spec_of(&c, 3);
-    let mut flows = cell_flows(&c, &s, WARMUP_S).unwrap();
+    let mut flows = cell_flows(&c, &s, WARMUP_S, 0.0).unwrap();
     let before = c.topo.wired.len();
     free_downlink(&mut c.topo, &mut flows);
     // AP, S1, S2, O1, O2; calls S1-O1, S1-O2, S2-O1
@@ -720,6 +776,92 @@ fn small_cell_with_uplink_aggregation() {
     assert!(n("alone") > 700 && n("closed_hold") > 700, "{a}");
     let m2 = max(dir(&short, "a_to_b", "delay_max_ms"));
     assert!(m2 <= m0 + 1.0, "held at most 0.1 ms: {m2} vs {m0}");
+}
+
+/// `--uplink-agg-busy` on `cell:b11:11:2`: a station holds a packet only
+/// while its own radio has a frame queued or in flight. On a light cell
+/// (4 calls) the radio is idle when a packet comes, so it leaves alone at
+/// once: nothing is bundled and the uplink waits no longer than without
+/// aggregation. At 16 calls (above `off`'s 13, the AP the bottleneck) the
+/// fixed hold halves the stations' frames, the busy-only hold still finds
+/// the stations' radios idle and bundles next to nothing; only far beyond
+/// capacity (24 calls) do the radios back up and bundles form. Every uplink
+/// packet leaves once either way.
+#[test]
+fn uplink_bundles_only_while_the_radio_is_busy() {
+    let Some((w, c)) = sim_cell("aggbusy", "cell:b11:11:2", "g729") else {
+        return;
+    };
+    let fixed = Knobs {
+        uplink_agg: true,
+        ..Knobs::default()
+    };
+    let busy = Knobs {
+        uplink_busy: true,
+        ..fixed
+    };
+    let run = |n, k| cell_point_with(&c, Setup::Off, n, k).unwrap();
+    let (light_plain, light_busy) = (run(4, Knobs::default()), run(4, busy));
+    let (plain, held, loaded) = (run(16, Knobs::default()), run(16, fixed), run(16, busy));
+    let over = run(24, busy); // far beyond `off`'s 13
+    let _ = std::fs::remove_dir_all(&w);
+    let mean_up = |p: &Point| {
+        let c = p.call_results.as_array().unwrap();
+        c.iter()
+            .map(|c| c["a_to_b"]["delay_ms"].as_f64().unwrap())
+            .sum::<f64>()
+            / c.len() as f64
+    };
+    let sent = |p: &Point| -> u64 {
+        let c = p.call_results.as_array().unwrap();
+        c.iter()
+            .map(|c| c["a_to_b"]["sent"].as_u64().unwrap())
+            .sum()
+    };
+    let stations = |p: &Point| -> u64 {
+        p.frames_per_node
+            .iter()
+            .filter(|(k, _)| k.starts_with('S'))
+            .map(|(_, v)| *v)
+            .sum()
+    };
+    for p in [&light_busy, &loaded] {
+        let a = &p.downlink["cell.agg_up"];
+        let n = |k: &str| a[k].as_u64().unwrap();
+        assert_eq!(a["busy"], true, "{a}");
+        assert_eq!(n("bundled") + n("alone"), sent(p), "every packet once: {a}");
+        assert_eq!(n("split"), n("bundles"), "{a}");
+    }
+    // light: every packet finds the radio idle and leaves at once
+    let a = &light_busy.downlink["cell.agg_up"];
+    assert!(
+        a["bundled"].as_u64().unwrap() * 50 <= sent(&light_busy),
+        "{a}"
+    );
+    let (d0, d1) = (mean_up(&light_plain), mean_up(&light_busy));
+    assert!((d1 - d0).abs() < 0.3, "light uplink delay {d0} vs {d1}");
+    // loaded (the AP the bottleneck, the stations' radios mostly idle):
+    // the fixed hold halves the stations' frames at a cost in delay, the
+    // busy-only hold finds next to nothing to bundle and costs nothing
+    let (p, h, b) = (stations(&plain), stations(&held), stations(&loaded));
+    assert!(
+        h * 10 < p * 6,
+        "fixed hold: {h} station frames, {p} without"
+    );
+    assert!(b * 10 > p * 9, "busy-only: {b} station frames, {p} without");
+    assert!(mean_up(&held) > mean_up(&plain) + 1.0);
+    assert!(
+        (mean_up(&loaded) - mean_up(&plain)).abs() < 0.5,
+        "busy-only uplink delay {} vs {}",
+        mean_up(&loaded),
+        mean_up(&plain)
+    );
+    // overloaded: the stations' radios back up and what waited leaves
+    // together when they empty
+    let a = &over.downlink["cell.agg_up"];
+    let n = |k: &str| a[k].as_u64().unwrap();
+    assert!(n("bundles") > 0 && n("closed_idle") > 0, "{a}");
+    assert_eq!(n("bundled") + n("alone"), sent(&over), "{a}");
 }
 
 /// `assoc_stagger_ms`: the k-th station looks for the AP from k x the

@@ -111,6 +111,19 @@ pub struct CellSimArgs {
     /// `hold_time_us`).
     #[arg(long)]
     pub(super) uplink_hold_us: Option<u32>,
+    /// With `--uplink-agg`: a station's packet waits only while its radio
+    /// has a frame queued or in flight (the daemon's `link_mode =
+    /// "hold-while-busy"` with the radio's queue as busy signal), still at
+    /// most the hold and K packets.
+    #[arg(long, requires = "uplink_agg")]
+    pub(super) uplink_agg_busy: bool,
+    /// Calls join one by one at uniform random times within this many ms
+    /// (below half of `--duration`), as calls arrive in a cell in use,
+    /// instead of all within the first packet interval (0, the default: a
+    /// cold start of every call at once); each call still lasts
+    /// `--duration`, all of them together for `--duration` minus this.
+    #[arg(long, default_value_t = 0)]
+    pub(super) call_arrival_ms: u32,
 }
 
 /// One row of the run: a preset, codec and setup's capacity and its bound.
@@ -149,7 +162,7 @@ pub fn config(preset: &str, codec: &str, a: &CellSimArgs, work: &Path) -> Result
 }
 
 /// The model's options of the run's flags, checked.
-fn knobs(a: &CellSimArgs) -> Result<Knobs> {
+pub(super) fn knobs(a: &CellSimArgs) -> Result<Knobs> {
     if let Some(b) = a.loss_budget {
         if !(b > 0.0 && b <= 4.0) {
             bail!("--loss-budget {b}: must be above 0 and at most 4");
@@ -164,6 +177,13 @@ fn knobs(a: &CellSimArgs) -> Result<Knobs> {
     }
     if !(1..=4).contains(&a.frame_copies) {
         bail!("--frame-copies {}: must be 1-4", a.frame_copies);
+    }
+    if f64::from(a.call_arrival_ms) >= a.duration * 500.0 {
+        bail!(
+            "--call-arrival-ms {}: must be below half of --duration ({} s)",
+            a.call_arrival_ms,
+            a.duration
+        );
     }
     if let Some(h) = a.uplink_hold_us {
         if !a.uplink_agg || !(1..=1_000_000).contains(&h) {
@@ -189,6 +209,8 @@ fn knobs(a: &CellSimArgs) -> Result<Knobs> {
         frame_guard: a.frame_guard,
         uplink_agg: a.uplink_agg,
         uplink_hold_us: a.uplink_hold_us,
+        uplink_busy: a.uplink_agg_busy,
+        arrival_ms: a.call_arrival_ms,
         loss_budget: a.loss_budget,
         loss_start_unicast: Some(!a.loss_start_frame),
         loss_report_ms: Some(a.loss_report_ms),
