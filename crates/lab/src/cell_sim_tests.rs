@@ -34,6 +34,8 @@ fn args() -> CellSimArgs {
         uplink_hold_us: None,
         uplink_agg_busy: false,
         call_arrival_ms: 0,
+        replot: Vec::new(),
+        replot_tags: None,
     }
 }
 
@@ -889,4 +891,82 @@ fn stations_join_one_by_one_when_staggered() {
         last(&staggered)
     );
     assert_eq!(staggered.downlink["cell.assoc"]["stagger_ms"], 500);
+}
+
+/// `cell-sim` draws its run beside the JSON: four PNGs named after it, one
+/// line per row (two rows of the same setup apart by preset and codec).
+#[test]
+fn plots_beside_the_json() {
+    use crate::experiment::{summarize_point, SetupResult};
+    let w = work("plots");
+    let _ = std::fs::remove_dir_all(&w);
+    let call = |mos: f64| {
+        let d = serde_json::json!({"mos": mos, "loss_pct": 0.0, "delay_ms": 5.0, "sent": 400, "supported": mos >= 3.6});
+        serde_json::json!({"supported": mos >= 3.6, "a_to_b": d, "b_to_a": d})
+    };
+    let row = |preset: &str, mos: [f64; 3]| {
+        let mut r = SetupResult::empty(Setup::DownlinkMux);
+        for (i, m) in mos.into_iter().enumerate() {
+            let n = 1u32 << (i + 2);
+            let calls = serde_json::Value::Array((0..n).map(|_| call(m)).collect());
+            r.points.push(summarize_point(
+                Setup::DownlinkMux,
+                n,
+                calls,
+                Instant::now(),
+            ));
+        }
+        r.capacity = 8;
+        Row {
+            preset: preset.into(),
+            codec: "g729".into(),
+            bound: 10,
+            result: r,
+        }
+    };
+    let rows = [
+        row("cell:b11:11", [4.0, 3.9, 2.5]),
+        row("cell:g54:6:4", [4.0, 4.0, 3.8]),
+    ];
+    assert!((rows[0].result.points[2].mos - 2.5).abs() < 1e-9);
+    let v = serde_json::json!({ "rows": rows });
+    let named = run::named_rows(&v, None).unwrap();
+    assert_eq!(named[0].0, "cell:b11:11 g729 downlink-mux");
+    assert_eq!(named[1].0, "cell:g54:6:4 g729 downlink-mux");
+    let files = run::write_plots(&w.join("run.json"), &named).unwrap();
+    let names: Vec<String> = files
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "run-mos.png",
+            "run-worst-mos.png",
+            "run-loss.png",
+            "run-delay.png"
+        ]
+    );
+    for f in &files {
+        let b = std::fs::read(f).unwrap();
+        assert!(
+            b.len() > 1000 && b.starts_with(b"\x89PNG\r\n\x1a\n"),
+            "{}",
+            f.display()
+        );
+    }
+    // docs/results' files: tagged runs, a tag filter
+    let docs = serde_json::json!({"runs": [
+        {"tag": "cold", "rows": [v["rows"][0]]},
+        {"tag": "arrivals", "rows": [v["rows"][1]]},
+    ]});
+    let all = run::named_rows(&docs, None).unwrap();
+    assert_eq!(
+        all.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
+        ["cold", "arrivals"]
+    );
+    let one = run::named_rows(&docs, Some(&["arrivals".to_string()])).unwrap();
+    assert_eq!((one.len(), one[0].0.as_str()), (1, "arrivals"));
+    assert!(run::named_rows(&serde_json::json!({}), None).is_err());
+    let _ = std::fs::remove_dir_all(&w);
 }

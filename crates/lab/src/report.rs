@@ -239,7 +239,16 @@ pub fn write(dir: &Path, info: &RunInfo, setups: &[SetupResult]) -> Result<Vec<P
     ];
     for (file, label, f) in metrics {
         let path = dir.join(format!("{file}.png"));
-        plot(&path, label, setups, f, fonts).with_context(|| format!("plot {}", path.display()))?;
+        let series: Vec<(&str, Vec<(u32, f64)>)> = setups
+            .iter()
+            .map(|s| {
+                (
+                    s.setup.name(),
+                    s.points.iter().map(|p| (p.calls, f(p))).collect(),
+                )
+            })
+            .collect();
+        plot(&path, label, &series, fonts).with_context(|| format!("plot {}", path.display()))?;
         plots.push(path.clone());
         written.push(path);
     }
@@ -282,29 +291,33 @@ pub fn write(dir: &Path, info: &RunInfo, setups: &[SetupResult]) -> Result<Vec<P
     Ok(written)
 }
 
-const COLORS: [RGBColor; 4] = [
+const COLORS: [RGBColor; 6] = [
     RGBColor(200, 40, 40),
     RGBColor(30, 100, 200),
     RGBColor(30, 150, 60),
     RGBColor(190, 120, 0),
+    RGBColor(120, 60, 170),
+    RGBColor(90, 90, 90),
 ];
 
-fn plot(
+/// One PNG of a metric (`label`) against the number of calls: a line per
+/// named series of (calls, value) points (repeated call counts drawn as
+/// their mean on the line, every point as a dot).
+pub fn plot(
     path: &Path,
     label: &str,
-    setups: &[SetupResult],
-    f: fn(&Point) -> f64,
+    series: &[(&str, Vec<(u32, f64)>)],
     fonts: bool,
 ) -> Result<()> {
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let xs: Vec<u32> = setups
+    let xs: Vec<u32> = series
         .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.calls))
+        .flat_map(|(_, p)| p.iter().map(|p| p.0))
         .collect();
-    let ys: Vec<f64> = setups
+    let ys: Vec<f64> = series
         .iter()
-        .flat_map(|s| s.points.iter().map(f))
+        .flat_map(|(_, p)| p.iter().map(|p| p.1))
         .filter(|y| y.is_finite())
         .collect();
     let xmax = xs.iter().copied().max().unwrap_or(1).max(1) as f64 + 1.0;
@@ -327,12 +340,11 @@ fn plot(
         mesh.disable_x_mesh().x_labels(0).y_labels(0);
     }
     mesh.draw().map_err(|e| anyhow::anyhow!("{e}"))?;
-    for (i, s) in setups.iter().enumerate() {
+    for (i, (name, points)) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let mut pts: Vec<(f64, f64)> = s
-            .points
+        let mut pts: Vec<(f64, f64)> = points
             .iter()
-            .map(|p| (p.calls as f64, f(p)))
+            .map(|&(x, y)| (f64::from(x), y))
             .filter(|(_, y)| y.is_finite())
             .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -344,11 +356,11 @@ fn plot(
                 _ => line.push((*x, *y)),
             }
         }
-        let series = chart
+        let drawn = chart
             .draw_series(LineSeries::new(line, color.stroke_width(2)))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         if fonts {
-            series.label(s.setup.name()).legend(move |(x, y)| {
+            drawn.label(*name).legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
         }
