@@ -56,11 +56,13 @@
 //!
 //! Layout: the byte counts taken from airpack's own code in [`sizes`], the
 //! command (`airpack lab cell-sim`: flags, capacity searches, JSON, table)
-//! in `run`, a point's config and measurement here.
+//! in `run`, its PNG plots in `plots`, a point's config and measurement
+//! here.
 //!
 //! Must not touch: the emulated cell ([`crate::cell`], the daemons), the
 //! E-model and support criterion, the search rule ([`crate::experiment`]).
 
+mod plots;
 mod run;
 pub mod sizes;
 

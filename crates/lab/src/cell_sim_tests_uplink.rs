@@ -292,10 +292,10 @@ fn plots_beside_the_json() {
     ];
     assert!((rows[0].result.points[2].mos - 2.5).abs() < 1e-9);
     let v = serde_json::json!({ "rows": rows });
-    let named = run::named_rows(&v, None).unwrap();
+    let named = plots::named_rows(&v, None).unwrap();
     assert_eq!(named[0].0, "cell:b11:11 g729 downlink-mux");
     assert_eq!(named[1].0, "cell:g54:6:4 g729 downlink-mux");
-    let files = run::write_plots(&w.join("run.json"), &named).unwrap();
+    let files = plots::write_plots(&w.join("run.json"), &named).unwrap();
     let names: Vec<String> = files
         .iter()
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
@@ -322,13 +322,13 @@ fn plots_beside_the_json() {
         {"tag": "cold", "rows": [v["rows"][0]]},
         {"tag": "arrivals", "rows": [v["rows"][1]]},
     ]});
-    let all = run::named_rows(&docs, None).unwrap();
+    let all = plots::named_rows(&docs, None).unwrap();
     assert_eq!(
         all.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
         ["cold", "arrivals"]
     );
-    let one = run::named_rows(&docs, Some(&["arrivals".to_string()])).unwrap();
+    let one = plots::named_rows(&docs, Some(&["arrivals".to_string()])).unwrap();
     assert_eq!((one.len(), one[0].0.as_str()), (1, "arrivals"));
-    assert!(run::named_rows(&serde_json::json!({}), None).is_err());
+    assert!(plots::named_rows(&serde_json::json!({}), None).is_err());
     let _ = std::fs::remove_dir_all(&w);
 }
