@@ -4,6 +4,29 @@
 
 use super::*;
 
+/// `--uplink-agg`'s knobs: bundles of the preset's K, held one interval.
+fn agg() -> Knobs {
+    Knobs {
+        uplink_agg: true,
+        ..Knobs::default()
+    }
+}
+
+/// The uplink (a -> b) value `k` of every call of the point.
+fn uplink(p: &Point, k: &str) -> Vec<f64> {
+    let c = p.call_results.as_array().unwrap();
+    c.iter().map(|c| c["a_to_b"][k].as_f64().unwrap()).collect()
+}
+
+/// The uplink packets every call of the point sent.
+fn uplink_sent(p: &Point) -> u64 {
+    uplink(p, "sent").into_iter().map(|x| x as u64).sum()
+}
+
+fn mean(v: Vec<f64>) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
 /// `--call-arrival-ms`: each call joins at its own random time within the
 /// window, its two directions within one interval after that; the run
 /// lasts until the last call's end; without a window the flows are the
@@ -88,10 +111,7 @@ fn small_cell_with_uplink_aggregation() {
     let Some((w, c)) = sim_cell("aggup", "cell:b11:11:2", "g729") else {
         return;
     };
-    let agg = Knobs {
-        uplink_agg: true,
-        ..Knobs::default()
-    };
+    let agg = agg();
     let plain = cell_point_with(&c, Setup::Off, 4, Knobs::default()).unwrap();
     let bundled = cell_point_with(&c, Setup::Off, 4, agg).unwrap();
     let odd = cell_point_with(&c, Setup::Off, 3, agg).unwrap();
@@ -113,11 +133,7 @@ fn small_cell_with_uplink_aggregation() {
     let n = |k: &str| a[k].as_u64().unwrap();
     // every uplink packet the calls sent (4 calls, about 200 each) went in
     // a bundle of two or alone
-    let calls = bundled.call_results.as_array().unwrap();
-    let sent: u64 = calls
-        .iter()
-        .map(|c| c["a_to_b"]["sent"].as_u64().unwrap())
-        .sum();
+    let sent = uplink_sent(&bundled);
     assert!((800..=808).contains(&sent), "{sent}");
     assert_eq!((n("k"), n("hold_us")), (2, 20000), "{a}");
     assert_eq!(n("bundled") + n("alone"), sent, "{a}");
@@ -133,20 +149,15 @@ fn small_cell_with_uplink_aggregation() {
         assert!(b * 10 < p * 6, "{s}: {b} frames bundled, {p} without");
     }
     // the uplink (a -> b) waits for the partner packet, the downlink not
-    let dir = |p: &Point, d: &str, k: &str| -> Vec<f64> {
-        let c = p.call_results.as_array().unwrap();
-        c.iter().map(|c| c[d][k].as_f64().unwrap()).collect()
-    };
-    let mean = |v: Vec<f64>| v.iter().sum::<f64>() / v.len() as f64;
     let up = (
-        mean(dir(&plain, "a_to_b", "delay_ms")),
-        mean(dir(&bundled, "a_to_b", "delay_ms")),
+        mean(uplink(&plain, "delay_ms")),
+        mean(uplink(&bundled, "delay_ms")),
     );
     assert!(up.1 > up.0 + 1.0, "uplink delay {up:?}");
     let max = |v: Vec<f64>| v.into_iter().fold(0.0, f64::max);
     let (m0, m1) = (
-        max(dir(&plain, "a_to_b", "delay_max_ms")),
-        max(dir(&bundled, "a_to_b", "delay_max_ms")),
+        max(uplink(&plain, "delay_max_ms")),
+        max(uplink(&bundled, "delay_max_ms")),
     );
     assert!(m1 <= m0 + 22.0, "held at most one interval: {m1} vs {m0}");
     // three calls: the second station's one call is not held (its daemon's
@@ -165,7 +176,7 @@ fn small_cell_with_uplink_aggregation() {
     assert!(short.supported, "{}", line(&short));
     assert_eq!(n("hold_us"), 100, "{a}");
     assert!(n("alone") > 700 && n("closed_hold") > 700, "{a}");
-    let m2 = max(dir(&short, "a_to_b", "delay_max_ms"));
+    let m2 = max(uplink(&short, "delay_max_ms"));
     assert!(m2 <= m0 + 1.0, "held at most 0.1 ms: {m2} vs {m0}");
 }
 
@@ -183,10 +194,7 @@ fn uplink_bundles_only_while_the_radio_is_busy() {
     let Some((w, c)) = sim_cell("aggbusy", "cell:b11:11:2", "g729") else {
         return;
     };
-    let fixed = Knobs {
-        uplink_agg: true,
-        ..Knobs::default()
-    };
+    let fixed = agg();
     let busy = Knobs {
         uplink_busy: true,
         ..fixed
@@ -196,19 +204,8 @@ fn uplink_bundles_only_while_the_radio_is_busy() {
     let (plain, held, loaded) = (run(16, Knobs::default()), run(16, fixed), run(16, busy));
     let over = run(24, busy); // far beyond `off`'s 13
     let _ = std::fs::remove_dir_all(&w);
-    let mean_up = |p: &Point| {
-        let c = p.call_results.as_array().unwrap();
-        c.iter()
-            .map(|c| c["a_to_b"]["delay_ms"].as_f64().unwrap())
-            .sum::<f64>()
-            / c.len() as f64
-    };
-    let sent = |p: &Point| -> u64 {
-        let c = p.call_results.as_array().unwrap();
-        c.iter()
-            .map(|c| c["a_to_b"]["sent"].as_u64().unwrap())
-            .sum()
-    };
+    let mean_up = |p: &Point| mean(uplink(p, "delay_ms"));
+    let sent = uplink_sent;
     let stations = |p: &Point| -> u64 {
         p.frames_per_node
             .iter()

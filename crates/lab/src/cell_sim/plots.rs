@@ -13,13 +13,17 @@ use std::path::{Path, PathBuf};
 pub fn replot(files: &[PathBuf], tags: Option<&str>, out: Option<&Path>) -> Result<()> {
     let tags: Option<Vec<String>> =
         tags.map(|t| t.split(',').map(|x| x.trim().to_string()).collect());
-    let mut rows = Vec::new();
+    let mut runs = Vec::new();
     for f in files {
         let run: serde_json::Value = serde_json::from_slice(
             &std::fs::read(f).with_context(|| format!("read {}", f.display()))?,
         )
         .with_context(|| format!("{}: not JSON", f.display()))?;
-        rows.extend(named_rows(&run, tags.as_deref())?);
+        runs.push(run);
+    }
+    let mut rows = Vec::new();
+    for run in &runs {
+        rows.extend(named_rows(run, tags.as_deref())?);
     }
     if rows.is_empty() {
         bail!("--replot: no rows to draw");
@@ -35,7 +39,7 @@ pub fn replot(files: &[PathBuf], tags: Option<&str>, out: Option<&Path>) -> Resu
 /// `F-loss.png`, `F-delay.png`): each metric against the number of calls,
 /// a line per named row (see [`named_rows`]), as the lab's report draws
 /// them.
-pub fn write_plots(out: &Path, rows: &[(String, serde_json::Value)]) -> Result<Vec<PathBuf>> {
+pub fn write_plots(out: &Path, rows: &[(String, &serde_json::Value)]) -> Result<Vec<PathBuf>> {
     let metrics = [
         ("mos", "MOS (mean over call directions)", "mos"),
         ("worst-mos", "MOS of the worst call direction", "mos_min"),
@@ -78,10 +82,10 @@ pub fn write_plots(out: &Path, rows: &[(String, serde_json::Value)]) -> Result<V
 /// run (`{"rows": [...]}`, as `--out` writes it) by preset, codec and
 /// setup; a results file of docs/results (`{"runs": [{"tag", "rows"}]}`)
 /// by each run's tag, only the runs in `tags` when given.
-pub fn named_rows(
-    run: &serde_json::Value,
+pub fn named_rows<'a>(
+    run: &'a serde_json::Value,
     tags: Option<&[String]>,
-) -> Result<Vec<(String, serde_json::Value)>> {
+) -> Result<Vec<(String, &'a serde_json::Value)>> {
     use serde_json::Value;
     let name = |r: &Value| {
         let s = |k: &Value| k.as_str().unwrap_or("?").to_string();
@@ -93,7 +97,7 @@ pub fn named_rows(
         )
     };
     if let Some(rows) = run["rows"].as_array() {
-        return Ok(rows.iter().map(|r| (name(r), r.clone())).collect());
+        return Ok(rows.iter().map(|r| (name(r), r)).collect());
     }
     let runs = run["runs"]
         .as_array()
@@ -105,7 +109,7 @@ pub fn named_rows(
             continue;
         }
         for row in r["rows"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
-            out.push((tag.to_string(), row.clone()));
+            out.push((tag.to_string(), row));
         }
     }
     Ok(out)

@@ -254,6 +254,7 @@ pub fn main(a: CellSimArgs) -> Result<()> {
     let work = std::env::temp_dir().join(format!("airpack-cell-sim-{}", std::process::id()));
     let mut rows = Vec::new();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let mut run = run_json(&command, &rows); // as written after each row
     for preset in split(&a.presets) {
         for codec in split(&a.codecs) {
             let cfg = config(&preset, &codec, &a, &work)?;
@@ -285,15 +286,13 @@ pub fn main(a: CellSimArgs) -> Result<()> {
                     bound,
                     result,
                 });
-                write_json(&out, &command, &rows)?;
+                run = run_json(&command, &rows);
+                write_json(&out, &run)?;
             }
         }
     }
     let _ = std::fs::remove_dir_all(&work);
-    for p in super::plots::write_plots(
-        &out,
-        &super::plots::named_rows(&run_json(&command, &rows), None)?,
-    )? {
+    for p in super::plots::write_plots(&out, &super::plots::named_rows(&run, None)?)? {
         eprintln!("cell-sim: wrote {}", p.display());
     }
     println!("{}", table(&rows));
@@ -308,11 +307,11 @@ fn run_json(command: &str, rows: &[Row]) -> serde_json::Value {
     })
 }
 
-fn write_json(out: &Path, command: &str, rows: &[Row]) -> Result<()> {
+fn write_json(out: &Path, run: &serde_json::Value) -> Result<()> {
     if let Some(d) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(d)?;
     }
-    std::fs::write(out, serde_json::to_string(&run_json(command, rows))?)?;
+    std::fs::write(out, serde_json::to_string(run)?)?;
     Ok(())
 }
 
